@@ -1,0 +1,361 @@
+package mlx
+
+/*
+#include <stdlib.h>
+#include "bridge.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"unsafe"
+)
+
+// maxDims bounds the rank the bridge reports; MLX arrays in a GPT never
+// come close.
+const maxDims = 16
+
+// Array is one MLX array. It is immutable: operations return new arrays.
+// An Array whose operation failed carries the error (see Err).
+type Array struct {
+	h        C.mlx_array
+	err      error
+	scope    *Scope // scope that frees it, if any
+	borrowed bool   // handle owned by C++ (closure inputs); never freed here
+	cleanup  runtime.Cleanup
+	dtype    Dtype
+	shape    []int // cached on first query; nil until then
+}
+
+// newArray wraps a fresh handle owned by Go and registers it with the
+// current thread's open scope, if any.
+func newArray(h C.mlx_array) *Array {
+	a := &Array{h: h, dtype: -1}
+	a.cleanup = runtime.AddCleanup(a, func(h C.mlx_array) { C.mlx_array_free(h) }, h)
+	registerInScope(a)
+	return a
+}
+
+// errArray returns an array that carries err.
+func errArray(err error) *Array { return &Array{err: err, dtype: -1} }
+
+// Err returns the error this array carries, or nil.
+func (a *Array) Err() error {
+	if a == nil {
+		return firstErr(a)
+	}
+	return firstErr(a)
+}
+
+// Valid reports whether the array holds a live handle and no error.
+func (a *Array) Valid() bool { return a.Err() == nil }
+
+// Free releases the MLX handle now. Freeing twice, or freeing an array that
+// carries an error, is a no-op.
+func (a *Array) Free() {
+	if a == nil || a.h == nil {
+		return
+	}
+	if !a.borrowed {
+		a.cleanup.Stop()
+		C.mlx_array_free(a.h)
+	}
+	a.h = nil
+	a.err = errFreed
+}
+
+// Free releases each array (nil entries are skipped).
+func Free(arrs ...*Array) {
+	for _, a := range arrs {
+		a.Free()
+	}
+}
+
+func (a *Array) loadInfo() {
+	if a.shape != nil || a.Err() != nil {
+		return
+	}
+	var dt, nd C.int
+	var sh [maxDims]C.int
+	if C.mlx_array_info(a.h, &dt, &nd, &sh[0], maxDims) != 0 {
+		return
+	}
+	a.dtype = Dtype(dt)
+	a.shape = make([]int, int(nd))
+	for i := range a.shape {
+		a.shape[i] = int(sh[i])
+	}
+}
+
+// Shape returns the array's dimensions (nil for an array carrying an error).
+// The slice is shared: do not modify it.
+func (a *Array) Shape() []int { a.loadInfo(); return a.shape }
+
+// Dim returns dimension i; negative i counts from the end.
+func (a *Array) Dim(i int) int {
+	s := a.Shape()
+	if i < 0 {
+		i += len(s)
+	}
+	return s[i]
+}
+
+// Ndim returns the number of dimensions.
+func (a *Array) Ndim() int { return len(a.Shape()) }
+
+// Size returns the number of elements.
+func (a *Array) Size() int {
+	n := 1
+	for _, d := range a.Shape() {
+		n *= d
+	}
+	return n
+}
+
+// Dtype returns the element type (-1 for an array carrying an error).
+func (a *Array) Dtype() Dtype { a.loadInfo(); return a.dtype }
+
+// Nbytes returns the size of the array's data in bytes.
+func (a *Array) Nbytes() int { return a.Size() * a.Dtype().Size() }
+
+// describe formats dtype and shape for error messages, e.g. "float32[2,3]".
+func (a *Array) describe() string {
+	if a == nil {
+		return "nil"
+	}
+	if a.Err() != nil {
+		return "invalid"
+	}
+	return a.Dtype().String() + shapeString(a.Shape())
+}
+
+// String describes the array without reading its data.
+func (a *Array) String() string { return "mlx.Array(" + a.describe() + ")" }
+
+func shapeString(s []int) string {
+	parts := make([]string, len(s))
+	for i, d := range s {
+		parts[i] = fmt.Sprint(d)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// cInts converts Go ints to a C int slice; it returns a one-element slice for
+// empty input so &s[0] is always valid.
+func cInts(v []int) []C.int {
+	out := make([]C.int, len(v)+1)
+	for i, x := range v {
+		out[i] = C.int(x)
+	}
+	return out[:len(v)+1]
+}
+
+// Number is the set of Go element types arrays are built from and read into.
+type Number interface {
+	~bool | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~int8 | ~int16 | ~int32 | ~int64 |
+		~float32 | ~float64
+}
+
+func dtypeFor[T Number]() Dtype {
+	var z T
+	switch any(z).(type) {
+	case bool:
+		return Bool
+	case uint8:
+		return Uint8
+	case uint16:
+		return Uint16
+	case uint32:
+		return Uint32
+	case uint64:
+		return Uint64
+	case int8:
+		return Int8
+	case int16:
+		return Int16
+	case int32:
+		return Int32
+	case int64:
+		return Int64
+	case float32:
+		return Float32
+	case float64:
+		return Float64
+	}
+	panic("unreachable: Number covers every case")
+}
+
+// FromSlice builds an array of the given shape from data, with the dtype that
+// matches T (float64 data gives a float32 array: MLX's GPU backends have no
+// float64). With no shape, the array is 1-D of len(data).
+func FromSlice[T Number](data []T, shape ...int) *Array {
+	if len(shape) == 0 {
+		shape = []int{len(data)}
+	}
+	n := 1
+	for _, d := range shape {
+		if d < 0 {
+			return errArray(&Error{Op: "from_slice", Msg: fmt.Sprintf("negative dimension in shape %v", shape)})
+		}
+		n *= d
+	}
+	if n != len(data) {
+		return errArray(&Error{Op: "from_slice",
+			Msg: fmt.Sprintf("shape %v needs %d elements, got %d", shape, n, len(data))})
+	}
+	if f64, ok := any(data).([]float64); ok {
+		f32 := make([]float32, len(f64))
+		for i, v := range f64 {
+			f32[i] = float32(v)
+		}
+		return FromSlice(f32, shape...)
+	}
+	return fromBytes(unsafe.Pointer(unsafe.SliceData(data)), dtypeFor[T](), shape)
+}
+
+// FromBytes builds an array from raw little-endian element bytes, e.g. the
+// bits of bfloat16 values.
+func FromBytes(data []byte, dtype Dtype, shape ...int) *Array {
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	if n*dtype.Size() != len(data) || dtype.Size() == 0 {
+		return errArray(&Error{Op: "from_bytes",
+			Msg: fmt.Sprintf("%s%s needs %d bytes, got %d", dtype, shapeString(shape), n*dtype.Size(), len(data))})
+	}
+	return fromBytes(unsafe.Pointer(unsafe.SliceData(data)), dtype, shape)
+}
+
+func fromBytes(p unsafe.Pointer, dtype Dtype, shape []int) *Array {
+	sh := cInts(shape)
+	var h C.mlx_array
+	if p == nil {
+		var zero [8]byte
+		p = unsafe.Pointer(&zero[0])
+	}
+	if C.mlx_array_from_data(p, C.int(dtype), &sh[0], C.int(len(shape)), &h) != 0 {
+		return errArray(&Error{Op: "from_data", Operands: dtype.String() + shapeString(shape), Msg: lastError()})
+	}
+	return newArray(h)
+}
+
+// Scalar returns a 0-D array holding v converted to dtype.
+func Scalar(v float64, dtype Dtype) *Array {
+	var h C.mlx_array
+	var rc C.int
+	if dtype.IsFloat() || math.IsNaN(v) || math.IsInf(v, 0) {
+		rc = C.mlx_array_from_float(C.double(v), C.int(dtype), &h)
+	} else {
+		rc = C.mlx_array_from_int(C.int64_t(v), C.int(dtype), &h)
+	}
+	if rc != 0 {
+		return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: lastError()})
+	}
+	return newArray(h)
+}
+
+// Bytes evaluates the array and returns a copy of its row-major data.
+func (a *Array) Bytes() ([]byte, error) {
+	if err := a.Err(); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, a.Nbytes())
+	p := unsafe.Pointer(unsafe.SliceData(buf))
+	if p == nil {
+		var zero [8]byte
+		p = unsafe.Pointer(&zero[0])
+	}
+	if C.mlx_array_read(a.h, p, C.size_t(len(buf))) != 0 {
+		return nil, opError("read", a)
+	}
+	return buf, nil
+}
+
+// ToSlice evaluates a and returns its elements converted to T (the dtype
+// conversion happens in MLX, with MLX's rounding and saturation rules).
+func ToSlice[T Number](a *Array) ([]T, error) {
+	if err := a.Err(); err != nil {
+		return nil, err
+	}
+	want := dtypeFor[T]()
+	src := a
+	if a.Dtype() != want {
+		src = AsType(a, want)
+		defer src.Free()
+		if err := src.Err(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]T, a.Size())
+	p := unsafe.Pointer(unsafe.SliceData(out))
+	if p == nil {
+		var zero [8]byte
+		p = unsafe.Pointer(&zero[0])
+	}
+	if C.mlx_array_read(src.h, p, C.size_t(len(out)*want.Size())) != 0 {
+		return nil, opError("read", a)
+	}
+	return out, nil
+}
+
+// Float32s evaluates a and returns its elements as float32.
+func (a *Array) Float32s() ([]float32, error) { return ToSlice[float32](a) }
+
+// Int32s evaluates a and returns its elements as int32.
+func (a *Array) Int32s() ([]int32, error) { return ToSlice[int32](a) }
+
+// Item evaluates a one-element array and returns its value as float64.
+func (a *Array) Item() (float64, error) {
+	if err := a.Err(); err != nil {
+		return 0, err
+	}
+	if a.Size() != 1 {
+		return 0, &Error{Op: "item", Operands: a.describe(), Msg: "array must have exactly one element"}
+	}
+	v, err := ToSlice[float32](a)
+	if err != nil {
+		return 0, err
+	}
+	return float64(v[0]), nil
+}
+
+// handles collects the C handles of arrs, or the first error they carry.
+func handles(arrs []*Array) ([]C.mlx_array, error) {
+	if err := firstErr(arrs...); err != nil {
+		return nil, err
+	}
+	hs := make([]C.mlx_array, len(arrs)+1)
+	for i, a := range arrs {
+		hs[i] = a.h
+	}
+	return hs, nil
+}
+
+// Eval computes the arrays (and everything they depend on) now.
+func Eval(arrs ...*Array) error {
+	hs, err := handles(arrs)
+	if err != nil {
+		return err
+	}
+	if C.mlx_eval(&hs[0], C.size_t(len(arrs))) != 0 {
+		return &Error{Op: "eval", Msg: lastError()}
+	}
+	return nil
+}
+
+// AsyncEval schedules the arrays' computation and returns without waiting,
+// so the host can prepare the next step while the device works.
+func AsyncEval(arrs ...*Array) error {
+	hs, err := handles(arrs)
+	if err != nil {
+		return err
+	}
+	if C.mlx_async_eval(&hs[0], C.size_t(len(arrs))) != 0 {
+		return &Error{Op: "async_eval", Msg: lastError()}
+	}
+	return nil
+}

@@ -1,0 +1,272 @@
+// bridge_core.cpp: errors, array handles, vectors, closures and transforms,
+// devices, memory and safetensors I/O.
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+#include "bridge_internal.h"
+
+using namespace ptlm;
+
+namespace ptlm {
+
+static thread_local std::string last_error;
+
+void set_error(const std::string& msg) { last_error = msg; }
+
+mx::Dtype dtype_of(int d) {
+  switch (d) {
+    case MLX_BOOL: return mx::bool_;
+    case MLX_UINT8: return mx::uint8;
+    case MLX_UINT16: return mx::uint16;
+    case MLX_UINT32: return mx::uint32;
+    case MLX_UINT64: return mx::uint64;
+    case MLX_INT8: return mx::int8;
+    case MLX_INT16: return mx::int16;
+    case MLX_INT32: return mx::int32;
+    case MLX_INT64: return mx::int64;
+    case MLX_FLOAT16: return mx::float16;
+    case MLX_FLOAT32: return mx::float32;
+    case MLX_FLOAT64: return mx::float64;
+    case MLX_BFLOAT16: return mx::bfloat16;
+    case MLX_COMPLEX64: return mx::complex64;
+  }
+  throw std::invalid_argument("unknown dtype code " + std::to_string(d));
+}
+
+int dtype_code(mx::Dtype d) { return static_cast<int>(d.val()); }
+
+}  // namespace ptlm
+
+extern "C" {
+
+const char* mlx_last_error(void) { return last_error.c_str(); }
+void mlx_set_error(const char* msg) { set_error(msg ? msg : ""); }
+
+int mlx_array_free(mlx_array a) { PTLM_TRY(delete reinterpret_cast<mx::array*>(a)) }
+
+static mx::array array_from_data(const void* data, int dtype, mx::Shape sh) {
+  switch (dtype) {
+#define PTLM_FROM(code, T) \
+  case code:               \
+    return mx::array(static_cast<const T*>(data), std::move(sh), dtype_of(code));
+    PTLM_FROM(MLX_BOOL, bool)
+    PTLM_FROM(MLX_UINT8, uint8_t)
+    PTLM_FROM(MLX_UINT16, uint16_t)
+    PTLM_FROM(MLX_UINT32, uint32_t)
+    PTLM_FROM(MLX_UINT64, uint64_t)
+    PTLM_FROM(MLX_INT8, int8_t)
+    PTLM_FROM(MLX_INT16, int16_t)
+    PTLM_FROM(MLX_INT32, int32_t)
+    PTLM_FROM(MLX_INT64, int64_t)
+    PTLM_FROM(MLX_FLOAT16, mx::float16_t)
+    PTLM_FROM(MLX_FLOAT32, float)
+    PTLM_FROM(MLX_BFLOAT16, mx::bfloat16_t)
+#undef PTLM_FROM
+  }
+  throw std::invalid_argument("cannot build an array of dtype code " + std::to_string(dtype) + " from host data");
+}
+
+int mlx_array_from_data(const void* data, int dtype, const int* shape, int ndim, mlx_array* out) {
+  PTLM_TRY(*out = wrap(array_from_data(data, dtype, shape_of(shape, ndim))))
+}
+
+int mlx_array_from_float(double v, int dtype, mlx_array* out) {
+  PTLM_TRY(*out = wrap(mx::array(static_cast<float>(v), dtype_of(dtype))))
+}
+
+int mlx_array_from_int(int64_t v, int dtype, mlx_array* out) {
+  PTLM_TRY(*out = wrap(mx::astype(mx::array(v, mx::int64), dtype_of(dtype))))
+}
+
+int mlx_array_info(mlx_array a, int* dtype, int* ndim, int* shape, int max_ndim) {
+  PTLM_TRY({
+    auto& x = A(a);
+    *dtype = dtype_code(x.dtype());
+    *ndim = static_cast<int>(x.ndim());
+    for (int i = 0; i < *ndim && i < max_ndim; i++) shape[i] = x.shape(i);
+  })
+}
+
+int mlx_array_read(mlx_array a, void* dst, size_t nbytes) {
+  PTLM_TRY({
+    auto x = mx::contiguous(A(a));
+    x.eval();
+    if (x.nbytes() != nbytes)
+      throw std::invalid_argument("read of " + std::to_string(x.nbytes()) + " bytes into a buffer of " +
+                                  std::to_string(nbytes));
+    if (nbytes > 0) std::memcpy(dst, x.data<char>(), nbytes);
+  })
+}
+
+int mlx_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::eval(arrays(arrs, n))) }
+int mlx_async_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::async_eval(arrays(arrs, n))) }
+
+int mlx_vec_new(mlx_vec* out) { PTLM_TRY(*out = wrap_vec({})) }
+int mlx_vec_free(mlx_vec v) { PTLM_TRY(delete reinterpret_cast<std::vector<mx::array>*>(v)) }
+int mlx_vec_push(mlx_vec v, mlx_array a) { PTLM_TRY(V(v).push_back(A(a))) }
+size_t mlx_vec_size(mlx_vec v) { return V(v).size(); }
+int mlx_vec_move_all(mlx_vec v, mlx_array* dst) {
+  PTLM_TRY({
+    auto& vec = V(v);
+    for (size_t i = 0; i < vec.size(); i++) dst[i] = wrap(std::move(vec[i]));
+    vec.clear();
+  })
+}
+
+}  // extern "C"
+
+namespace {
+
+using VecFn = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+
+// Payload owns a Go callback's handle; its destructor tells Go to drop it.
+struct Payload {
+  mlx_closure_fn fn;
+  uintptr_t payload;
+  mlx_payload_dtor dtor;
+  ~Payload() {
+    if (dtor) dtor(payload);
+  }
+};
+
+struct Closure {
+  VecFn fn;
+};
+
+Closure& C(mlx_closure c) {
+  if (c == nullptr) throw std::invalid_argument("nil closure handle");
+  return *reinterpret_cast<Closure*>(c);
+}
+
+mlx_closure wrap_closure(VecFn fn) { return reinterpret_cast<mlx_closure>(new Closure{std::move(fn)}); }
+
+using VagFn = mx::ValueAndGradFn;
+
+}  // namespace
+
+extern "C" {
+
+int mlx_closure_new(mlx_closure_fn fn, uintptr_t payload, mlx_payload_dtor dtor, mlx_closure* out) {
+  PTLM_TRY({
+    auto p = std::shared_ptr<Payload>(new Payload{fn, payload, dtor});
+    *out = wrap_closure([p](const std::vector<mx::array>& in) {
+      std::vector<mlx_array> handles(in.size());
+      for (size_t i = 0; i < in.size(); i++)
+        handles[i] = reinterpret_cast<mlx_array>(const_cast<mx::array*>(&in[i]));
+      std::vector<mx::array> outs;
+      int rc = p->fn(p->payload, handles.data(), handles.size(), reinterpret_cast<mlx_vec>(&outs));
+      if (rc != 0) throw std::runtime_error(last_error);
+      return outs;
+    });
+  })
+}
+
+int mlx_closure_free(mlx_closure c) { PTLM_TRY(delete reinterpret_cast<Closure*>(c)) }
+
+int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out) {
+  PTLM_TRY(*out = wrap_vec(C(c).fn(arrays(in, n))))
+}
+
+int mlx_compile(mlx_closure c, bool shapeless, mlx_closure* out) {
+  PTLM_TRY(*out = wrap_closure(mx::compile(C(c).fn, shapeless)))
+}
+
+int mlx_set_compile_enabled(bool enabled) {
+  PTLM_TRY(if (enabled) mx::enable_compile(); else mx::disable_compile();)
+}
+
+int mlx_value_and_grad(mlx_closure c, const int* argnums, size_t nargnums, mlx_vag* out) {
+  PTLM_TRY({
+    auto f = mx::value_and_grad(C(c).fn, std::vector<int>(argnums, argnums + nargnums));
+    *out = reinterpret_cast<mlx_vag>(new VagFn(std::move(f)));
+  })
+}
+
+int mlx_vag_free(mlx_vag f) { PTLM_TRY(delete reinterpret_cast<VagFn*>(f)) }
+
+int mlx_vag_apply(mlx_vag f, const mlx_array* in, size_t n, mlx_vec* values, mlx_vec* grads) {
+  PTLM_TRY({
+    if (f == nullptr) throw std::invalid_argument("nil value_and_grad handle");
+    auto [v, g] = (*reinterpret_cast<VagFn*>(f))(arrays(in, n));
+    *values = wrap_vec(std::move(v));
+    *grads = wrap_vec(std::move(g));
+  })
+}
+
+static mx::Device device_of(int type) {
+  if (type == MLX_CPU) return mx::Device(mx::Device::cpu);
+  if (type == MLX_GPU) return mx::Device(mx::Device::gpu);
+  throw std::invalid_argument("unknown device type " + std::to_string(type));
+}
+
+int mlx_device_available(int type, bool* out) { PTLM_TRY(*out = mx::is_available(device_of(type))) }
+int mlx_set_default_device(int type) { PTLM_TRY(mx::set_default_device(device_of(type))) }
+int mlx_get_default_device(int* type) {
+  PTLM_TRY(*type = mx::default_device().type == mx::Device::gpu ? MLX_GPU : MLX_CPU)
+}
+int mlx_synchronize(void) { PTLM_TRY(mx::synchronize()) }
+
+int mlx_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
+int mlx_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
+int mlx_memory_cache(size_t* out) { PTLM_TRY(*out = mx::get_cache_memory()) }
+int mlx_memory_reset_peak(void) { PTLM_TRY(mx::reset_peak_memory()) }
+int mlx_memory_set_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_memory_limit(limit)) }
+int mlx_memory_set_cache_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_cache_limit(limit)) }
+int mlx_memory_clear_cache(void) { PTLM_TRY(mx::clear_cache()) }
+
+}  // extern "C"
+
+namespace {
+struct SafeTensors {
+  std::vector<std::pair<std::string, mx::array>> arrays;
+  std::vector<std::pair<std::string, std::string>> meta;
+};
+SafeTensors& ST(mlx_st st) {
+  if (st == nullptr) throw std::invalid_argument("nil safetensors handle");
+  return *reinterpret_cast<SafeTensors*>(st);
+}
+}  // namespace
+
+extern "C" {
+
+int mlx_save_safetensors(const char* path, const char** names, const mlx_array* arrs, size_t n,
+                         const char** meta_keys, const char** meta_vals, size_t nmeta) {
+  PTLM_TRY({
+    std::unordered_map<std::string, mx::array> m;
+    for (size_t i = 0; i < n; i++) m.insert({names[i], A(arrs[i])});
+    std::unordered_map<std::string, std::string> meta;
+    for (size_t i = 0; i < nmeta; i++) meta[meta_keys[i]] = meta_vals[i];
+    mx::save_safetensors(std::string(path), std::move(m), std::move(meta));
+  })
+}
+
+int mlx_load_safetensors(const char* path, mlx_st* out) {
+  PTLM_TRY({
+    auto [arrs, meta] = mx::load_safetensors(std::string(path));
+    auto st = std::make_unique<SafeTensors>();
+    for (auto& kv : arrs) st->arrays.emplace_back(kv.first, kv.second);
+    for (auto& kv : meta) st->meta.emplace_back(kv.first, kv.second);
+    *out = reinterpret_cast<mlx_st>(st.release());
+  })
+}
+
+int mlx_st_free(mlx_st st) { PTLM_TRY(delete reinterpret_cast<SafeTensors*>(st)) }
+size_t mlx_st_num_arrays(mlx_st st) { return ST(st).arrays.size(); }
+size_t mlx_st_num_meta(mlx_st st) { return ST(st).meta.size(); }
+int mlx_st_array(mlx_st st, size_t i, const char** name, mlx_array* out) {
+  PTLM_TRY({
+    auto& e = ST(st).arrays.at(i);
+    *name = e.first.c_str();
+    *out = wrap(e.second);
+  })
+}
+int mlx_st_meta(mlx_st st, size_t i, const char** key, const char** val) {
+  PTLM_TRY({
+    auto& e = ST(st).meta.at(i);
+    *key = e.first.c_str();
+    *val = e.second.c_str();
+  })
+}
+
+}  // extern "C"

@@ -1,0 +1,124 @@
+package mlx
+
+/*
+#include "bridge.h"
+
+extern int ptlmClosureCall(uintptr_t payload, mlx_array* inputs, size_t n, mlx_vec outputs);
+extern void ptlmClosureFree(uintptr_t payload);
+
+static int ptlm_closure_new_go(uintptr_t payload, mlx_closure* out) {
+	return mlx_closure_new((mlx_closure_fn)ptlmClosureCall, payload, ptlmClosureFree, out);
+}
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/cgo"
+	"runtime/debug"
+	"unsafe"
+)
+
+// Func is a function of arrays to arrays, the form MLX transforms take.
+// Arrays a Func receives are only valid during the call. Arrays it creates
+// and does not return are freed when it returns.
+type Func func(inputs []*Array) ([]*Array, error)
+
+// Closure is an MLX function object: a Go Func wrapped for MLX, or the
+// result of Compile. Free it when done; a compiled Closure's trace cache
+// lives until then.
+type Closure struct {
+	h       C.mlx_closure
+	cleanup runtime.Cleanup
+}
+
+// NewClosure wraps fn for MLX's transforms.
+func NewClosure(fn Func) (*Closure, error) {
+	handle := cgo.NewHandle(fn)
+	var h C.mlx_closure
+	if C.ptlm_closure_new_go(C.uintptr_t(handle), &h) != 0 {
+		handle.Delete()
+		return nil, &Error{Op: "closure", Msg: lastError()}
+	}
+	return wrapClosure(h), nil
+}
+
+func wrapClosure(h C.mlx_closure) *Closure {
+	c := &Closure{h: h}
+	c.cleanup = runtime.AddCleanup(c, func(h C.mlx_closure) { C.mlx_closure_free(h) }, h)
+	return c
+}
+
+// Free releases the closure (and, for a compiled closure, its trace cache).
+func (c *Closure) Free() {
+	if c == nil || c.h == nil {
+		return
+	}
+	c.cleanup.Stop()
+	C.mlx_closure_free(c.h)
+	c.h = nil
+}
+
+// Call applies the closure to inputs.
+func (c *Closure) Call(inputs ...*Array) ([]*Array, error) {
+	if c == nil || c.h == nil {
+		return nil, fmt.Errorf("mlx: call of a freed closure")
+	}
+	hs, err := handles(inputs)
+	if err != nil {
+		return nil, err
+	}
+	var out C.mlx_vec
+	if C.mlx_closure_apply(c.h, &hs[0], C.size_t(len(inputs)), &out) != 0 {
+		return nil, &Error{Op: "call", Msg: lastError()}
+	}
+	return takeVec(out), nil
+}
+
+// ptlmClosureCall is the C callback behind every Go closure. It runs the Go
+// function inside a scope, hands its outputs to MLX, and turns Go errors and
+// panics into a failure status: a Go panic must never unwind through C++.
+//
+//export ptlmClosureCall
+func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outputs C.mlx_vec) (rc C.int) {
+	scope := NewScope()
+	defer scope.Close()
+	defer func() {
+		if r := recover(); r != nil {
+			C.mlx_set_error(cstr(fmt.Sprintf("panic in traced Go function: %v\n%s", r, debug.Stack())))
+			rc = 1
+		}
+	}()
+	fn := cgo.Handle(payload).Value().(Func)
+	in := make([]*Array, int(n))
+	hs := unsafe.Slice(inputs, int(n))
+	for i := range in {
+		in[i] = &Array{h: hs[i], borrowed: true, dtype: -1}
+	}
+	defer Free(in...)
+	out, err := fn(in)
+	if err == nil {
+		err = firstErr(out...)
+	}
+	if err != nil {
+		C.mlx_set_error(cstr(err.Error()))
+		return 1
+	}
+	for _, a := range out {
+		if C.mlx_vec_push(outputs, a.h) != 0 {
+			return 1
+		}
+	}
+	return 0
+}
+
+//export ptlmClosureFree
+func ptlmClosureFree(payload C.uintptr_t) { cgo.Handle(payload).Delete() }
+
+// cstr returns a C string valid until the next call on this thread; the
+// bridge copies it into its thread-local error.
+func cstr(s string) *C.char {
+	b := append([]byte(s), 0)
+	return (*C.char)(unsafe.Pointer(&b[0]))
+}

@@ -1,0 +1,62 @@
+package mlx
+
+/*
+#include "bridge.h"
+*/
+import "C"
+
+import "fmt"
+
+// Device is where MLX runs operations.
+type Device int
+
+// The devices MLX offers; GPU is CUDA on Linux builds of MLX.
+const (
+	CPU Device = C.MLX_CPU
+	GPU Device = C.MLX_GPU
+)
+
+func (d Device) String() string {
+	if d == GPU {
+		return "gpu"
+	}
+	return "cpu"
+}
+
+// ParseDevice maps "cpu" or "gpu" to a Device.
+func ParseDevice(name string) (Device, error) {
+	switch name {
+	case "cpu":
+		return CPU, nil
+	case "gpu", "cuda":
+		return GPU, nil
+	}
+	return CPU, fmt.Errorf("unknown device %q: want cpu or gpu", name)
+}
+
+// Available reports whether this MLX build can run on d.
+func (d Device) Available() bool {
+	var ok C.bool
+	if C.mlx_device_available(C.int(d), &ok) != 0 {
+		return false
+	}
+	return bool(ok)
+}
+
+// SetDefaultDevice makes d the device of the calling thread's later operations.
+func SetDefaultDevice(d Device) error {
+	if !d.Available() {
+		return fmt.Errorf("mlx: device %s is not available in this MLX build (libmlx from mlx-cpu has no GPU; install mlx-cuda-13)", d)
+	}
+	return check(C.mlx_set_default_device(C.int(d)), "set_default_device")
+}
+
+// DefaultDevice returns the calling thread's default device.
+func DefaultDevice() Device {
+	var t C.int
+	C.mlx_get_default_device(&t)
+	return Device(t)
+}
+
+// Synchronize waits for all scheduled work on the default stream to finish.
+func Synchronize() error { return check(C.mlx_synchronize(), "synchronize") }

@@ -1,0 +1,43 @@
+package mlx
+
+/*
+#include "bridge.h"
+*/
+import "C"
+
+// MemoryStats are MLX allocator figures in bytes: Active is held by live
+// arrays, Peak the highest Active since the last ResetPeakMemory, Cache the
+// freed buffers MLX keeps for reuse.
+type MemoryStats struct {
+	Active, Peak, Cache uint64
+}
+
+// Memory returns the allocator's current figures.
+func Memory() MemoryStats {
+	var a, p, c C.size_t
+	C.mlx_memory_active(&a)
+	C.mlx_memory_peak(&p)
+	C.mlx_memory_cache(&c)
+	return MemoryStats{Active: uint64(a), Peak: uint64(p), Cache: uint64(c)}
+}
+
+// ResetPeakMemory restarts peak tracking from the current active memory.
+func ResetPeakMemory() { C.mlx_memory_reset_peak() }
+
+// SetMemoryLimit sets MLX's memory guideline and returns the previous one.
+func SetMemoryLimit(bytes uint64) uint64 {
+	var prev C.size_t
+	C.mlx_memory_set_limit(C.size_t(bytes), &prev)
+	return uint64(prev)
+}
+
+// SetCacheLimit bounds the buffer cache (0 disables it) and returns the
+// previous limit.
+func SetCacheLimit(bytes uint64) uint64 {
+	var prev C.size_t
+	C.mlx_memory_set_cache_limit(C.size_t(bytes), &prev)
+	return uint64(prev)
+}
+
+// ClearCache returns cached buffers to the system.
+func ClearCache() { C.mlx_memory_clear_cache() }

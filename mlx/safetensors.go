@@ -1,0 +1,216 @@
+package mlx
+
+/*
+#include <stdlib.h>
+#include "bridge.h"
+*/
+import "C"
+
+import (
+	le "encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"unsafe"
+)
+
+// SaveSafetensors writes arrays and string metadata to path in the
+// safetensors format, readable by Python's safetensors and MLX.
+func SaveSafetensors(path string, arrays map[string]*Array, metadata map[string]string) error {
+	names := make([]string, 0, len(arrays))
+	for n := range arrays {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	arrs := make([]*Array, len(names))
+	for i, n := range names {
+		arrs[i] = arrays[n]
+	}
+	hs, err := handles(arrs)
+	if err != nil {
+		return fmt.Errorf("save %s: %w", path, err)
+	}
+	var toFree []unsafe.Pointer
+	defer func() {
+		for _, p := range toFree {
+			C.free(p)
+		}
+	}()
+	cstrs := func(ss []string) []*C.char {
+		out := make([]*C.char, len(ss)+1)
+		for i, s := range ss {
+			out[i] = C.CString(s)
+			toFree = append(toFree, unsafe.Pointer(out[i]))
+		}
+		return out
+	}
+	keys := make([]string, 0, len(metadata))
+	for k := range metadata {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	vals := make([]string, len(keys))
+	for i, k := range keys {
+		vals[i] = metadata[k]
+	}
+	// The C arrays of C strings live in C memory: cgo forbids passing Go
+	// memory that holds pointers.
+	cn := cArray(cstrs(names), &toFree)
+	ck := cArray(cstrs(keys), &toFree)
+	cv := cArray(cstrs(vals), &toFree)
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	if C.mlx_save_safetensors(cpath, cn, &hs[0], C.size_t(len(arrs)), ck, cv, C.size_t(len(keys))) != 0 {
+		return &Error{Op: "save_safetensors", Operands: path, Msg: lastError()}
+	}
+	return nil
+}
+
+func cArray(ptrs []*C.char, toFree *[]unsafe.Pointer) **C.char {
+	size := C.size_t(len(ptrs)) * C.size_t(unsafe.Sizeof((*C.char)(nil)))
+	p := C.malloc(size)
+	*toFree = append(*toFree, p)
+	copy(unsafe.Slice((**C.char)(p), len(ptrs)), ptrs)
+	return (**C.char)(p)
+}
+
+// safetensorsEntry is one tensor's header record.
+type safetensorsEntry struct {
+	Dtype   string  `json:"dtype"`
+	Shape   []int64 `json:"shape"`
+	Offsets []int64 `json:"data_offsets"`
+}
+
+var safetensorsDtypeSize = map[string]int64{
+	"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+	"U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8,
+}
+
+// maxSafetensorsHeader bounds the JSON header, as Python's safetensors does.
+const maxSafetensorsHeader = 100 << 20
+
+// ValidateSafetensors checks that path is a complete, well-formed safetensors
+// file: the header parses, every tensor's dtype is known, its byte range
+// matches its shape and lies inside the file, and the ranges tile the data
+// section exactly. MLX's own loader trusts these, so a truncated or corrupt
+// file is rejected here with an error rather than read past its end.
+func ValidateSafetensors(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return validateSafetensors(f, st.Size())
+}
+
+func validateSafetensors(r io.Reader, size int64) error {
+	var n uint64
+	if err := le.Read(r, le.LittleEndian, &n); err != nil {
+		return fmt.Errorf("safetensors: file of %d bytes has no 8-byte header length", size)
+	}
+	if n > maxSafetensorsHeader || int64(n) > size-8 {
+		return fmt.Errorf("safetensors: header length %d does not fit a file of %d bytes", n, size)
+	}
+	hdr := make([]byte, n)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return fmt.Errorf("safetensors: reading %d-byte header: %w", n, err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(hdr, &raw); err != nil {
+		return fmt.Errorf("safetensors: header is not a JSON object: %w", err)
+	}
+	data := size - 8 - int64(n)
+	type span struct{ begin, end int64 }
+	var spans []span
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			var meta map[string]string
+			if err := json.Unmarshal(msg, &meta); err != nil {
+				return fmt.Errorf("safetensors: __metadata__ must map strings to strings: %w", err)
+			}
+			continue
+		}
+		var e safetensorsEntry
+		if err := json.Unmarshal(msg, &e); err != nil {
+			return fmt.Errorf("safetensors: tensor %q: %w", name, err)
+		}
+		es, ok := safetensorsDtypeSize[e.Dtype]
+		if !ok {
+			return fmt.Errorf("safetensors: tensor %q has unknown dtype %q", name, e.Dtype)
+		}
+		if len(e.Offsets) != 2 {
+			return fmt.Errorf("safetensors: tensor %q needs 2 data_offsets, has %d", name, len(e.Offsets))
+		}
+		count := int64(1)
+		for _, d := range e.Shape {
+			if d < 0 || (d > 0 && count > (1<<62)/d) {
+				return fmt.Errorf("safetensors: tensor %q has invalid shape %v", name, e.Shape)
+			}
+			count *= d
+		}
+		b, end := e.Offsets[0], e.Offsets[1]
+		if b < 0 || end < b || end > data || end-b != count*es {
+			return fmt.Errorf("safetensors: tensor %q (%s%v) has byte range [%d,%d), want %d bytes inside %d bytes of data",
+				name, e.Dtype, e.Shape, b, end, count*es, data)
+		}
+		spans = append(spans, span{b, end})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].begin < spans[j].begin })
+	var at int64
+	for _, s := range spans {
+		if s.begin != at {
+			return fmt.Errorf("safetensors: tensor data leaves a gap or overlap at byte %d", at)
+		}
+		at = s.end
+	}
+	if at != data {
+		return fmt.Errorf("safetensors: tensors cover %d bytes but the data section has %d", at, data)
+	}
+	return nil
+}
+
+// LoadSafetensors validates path (see ValidateSafetensors), then loads its
+// arrays with MLX and evaluates them, so the file may be replaced afterwards.
+func LoadSafetensors(path string) (map[string]*Array, map[string]string, error) {
+	if err := ValidateSafetensors(path); err != nil {
+		return nil, nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var st C.mlx_st
+	if C.mlx_load_safetensors(cpath, &st) != 0 {
+		return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
+	}
+	defer C.mlx_st_free(st)
+	arrays := map[string]*Array{}
+	list := make([]*Array, 0, int(C.mlx_st_num_arrays(st)))
+	for i := 0; i < int(C.mlx_st_num_arrays(st)); i++ {
+		var name *C.char
+		var h C.mlx_array
+		if C.mlx_st_array(st, C.size_t(i), &name, &h) != 0 {
+			Free(list...)
+			return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
+		}
+		a := newArray(h)
+		arrays[C.GoString(name)] = a
+		list = append(list, a)
+	}
+	meta := map[string]string{}
+	for i := 0; i < int(C.mlx_st_num_meta(st)); i++ {
+		var k, v *C.char
+		if C.mlx_st_meta(st, C.size_t(i), &k, &v) == 0 {
+			meta[C.GoString(k)] = C.GoString(v)
+		}
+	}
+	if err := Eval(list...); err != nil {
+		Free(list...)
+		return nil, nil, fmt.Errorf("load %s: %w", path, err)
+	}
+	return arrays, meta, nil
+}

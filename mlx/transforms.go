@@ -1,0 +1,96 @@
+package mlx
+
+/*
+#include "bridge.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Compile traces fn on its first call for each set of input shapes and
+// dtypes (any shapes when shapeless) and replays the fused, simplified graph
+// on later calls; fn itself runs only when MLX traces. Every array fn reads
+// must be an input: arrays captured by the Go closure become constants of
+// the trace.
+func Compile(fn Func, shapeless bool) (*Closure, error) {
+	c, err := NewClosure(fn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Free()
+	var h C.mlx_closure
+	if C.mlx_compile(c.h, C.bool(shapeless), &h) != 0 {
+		return nil, &Error{Op: "compile", Msg: lastError()}
+	}
+	return wrapClosure(h), nil
+}
+
+// SetCompileEnabled turns MLX's compilation on or off process-wide; with it
+// off, compiled closures run their function directly every call.
+func SetCompileEnabled(enabled bool) error {
+	return check(C.mlx_set_compile_enabled(C.bool(enabled)), "set_compile_enabled")
+}
+
+// ValueAndGradFunc computes a function's outputs and the gradients of its
+// first output (a scalar) with respect to the chosen inputs.
+type ValueAndGradFunc struct {
+	h       C.mlx_vag
+	argnums []int
+	cleanup runtime.Cleanup
+}
+
+// ValueAndGrad returns the value-and-gradient transform of fn with respect
+// to the inputs at argnums. fn's first output must be a scalar loss; further
+// outputs are returned as auxiliary values.
+func ValueAndGrad(fn Func, argnums ...int) (*ValueAndGradFunc, error) {
+	if len(argnums) == 0 {
+		return nil, fmt.Errorf("mlx: value_and_grad needs at least one argnum")
+	}
+	c, err := NewClosure(fn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Free()
+	an := cInts(argnums)
+	var h C.mlx_vag
+	if C.mlx_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) != 0 {
+		return nil, &Error{Op: "value_and_grad", Msg: lastError()}
+	}
+	v := &ValueAndGradFunc{h: h, argnums: append([]int(nil), argnums...)}
+	v.cleanup = runtime.AddCleanup(v, func(h C.mlx_vag) { C.mlx_vag_free(h) }, h)
+	return v, nil
+}
+
+// Call returns fn's outputs and one gradient per argnum, in argnum order.
+func (v *ValueAndGradFunc) Call(inputs ...*Array) (values, grads []*Array, err error) {
+	if v == nil || v.h == nil {
+		return nil, nil, fmt.Errorf("mlx: call of a freed value_and_grad function")
+	}
+	for _, i := range v.argnums {
+		if i < 0 || i >= len(inputs) {
+			return nil, nil, fmt.Errorf("mlx: value_and_grad argnum %d out of range for %d inputs", i, len(inputs))
+		}
+	}
+	hs, err := handles(inputs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var vals, gs C.mlx_vec
+	if C.mlx_vag_apply(v.h, &hs[0], C.size_t(len(inputs)), &vals, &gs) != 0 {
+		return nil, nil, &Error{Op: "value_and_grad", Msg: lastError()}
+	}
+	return takeVec(vals), takeVec(gs), nil
+}
+
+// Free releases the transform.
+func (v *ValueAndGradFunc) Free() {
+	if v == nil || v.h == nil {
+		return
+	}
+	v.cleanup.Stop()
+	C.mlx_vag_free(v.h)
+	v.h = nil
+}

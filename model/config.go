@@ -1,0 +1,112 @@
+// Package model defines TinyGPT: a decoder-only transformer with pre-norm
+// RMSNorm blocks, rotary causal attention through MLX's fused kernel and a
+// GELU MLP, written as pure functions of a flat, named parameter list so a
+// whole training step can be traced and compiled.
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// Config is the whole shape of a TinyGPT, in one struct (as nanoGPT's
+// GPTConfig). Its JSON form is stored in checkpoints.
+type Config struct {
+	VocabSize int     `json:"vocab_size"`
+	DModel    int     `json:"d_model"`
+	Layers    int     `json:"layers"`
+	Heads     int     `json:"heads"`
+	Context   int     `json:"context"`   // maximum sequence length T
+	MLPRatio  float64 `json:"mlp_ratio"` // hidden width = MLPRatio·DModel
+	// Dtype is the compute dtype: "float32" or "bfloat16".
+	Dtype string `json:"dtype"`
+	// MasterFP32 keeps parameters in float32 and casts them to Dtype in the
+	// forward pass; without it parameters are stored in Dtype.
+	MasterFP32     bool    `json:"master_fp32"`
+	TiedEmbeddings bool    `json:"tied_embeddings"` // output head reuses tok_embeddings
+	EmbedNorm      bool    `json:"embed_norm"`      // RMSNorm right after the embedding
+	ZLoss          float64 `json:"z_loss"`          // coefficient of mean(logsumexp(logits)²)
+	RoPEBase       float64 `json:"rope_base"`
+	NormEps        float64 `json:"norm_eps"`
+	InitStd        float64 `json:"init_std"`
+}
+
+// WithDefaults fills zero-valued optional fields with TinyGPT's defaults:
+// MLP ratio 4, float32, RoPE base 10000, norm eps 1e-5, init std 0.02.
+func (c Config) WithDefaults() Config {
+	if c.MLPRatio == 0 {
+		c.MLPRatio = 4
+	}
+	if c.Dtype == "" {
+		c.Dtype = "float32"
+	}
+	if c.RoPEBase == 0 {
+		c.RoPEBase = 10000
+	}
+	if c.NormEps == 0 {
+		c.NormEps = 1e-5
+	}
+	if c.InitStd == 0 {
+		c.InitStd = 0.02
+	}
+	return c
+}
+
+// Validate reports the first field that cannot describe a TinyGPT.
+func (c Config) Validate() error {
+	positive := []struct {
+		name string
+		v    int
+	}{{"vocab_size", c.VocabSize}, {"d_model", c.DModel}, {"layers", c.Layers}, {"heads", c.Heads}, {"context", c.Context}}
+	for _, f := range positive {
+		if f.v <= 0 {
+			return fmt.Errorf("model config: %s = %d, want > 0", f.name, f.v)
+		}
+	}
+	if c.DModel%c.Heads != 0 {
+		return fmt.Errorf("model config: d_model %d is not divisible by heads %d", c.DModel, c.Heads)
+	}
+	if hd := c.DModel / c.Heads; hd%2 != 0 {
+		return fmt.Errorf("model config: head dimension %d (d_model/heads) must be even for rotary embeddings", hd)
+	}
+	if !(c.MLPRatio > 0) || math.IsInf(c.MLPRatio, 0) || c.Hidden() < 1 {
+		return fmt.Errorf("model config: mlp_ratio = %g, want > 0 and finite", c.MLPRatio)
+	}
+	if d, err := mlx.ParseDtype(c.Dtype); err != nil || (d != mlx.Float32 && d != mlx.BFloat16 && d != mlx.Float16) {
+		return fmt.Errorf("model config: dtype %q, want float32, bfloat16 or float16", c.Dtype)
+	}
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"z_loss", c.ZLoss}, {"rope_base", c.RoPEBase}, {"norm_eps", c.NormEps}, {"init_std", c.InitStd}} {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("model config: %s = %g, want a finite value >= 0", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// HeadDim is the width of one attention head.
+func (c Config) HeadDim() int { return c.DModel / c.Heads }
+
+// Hidden is the MLP's inner width.
+func (c Config) Hidden() int { return int(math.Round(c.MLPRatio * float64(c.DModel))) }
+
+// ComputeDtype is the dtype of activations.
+func (c Config) ComputeDtype() mlx.Dtype {
+	d, err := mlx.ParseDtype(c.Dtype)
+	if err != nil {
+		return mlx.Float32
+	}
+	return d
+}
+
+// ParamDtype is the dtype parameters are stored in.
+func (c Config) ParamDtype() mlx.Dtype {
+	if c.MasterFP32 {
+		return mlx.Float32
+	}
+	return c.ComputeDtype()
+}

@@ -1,0 +1,158 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// TinyGPT is a validated Config with its parameter layout. Its methods are
+// pure functions of the parameter list, so they trace into compiled steps.
+type TinyGPT struct {
+	Config Config
+	Specs  []ParamSpec
+}
+
+// New fills defaults into cfg, validates it and lays out the parameters.
+func New(cfg Config) (*TinyGPT, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &TinyGPT{Config: cfg, Specs: cfg.Specs()}, nil
+}
+
+// block is one transformer block's weights.
+type block struct {
+	attnNorm, wq, wk, wv, wo, mlpNorm, w1, w2 *mlx.Array
+}
+
+// weights is the flat parameter list viewed by name, cast to the compute
+// dtype when parameters are float32 masters.
+type weights struct {
+	tokEmb, embedNorm *mlx.Array
+	blocks            []block
+	norm, head        *mlx.Array
+}
+
+func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
+	if len(params) != len(m.Specs) {
+		return weights{}, fmt.Errorf("model: got %d parameter arrays, the config needs %d", len(params), len(m.Specs))
+	}
+	p := params
+	if m.Config.MasterFP32 && m.Config.ComputeDtype() != mlx.Float32 {
+		p = make([]*mlx.Array, len(params))
+		for i, a := range params {
+			p[i] = mlx.AsType(a, m.Config.ComputeDtype())
+		}
+	}
+	var w weights
+	i := 0
+	next := func() *mlx.Array { i++; return p[i-1] }
+	w.tokEmb = next()
+	if m.Config.EmbedNorm {
+		w.embedNorm = next()
+	}
+	w.blocks = make([]block, m.Config.Layers)
+	for l := range w.blocks {
+		w.blocks[l] = block{attnNorm: next(), wq: next(), wk: next(), wv: next(), wo: next(),
+			mlpNorm: next(), w1: next(), w2: next()}
+	}
+	w.norm = next()
+	w.head = w.tokEmb
+	if !m.Config.TiedEmbeddings {
+		w.head = next()
+	}
+	return w, nil
+}
+
+// linear applies a weight stored [out, in]: x·Wᵀ.
+func linear(x, w *mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(w)) }
+
+// gelu is the exact GELU, x·Φ(x).
+func gelu(x *mlx.Array) *mlx.Array {
+	return mlx.Multiply(mlx.MulScalar(x, 0.5), mlx.AddScalar(mlx.Erf(mlx.MulScalar(x, 1/math.Sqrt2)), 1))
+}
+
+// Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
+// compute dtype.
+func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+	w, err := m.unpack(params)
+	if err != nil {
+		return mlx.ErrorArray(err)
+	}
+	c := m.Config
+	eps := float32(c.NormEps)
+	x := mlx.Take(w.tokEmb, tokens, 0) // [B, T, D]
+	if w.embedNorm != nil {
+		x = mlx.RMSNorm(x, w.embedNorm, eps)
+	}
+	for _, b := range w.blocks {
+		x = mlx.Add(x, m.attention(b, mlx.RMSNorm(x, b.attnNorm, eps)))
+		x = mlx.Add(x, m.mlp(b, mlx.RMSNorm(x, b.mlpNorm, eps)))
+	}
+	x = mlx.RMSNorm(x, w.norm, eps)
+	return linear(x, w.head)
+}
+
+// attention is causal multi-head self-attention with rotary positions.
+func (m *TinyGPT) attention(b block, x *mlx.Array) *mlx.Array {
+	c := m.Config
+	B, T, hd := x.Dim(0), x.Dim(1), c.HeadDim()
+	heads := func(t *mlx.Array) *mlx.Array { // [B, T, D] -> [B, H, T, hd]
+		return mlx.Transpose(mlx.Reshape(t, B, T, c.Heads, hd), 0, 2, 1, 3)
+	}
+	rope := func(t *mlx.Array) *mlx.Array { return mlx.RoPE(t, hd, false, float32(c.RoPEBase), 1, 0) }
+	q := rope(heads(linear(x, b.wq)))
+	k := rope(heads(linear(x, b.wk)))
+	v := heads(linear(x, b.wv))
+	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mlx.CausalMask, nil)
+	o = mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B, T, c.DModel)
+	return linear(o, b.wo)
+}
+
+// mlp is the position-wise feed-forward network.
+func (m *TinyGPT) mlp(b block, x *mlx.Array) *mlx.Array {
+	return linear(gelu(linear(x, b.w1)), b.w2)
+}
+
+// Loss is the mean next-token cross-entropy of logits(x) against targets y
+// (both [B, T] int32), computed in float32, plus ZLoss·mean(logsumexp²).
+func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+	logits := mlx.AsType(m.Logits(params, x), mlx.Float32) // [B, T, V]
+	lse := mlx.LogSumExp(logits, -1)                         // [B, T]
+	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
+	loss := mlx.Mean(mlx.Subtract(lse, target))
+	if m.Config.ZLoss > 0 {
+		loss = mlx.Add(loss, mlx.MulScalar(mlx.Mean(mlx.Square(lse)), m.Config.ZLoss))
+	}
+	return loss
+}
+
+// Init returns freshly initialised parameters in Specs order: norms at one,
+// everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
+// The same seed gives the same parameters.
+func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
+	c := m.Config
+	s := mlx.NewScope()
+	defer s.Close()
+	keys := mlx.RandomSplit(mlx.RandomKey(seed), len(m.Specs))
+	params := make([]*mlx.Array, len(m.Specs))
+	for i, spec := range m.Specs {
+		if spec.Kind == Norm {
+			params[i] = mlx.Ones(spec.Shape, c.ParamDtype())
+			continue
+		}
+		std := c.InitStd
+		if spec.Residual {
+			std /= math.Sqrt(2 * float64(c.Layers))
+		}
+		params[i] = mlx.AsType(mlx.RandomNormal(spec.Shape, mlx.Float32, 0, float32(std), keys[i]), c.ParamDtype())
+	}
+	if err := mlx.Eval(params...); err != nil {
+		return nil, fmt.Errorf("model: init: %w", err)
+	}
+	s.Keep(params...)
+	return params, nil
+}

@@ -1,0 +1,64 @@
+package data
+
+import "fmt"
+
+// Batch is one optimizer step's worth of training windows: N microbatches
+// of B sequences of T tokens. X and Y have length N*B*T and are laid out
+// [N, B, T], so microbatch i is X[i*B*T:(i+1)*B*T]; Y holds the next-token
+// targets of X.
+type Batch struct {
+	// X holds the input windows and Y their targets, Y[i] following X[i]
+	// in the corpus.
+	X, Y []int32
+	// N is the number of microbatches, B the sequences per microbatch and
+	// T the tokens per sequence.
+	N, B, T int
+	// State is the sampler state after this batch was drawn: restoring it
+	// with Sampler.SetState continues with the batch that follows, so a
+	// checkpoint taken after consuming this batch resumes exactly. It is
+	// reused with the batch, so copy it before Prefetcher.Release to keep
+	// it.
+	State []byte
+}
+
+// NewBatch allocates a batch of n microbatches of b sequences of t tokens.
+func NewBatch(n, b, t int) (*Batch, error) {
+	if err := checkBatchShape(n, b, t); err != nil {
+		return nil, err
+	}
+	size := n * b * t
+	return &Batch{X: make([]int32, size), Y: make([]int32, size), N: n, B: b, T: t}, nil
+}
+
+// checkBatchShape checks that n, b and t are positive and that n*b*t fits
+// in an int.
+func checkBatchShape(n, b, t int) error {
+	const maxInt = int(^uint(0) >> 1)
+	if n < 1 || b < 1 || t < 1 {
+		return fmt.Errorf("batch shape [N=%d, B=%d, T=%d], want every dimension at least 1", n, b, t)
+	}
+	if b > maxInt/t || n > maxInt/(b*t) {
+		return fmt.Errorf("batch shape [N=%d, B=%d, T=%d] has too many tokens to address", n, b, t)
+	}
+	return nil
+}
+
+// FillBatch draws batch.N*batch.B windows into batch and records the
+// sampler state after them in batch.State, reusing its buffers. The
+// batch's T must equal the sampler's context.
+func (s *Sampler) FillBatch(batch *Batch) error {
+	if batch.T != s.context {
+		return fmt.Errorf("batch T = %d, want the sampler context %d", batch.T, s.context)
+	}
+	if size := batch.N * batch.B * batch.T; len(batch.X) != size || len(batch.Y) != size {
+		return fmt.Errorf("batch [N=%d, B=%d, T=%d] has len(X) = %d and len(Y) = %d, want %d",
+			batch.N, batch.B, batch.T, len(batch.X), len(batch.Y), size)
+	}
+	s.Fill(batch.X, batch.Y)
+	state, err := s.AppendState(batch.State[:0])
+	if err != nil {
+		return err
+	}
+	batch.State = state
+	return nil
+}

@@ -1,0 +1,134 @@
+package data
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/tiktoken-go/tokenizer/codec"
+)
+
+const (
+	gpt2TokenizerName = "gpt2"
+	// gpt2EOT is GPT-2's <|endoftext|> id, the last id of its vocabulary.
+	gpt2EOT = 50256
+	// gpt2EOTText is how Decode renders gpt2EOT.
+	gpt2EOTText = "<|endoftext|>"
+	// gpt2ChunkBytes is the size from which Encode cuts text into chunks
+	// that it encodes in parallel (see splitForEncoding).
+	gpt2ChunkBytes = 64 << 10
+)
+
+// gpt2Tokenizer is OpenAI's GPT-2 byte-pair encoding (tiktoken's
+// "r50k_base"): 50257 ids, of which 50256 is <|endoftext|>.
+//
+// The merge ranks are compiled into the binary by
+// github.com/tiktoken-go/tokenizer, so it needs no network or files.
+type gpt2Tokenizer struct {
+	codec *codec.Codec
+
+	decodeOnce  sync.Once
+	decodeTable []string // id -> bytes of that token, for ids below gpt2EOT
+}
+
+// newGPT2 returns a GPT-2 tokenizer. Building the rank table takes a few
+// milliseconds, so callers keep one tokenizer around.
+func newGPT2() *gpt2Tokenizer {
+	return &gpt2Tokenizer{codec: codec.NewR50kBase()}
+}
+
+// Name returns "gpt2".
+func (*gpt2Tokenizer) Name() string { return gpt2TokenizerName }
+
+// VocabSize returns 50257.
+func (*gpt2Tokenizer) VocabSize() int { return gpt2EOT + 1 }
+
+// EOT returns 50256, <|endoftext|>.
+func (*gpt2Tokenizer) EOT() int32 { return gpt2EOT }
+
+// Encode returns the GPT-2 ids of text, treating "<|endoftext|>" in text as
+// ordinary characters. Texts of more than a few chunks are cut at newlines
+// where cutting cannot change the result and encoded on all CPUs.
+func (g *gpt2Tokenizer) Encode(text string) []int32 {
+	chunks := splitForEncoding(text, gpt2ChunkBytes)
+	if len(chunks) == 1 {
+		return g.encodeChunk(text)
+	}
+	results := make([][]int32, len(chunks))
+	workers := min(runtime.GOMAXPROCS(0), len(chunks))
+	var (
+		wg   sync.WaitGroup
+		next = make(chan int)
+	)
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				results[i] = g.encodeChunk(chunks[i])
+			}
+		})
+	}
+	for i := range chunks {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	n := 0
+	for _, r := range results {
+		n += len(r)
+	}
+	ids := make([]int32, 0, n)
+	for _, r := range results {
+		ids = append(ids, r...)
+	}
+	return ids
+}
+
+// encodeChunk encodes text in one call to the codec.
+func (g *gpt2Tokenizer) encodeChunk(text string) []int32 {
+	raw, _, err := g.codec.Encode(text)
+	if err != nil {
+		// The codec fails only on regexp timeouts, which are off, or on
+		// invalid UTF-8 in strict mode, which is off.
+		panic(fmt.Sprintf("data: gpt2 codec failed on a %d-byte text: %v", len(text), err))
+	}
+	ids := make([]int32, len(raw))
+	for i, id := range raw {
+		ids[i] = int32(id)
+	}
+	return ids
+}
+
+// Decode returns the text of ids. EOT becomes "<|endoftext|>" and ids
+// outside the vocabulary become U+FFFD. Tokens are byte sequences, so the
+// result is valid UTF-8 only when ids end on a character boundary.
+func (g *gpt2Tokenizer) Decode(ids []int32) string {
+	g.decodeOnce.Do(g.buildDecodeTable)
+	var b strings.Builder
+	for _, id := range ids {
+		switch {
+		case id == gpt2EOT:
+			b.WriteString(gpt2EOTText)
+		case id < 0 || int(id) >= len(g.decodeTable):
+			b.WriteString("\uFFFD")
+		default:
+			b.WriteString(g.decodeTable[id])
+		}
+	}
+	return b.String()
+}
+
+// buildDecodeTable fills decodeTable from the codec, one id at a time.
+func (g *gpt2Tokenizer) buildDecodeTable() {
+	table := make([]string, gpt2EOT)
+	one := make([]uint, 1)
+	for id := range table {
+		one[0] = uint(id)
+		s, err := g.codec.Decode(one)
+		if err != nil {
+			panic(fmt.Sprintf("data: gpt2 codec cannot decode id %d: %v", id, err))
+		}
+		table[id] = s
+	}
+	g.decodeTable = table
+}

@@ -1,0 +1,51 @@
+package data
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Tokenizer maps text to token ids and back.
+//
+// Implementations are safe for concurrent use, so a corpus can be encoded
+// on several goroutines at once.
+type Tokenizer interface {
+	// Name identifies the tokenizer ("byte" or "gpt2"). It is part of
+	// token cache keys and checkpoints, so it never changes for a given
+	// mapping from text to ids.
+	Name() string
+	// VocabSize is the number of distinct ids; every id is in
+	// [0, VocabSize).
+	VocabSize() int
+	// Encode returns the ids of text. It never returns EOT for corpus
+	// text, so documents cannot forge separators: GPT-2 encodes the string
+	// "<|endoftext|>" as ordinary characters, and the byte tokenizer's EOT
+	// is NUL, which LoadCorpus rejects.
+	Encode(text string) []int32
+	// Decode returns the text of ids. Ids outside [0, VocabSize) decode to
+	// U+FFFD so that a model's raw samples can always be printed.
+	Decode(ids []int32) string
+	// EOT is the end-of-text id placed between documents.
+	EOT() int32
+}
+
+// tokenizerMakers lists the tokenizers NewTokenizer knows, by name.
+var tokenizerMakers = map[string]func() Tokenizer{
+	byteTokenizerName: func() Tokenizer { return byteTokenizer{} },
+	gpt2TokenizerName: func() Tokenizer { return newGPT2() },
+}
+
+// TokenizerNames returns the names NewTokenizer accepts, sorted, so that
+// command-line help and error messages can list them.
+func TokenizerNames() []string {
+	return []string{byteTokenizerName, gpt2TokenizerName}
+}
+
+// NewTokenizer returns the tokenizer called name (see TokenizerNames).
+func NewTokenizer(name string) (Tokenizer, error) {
+	mk, ok := tokenizerMakers[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown tokenizer %q: want one of %s", name, strings.Join(TokenizerNames(), ", "))
+	}
+	return mk(), nil
+}

@@ -1,0 +1,175 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
+)
+
+// Config is everything that defines a training run. It is what presets fill
+// in, flags override, and checkpoints store (state.json), so a resumed run
+// continues with the same settings.
+type Config struct {
+	Model model.Config `json:"model"`
+
+	Tokenizer   string  `json:"tokenizer"`    // "byte" or "gpt2"
+	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
+	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
+
+	Steps int `json:"steps"` // optimizer updates
+	Batch int `json:"batch"` // sequences per microbatch
+	Accum int `json:"accum"` // microbatches per update
+
+	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd
+	// WeightDecay overrides the optimizer's default weight decay when set.
+	WeightDecay   *float64 `json:"weight_decay,omitempty"`
+	GradClip      float64  `json:"grad_clip"`      // global norm; 0 disables
+	Schedule      string   `json:"schedule"`       // constant, cosine, wsd
+	LR            float64  `json:"lr"`             // peak learning rate
+	MinLR         float64  `json:"min_lr"`         // floor of cosine and wsd
+	Warmup        int      `json:"warmup"`         // warm-up updates
+	DecayFraction float64  `json:"decay_fraction"` // wsd: share of steps spent decaying
+
+	Compile bool   `json:"compile"`
+	Device  string `json:"device"` // cpu or gpu
+	Seed    uint64 `json:"seed"`
+
+	LogEvery        int `json:"log_every"`        // read the loss back every N updates
+	EvalEvery       int `json:"eval_every"`       // held-out loss every N updates; 0 disables
+	EvalBatches     int `json:"eval_batches"`     // batches per evaluation
+	CheckpointEvery int `json:"checkpoint_every"` // 0: only at the end
+	KeepCheckpoints int `json:"keep_checkpoints"` // newest checkpoints kept
+	PrefetchDepth   int `json:"prefetch_depth"`
+}
+
+// WithDefaults fills zero-valued fields that have a natural default.
+func (c Config) WithDefaults() Config {
+	c.Model = c.Model.WithDefaults()
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if c.Tokenizer == "" {
+		c.Tokenizer = "byte"
+	}
+	if c.ValFraction == 0 {
+		c.ValFraction = 0.1
+	}
+	def(&c.Accum, 1)
+	if c.Optimizer == "" {
+		c.Optimizer = "adamw"
+	}
+	if c.Schedule == "" {
+		c.Schedule = "cosine"
+	}
+	if c.Device == "" {
+		c.Device = "cpu"
+	}
+	def(&c.LogEvery, 10)
+	def(&c.EvalBatches, 4)
+	def(&c.KeepCheckpoints, 3)
+	def(&c.PrefetchDepth, 2)
+	return c
+}
+
+// Validate reports the first setting that cannot run, naming the value and
+// what was expected.
+func (c Config) Validate() error {
+	if err := c.Model.Validate(); err != nil {
+		return err
+	}
+	ints := []struct {
+		name string
+		v    int
+		min  int
+	}{
+		{"steps", c.Steps, 1}, {"batch", c.Batch, 1}, {"accum", c.Accum, 1},
+		{"warmup", c.Warmup, 0}, {"log_every", c.LogEvery, 1}, {"eval_every", c.EvalEvery, 0},
+		{"eval_batches", c.EvalBatches, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
+		{"keep_checkpoints", c.KeepCheckpoints, 1}, {"prefetch_depth", c.PrefetchDepth, 1},
+	}
+	for _, f := range ints {
+		if f.v < f.min {
+			return fmt.Errorf("%s = %d, want >= %d", f.name, f.v, f.min)
+		}
+	}
+	if c.PrefetchDepth > 8 {
+		return fmt.Errorf("prefetch_depth = %d, want 1..8", c.PrefetchDepth)
+	}
+	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
+		return fmt.Errorf("lr = %g, want a finite value > 0", c.LR)
+	}
+	floats := []struct {
+		name string
+		v    float64
+	}{{"min_lr", c.MinLR}, {"grad_clip", c.GradClip}, {"decay_fraction", c.DecayFraction}}
+	for _, f := range floats {
+		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			return fmt.Errorf("%s = %g, want a finite value >= 0", f.name, f.v)
+		}
+	}
+	if wd := c.WeightDecay; wd != nil && (*wd < 0 || math.IsNaN(*wd) || math.IsInf(*wd, 0)) {
+		return fmt.Errorf("weight_decay = %g, want a finite value >= 0", *wd)
+	}
+	if c.MinLR > c.LR {
+		return fmt.Errorf("min_lr = %g is above lr = %g", c.MinLR, c.LR)
+	}
+	if !(c.ValFraction > 0 && c.ValFraction < 1) {
+		return fmt.Errorf("val_fraction = %g, want between 0 and 1", c.ValFraction)
+	}
+	if c.Device != "cpu" && c.Device != "gpu" {
+		return fmt.Errorf("device %q, want cpu or gpu", c.Device)
+	}
+	return c.validateNames()
+}
+
+// validateNames checks the tokenizer, optimizer and schedule by name, and
+// that the schedule fits the run, so a bad setting fails before a run
+// folder is created rather than when the run starts.
+func (c Config) validateNames() error {
+	if v, err := tokenizerVocab(c.Tokenizer); err != nil {
+		return err
+	} else if c.Model.VocabSize < v {
+		return fmt.Errorf("vocab_size = %d, want >= %d (the %s tokenizer's ids)", c.Model.VocabSize, v, c.Tokenizer)
+	}
+	if names := optim.Names(); !slices.Contains(names, c.Optimizer) {
+		return fmt.Errorf("optimizer %q, want one of %s", c.Optimizer, strings.Join(names, ", "))
+	}
+	if names := optim.ScheduleNames(); !slices.Contains(names, c.Schedule) {
+		return fmt.Errorf("schedule %q, want one of %s", c.Schedule, strings.Join(names, ", "))
+	}
+	if c.Schedule != "constant" && c.Warmup >= c.Steps {
+		return fmt.Errorf("warmup = %d, want < steps (%d) for the %s schedule", c.Warmup, c.Steps, c.Schedule)
+	}
+	if _, err := NewSchedule(c); err != nil {
+		return err
+	}
+	return nil
+}
+
+// TokensPerStep is the number of tokens one optimizer update consumes.
+func (c Config) TokensPerStep() int { return c.Batch * c.Accum * c.Model.Context }
+
+// tokenizerVocabs caches each tokenizer's vocabulary size: building the
+// GPT-2 tokenizer takes milliseconds, and Validate runs often.
+var tokenizerVocabs sync.Map
+
+// tokenizerVocab returns the vocabulary size of the tokenizer called name.
+func tokenizerVocab(name string) (int, error) {
+	if v, ok := tokenizerVocabs.Load(name); ok {
+		return v.(int), nil
+	}
+	tok, err := data.NewTokenizer(name)
+	if err != nil {
+		return 0, err
+	}
+	tokenizerVocabs.Store(name, tok.VocabSize())
+	return tok.VocabSize(), nil
+}

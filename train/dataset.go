@@ -1,0 +1,60 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/data"
+)
+
+// Dataset is a tokenised corpus split into training and held-out views.
+type Dataset struct {
+	Corpus     *data.Corpus
+	Tokenizer  data.Tokenizer
+	Tokens     *data.Tokens
+	Train, Val data.View
+}
+
+// OpenDataset loads the corpus at path ("" for the default corpus),
+// tokenises it once into the token cache under cacheDir ("" for the default
+// cache directory), and splits off the last valFraction for evaluation.
+// Both parts must hold at least context+1 tokens.
+func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
+	tok, err := data.NewTokenizer(tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	var corpus *data.Corpus
+	if path == "" {
+		corpus, err = data.LoadDefaultCorpus()
+	} else {
+		corpus, err = data.LoadCorpus(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cacheDir == "" {
+		if cacheDir, err = data.DefaultCacheDir(); err != nil {
+			return nil, err
+		}
+	}
+	tokens, err := data.OpenTokens(corpus, tok, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	trainView, valView, err := data.Split(tokens, valFraction, context)
+	if err != nil {
+		tokens.Close()
+		return nil, fmt.Errorf("corpus %s: %w", corpusName(path), err)
+	}
+	return &Dataset{Corpus: corpus, Tokenizer: tok, Tokens: tokens, Train: trainView, Val: valView}, nil
+}
+
+func corpusName(path string) string {
+	if path == "" {
+		return "(default: Go standard library sources)"
+	}
+	return path
+}
+
+// Close unmaps the token file.
+func (d *Dataset) Close() error { return d.Tokens.Close() }

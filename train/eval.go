@@ -1,0 +1,81 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// Evaluator measures the held-out loss on a fixed set of validation
+// batches: the same windows every time, so successive values compare.
+// It has its own compiled function (params, x[B,T], y[B,T]) → loss.
+type Evaluator struct {
+	x, y     []*mlx.Array
+	fn       *mlx.Closure
+	loss     LossFunc
+	compiled bool
+}
+
+// NewEvaluator draws batches batches of batch × context tokens from view
+// with a sampler seeded by seed.
+func NewEvaluator(loss LossFunc, view data.View, batch, context, batches int, seed uint64, compile bool) (*Evaluator, error) {
+	s, err := data.NewSampler(view, context, seed)
+	if err != nil {
+		return nil, fmt.Errorf("validation data: %w", err)
+	}
+	e := &Evaluator{loss: loss, compiled: compile}
+	xs := make([]int32, batch*context)
+	ys := make([]int32, batch*context)
+	for i := 0; i < batches; i++ {
+		s.Fill(xs, ys)
+		e.x = append(e.x, mlx.FromSlice(xs, batch, context))
+		e.y = append(e.y, mlx.FromSlice(ys, batch, context))
+	}
+	if compile {
+		e.fn, err = mlx.Compile(e.body, false)
+		if err != nil {
+			e.Free()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+func (e *Evaluator) body(in []*mlx.Array) ([]*mlx.Array, error) {
+	n := len(in) - 2
+	return []*mlx.Array{e.loss(in[:n], in[n], in[n+1])}, nil
+}
+
+// Loss returns the mean loss of params over the validation batches.
+func (e *Evaluator) Loss(params []*mlx.Array) (float64, error) {
+	s := mlx.NewScope()
+	defer s.Close()
+	var total float64
+	for i := range e.x {
+		in := append(append([]*mlx.Array{}, params...), e.x[i], e.y[i])
+		var out []*mlx.Array
+		var err error
+		if e.fn != nil {
+			out, err = e.fn.Call(in...)
+		} else {
+			out, err = e.body(in)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("eval: %w", err)
+		}
+		v, err := out[0].Item()
+		if err != nil {
+			return 0, fmt.Errorf("eval: %w", err)
+		}
+		total += v
+	}
+	return total / float64(len(e.x)), nil
+}
+
+// Free releases the validation batches and the compiled function.
+func (e *Evaluator) Free() {
+	mlx.Free(e.x...)
+	mlx.Free(e.y...)
+	e.fn.Free()
+}

@@ -1,0 +1,58 @@
+package train
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+func lockThread(t testing.TB) {
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+}
+
+// syntheticText is deterministic, learnable text: repeated phrases with
+// some variety, enough for a tiny model's loss to fall quickly.
+func syntheticText(n int) string {
+	words := []string{"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "home"}
+	var b strings.Builder
+	for i := 0; b.Len() < n; i++ {
+		b.WriteString(words[(i*7+i/5)%len(words)])
+		if i%9 == 8 {
+			b.WriteString(".\n")
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// memoryDataset tokenises text with the byte tokenizer, in memory.
+func memoryDataset(t testing.TB, text string, context int) *Dataset {
+	t.Helper()
+	tok, err := data.NewTokenizer("byte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := data.NewTokens(tok.Encode(text))
+	tr, val, err := data.Split(tokens, 0.1, context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Dataset{Tokenizer: tok, Tokens: tokens, Train: tr, Val: val}
+}
+
+// tinyConfig is a run small enough for unit tests on two CPU cores.
+func tinyConfig() Config {
+	return Config{
+		Model:     model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 32},
+		Tokenizer: "byte",
+		Steps:     20, Batch: 4, Accum: 1,
+		Optimizer: "adamw", Schedule: "cosine", LR: 3e-3, MinLR: 3e-4, Warmup: 5,
+		GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
+		LogEvery: 1, EvalBatches: 2,
+	}
+}

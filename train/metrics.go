@@ -1,0 +1,80 @@
+package train
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Metrics is one logged step: a line of metrics.jsonl and what progress
+// displays show.
+type Metrics struct {
+	Step       int      `json:"step"` // optimizer updates completed
+	Loss       float64  `json:"loss"`
+	ValLoss    *float64 `json:"val_loss,omitempty"`
+	LR         float64  `json:"lr"`
+	GradNorm   float64  `json:"grad_norm"`
+	StepsPerS  float64  `json:"steps_per_s"`
+	TokensPerS float64  `json:"tokens_per_s"`
+	ElapsedS   float64  `json:"elapsed_s"`
+}
+
+// MetricsFile is the name of the metrics log inside a run folder.
+const MetricsFile = "metrics.jsonl"
+
+// ReadMetrics reads a metrics.jsonl file.
+func ReadMetrics(path string) ([]Metrics, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []Metrics
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var m Metrics
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return out, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		out = append(out, m)
+	}
+	return out, sc.Err()
+}
+
+// openMetrics opens the metrics log for appending. When resuming at step,
+// lines logged after it (by a run that crashed before its next checkpoint)
+// are dropped so every step appears once.
+func openMetrics(path string, resumeStep int, resuming bool) (*os.File, error) {
+	if !resuming {
+		return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	}
+	old, err := ReadMetrics(path)
+	if err != nil && !os.IsNotExist(err) {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	for _, m := range old {
+		if m.Step <= resumeStep {
+			js, _ := json.Marshal(m)
+			buf.Write(append(js, '\n'))
+		}
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
+}
+
+func writeMetrics(f *os.File, m Metrics) error {
+	js, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(js, '\n'))
+	return err
+}

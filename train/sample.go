@@ -1,0 +1,162 @@
+package train
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// SampleOptions control text generation.
+type SampleOptions struct {
+	MaxTokens   int     // tokens to generate
+	Temperature float64 // 0 picks the most likely token (greedy)
+	TopK        int     // sample among the k most likely tokens; 0 for all
+	Seed        uint64
+}
+
+// Validate reports an option that cannot generate.
+func (o SampleOptions) Validate() error {
+	if o.MaxTokens < 1 {
+		return fmt.Errorf("max tokens = %d, want >= 1", o.MaxTokens)
+	}
+	if o.Temperature < 0 || math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) {
+		return fmt.Errorf("temperature = %g, want a finite value >= 0", o.Temperature)
+	}
+	if o.TopK < 0 {
+		return fmt.Errorf("top-k = %d, want >= 0 (0 for no limit)", o.TopK)
+	}
+	return nil
+}
+
+// Generate extends prompt by opts.MaxTokens tokens, feeding the model at
+// most its context of preceding tokens each time. The caller's goroutine
+// must be locked to its OS thread.
+func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if len(prompt) == 0 {
+		return nil, fmt.Errorf("generate: empty prompt; give at least one token")
+	}
+	key := mlx.RandomKey(opts.Seed)
+	defer func() { key.Free() }()
+	out := append([]int32(nil), prompt...)
+	for i := 0; i < opts.MaxTokens; i++ {
+		window := out[max(0, len(out)-m.Config.Context):]
+		var next int32
+		var err error
+		mlx.Run(func() []*mlx.Array {
+			keys := mlx.RandomSplit(key, 2)
+			logits := m.Logits(params, mlx.FromSlice(window, 1, len(window)))
+			last := mlx.AsType(mlx.Reshape(mlx.Slice(logits, []int{0, len(window) - 1, 0},
+				[]int{1, len(window), m.Config.VocabSize}), m.Config.VocabSize), mlx.Float32)
+			var tok *mlx.Array
+			if opts.Temperature == 0 {
+				tok = mlx.ArgmaxAll(last)
+			} else {
+				last = mlx.MulScalar(last, 1/opts.Temperature)
+				if opts.TopK > 0 && opts.TopK < m.Config.VocabSize {
+					kth := mlx.Min(mlx.TopK(last, opts.TopK, -1))
+					last = mlx.Where(mlx.Less(last, kth), mlx.Scalar(math.Inf(-1), mlx.Float32), last)
+				}
+				tok = mlx.RandomCategorical(last, -1, keys[1])
+			}
+			v, e := tok.Int32s()
+			if e != nil {
+				err = e
+				return nil
+			}
+			next = v[0]
+			key.Free()
+			key = keys[0]
+			return []*mlx.Array{key}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("generate: %w", err)
+		}
+		out = append(out, next)
+	}
+	return out, nil
+}
+
+// SampleCheckpoint loads the model of a checkpoint directory (or the newest
+// checkpoint of a run folder) and continues prompt with generated text.
+func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := opts.Validate(); err != nil {
+		return "", err
+	}
+	dev, err := mlx.ParseDevice(device)
+	if err != nil {
+		return "", err
+	}
+	if err := mlx.SetDefaultDevice(dev); err != nil {
+		return "", err
+	}
+	dir, err := ResolveCheckpoint(path)
+	if err != nil {
+		return "", err
+	}
+	st, err := ReadRunState(filepath.Join(dir, StateFile))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	m, err := model.New(st.Config.Model)
+	if err != nil {
+		return "", err
+	}
+	tok, err := data.NewTokenizer(st.Config.Tokenizer)
+	if err != nil {
+		return "", err
+	}
+	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	defer func() {
+		for _, a := range arrays {
+			a.Free()
+		}
+	}()
+	names := make([]string, len(m.Specs))
+	shapes := make([][]int, len(m.Specs))
+	for i, s := range m.Specs {
+		names[i], shapes[i] = s.Name, s.Shape
+	}
+	params, err := ordered(filepath.Join(dir, ModelFile), arrays, names, shapes)
+	if err != nil {
+		return "", err
+	}
+	ids := tok.Encode(prompt)
+	if len(ids) == 0 {
+		ids = []int32{tok.EOT()}
+	}
+	out, err := Generate(m, params, ids, opts)
+	if err != nil {
+		return "", err
+	}
+	return tok.Decode(out), nil
+}
+
+// ResolveCheckpoint accepts a checkpoint directory or a run folder and
+// returns the checkpoint directory (the newest one of a run folder).
+func ResolveCheckpoint(path string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint %q: %w", path, err)
+	}
+	if !info.IsDir() {
+		return "", fmt.Errorf("checkpoint %q is a file; want a run folder or a checkpoint directory", path)
+	}
+	if _, err := os.Stat(filepath.Join(path, StateFile)); err == nil {
+		return path, nil // LoadCheckpoint validates every file
+	}
+	return LatestCheckpoint(path)
+}

@@ -1,0 +1,64 @@
+package train
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"testing"
+)
+
+func runTrainer(t *testing.T, cfg Config, dir, resume string) (Summary, []Metrics) {
+	t.Helper()
+	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	tr, err := New(cfg, ds, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := tr.Run(context.Background(), resume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum, ms
+}
+
+// A 50-step run with a cosine schedule and accum=4 traces the step exactly
+// once while the learning rate changes every step.
+func TestCosineAccumRunTracesOnce(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Steps, cfg.Accum, cfg.Warmup = 50, 4, 10
+	sum, ms := runTrainer(t, cfg, t.TempDir(), "")
+	if sum.Traces != 1 {
+		t.Fatalf("step traced %d times, want exactly 1", sum.Traces)
+	}
+	if len(ms) != 50 {
+		t.Fatalf("%d metrics lines, want 50", len(ms))
+	}
+	for i := 1; i < len(ms); i++ {
+		if ms[i].LR == ms[i-1].LR {
+			t.Fatalf("lr did not change between steps %d and %d (%g)", ms[i-1].Step, ms[i].Step, ms[i].LR)
+		}
+	}
+	if !(ms[len(ms)-1].Loss < ms[0].Loss) {
+		t.Fatalf("loss did not fall: first %g, last %g", ms[0].Loss, ms[len(ms)-1].Loss)
+	}
+}
+
+func TestCompiledAndInterpretedAgree(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Accum = 2
+	_, compiled := runTrainer(t, cfg, t.TempDir(), "")
+	cfg.Compile = false
+	sum, interp := runTrainer(t, cfg, t.TempDir(), "")
+	if sum.Traces != cfg.Steps {
+		t.Fatalf("interpreted step body ran %d times, want %d", sum.Traces, cfg.Steps)
+	}
+	for i := range compiled {
+		if d := math.Abs(compiled[i].Loss - interp[i].Loss); d > 2e-4*math.Max(1, compiled[i].Loss) {
+			t.Fatalf("step %d: compiled loss %.6f, interpreted %.6f", compiled[i].Step, compiled[i].Loss, interp[i].Loss)
+		}
+	}
+}

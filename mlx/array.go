@@ -359,3 +359,8 @@ func AsyncEval(arrs ...*Array) error {
 	}
 	return nil
 }
+
+// ErrorArray returns an array that carries err, for code that builds arrays
+// and finds a problem of its own (a wrong parameter count, say): the error
+// then surfaces wherever array errors do.
+func ErrorArray(err error) *Array { return errArray(err) }

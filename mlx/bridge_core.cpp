@@ -165,7 +165,14 @@ int mlx_closure_new(mlx_closure_fn fn, uintptr_t payload, mlx_payload_dtor dtor,
 int mlx_closure_free(mlx_closure c) { PTLM_TRY(delete reinterpret_cast<Closure*>(c)) }
 
 int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out) {
-  PTLM_TRY(*out = wrap_vec(C(c).fn(arrays(in, n))))
+  PTLM_TRY({
+    // Create this thread's default stream before a compiled function looks
+    // up its trace cache: in MLX 0.32 the first compiled call on a thread
+    // that has no stream yet files its trace under a stream the next call
+    // does not match, so the function is traced twice.
+    mx::default_stream(mx::default_device());
+    *out = wrap_vec(C(c).fn(arrays(in, n)));
+  })
 }
 
 int mlx_compile(mlx_closure c, bool shapeless, mlx_closure* out) {
@@ -237,7 +244,9 @@ int mlx_save_safetensors(const char* path, const char** names, const mlx_array* 
     for (size_t i = 0; i < n; i++) m.insert({names[i], A(arrs[i])});
     std::unordered_map<std::string, std::string> meta;
     for (size_t i = 0; i < nmeta; i++) meta[meta_keys[i]] = meta_vals[i];
-    mx::save_safetensors(std::string(path), std::move(m), std::move(meta));
+    // The Writer overload writes exactly `path`; the std::string overload
+    // would append ".safetensors" to a path without that suffix.
+    mx::save_safetensors(std::make_shared<mx::io::FileWriter>(std::string(path)), std::move(m), std::move(meta));
   })
 }
 

@@ -188,5 +188,5 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 		return StepResult{}, fmt.Errorf("train: step: %w", err)
 	}
 	P, S := s.nParams, s.nState
-	return StepResult{Params: out[:P], State: out[P : P+S], Loss: out[P+S], GradNorm: out[P+S+1]}, nil
+	return StepResult{Params: out[:P:P], State: out[P : P+S : P+S], Loss: out[P+S], GradNorm: out[P+S+1]}, nil
 }

@@ -8,6 +8,8 @@
 #
 # cgo reads the headers and libmlx.so from .deps/mlx through ${SRCDIR}-relative
 # flags in mlx/cgo.go, and the binary finds libmlx.so through its rpath.
+# scripts/install-blas.sh (run next by make) swaps the wheel's reference BLAS
+# for OpenBLAS.
 set -euo pipefail
 
 MLX_VERSION="${MLX_VERSION:-0.32.4}"

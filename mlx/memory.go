@@ -21,7 +21,8 @@ func Memory() MemoryStats {
 	return MemoryStats{Active: uint64(a), Peak: uint64(p), Cache: uint64(c)}
 }
 
-// ResetPeakMemory restarts peak tracking from the current active memory.
+// ResetPeakMemory sets the peak figure to zero (not to the current active
+// memory): it rises again with the next allocation.
 func ResetPeakMemory() { C.mlx_memory_reset_peak() }
 
 // SetMemoryLimit sets MLX's memory guideline and returns the previous one.

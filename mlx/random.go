@@ -28,7 +28,9 @@ func RandomSplit(key *Array, num int) []*Array {
 	}
 	out := make([]*Array, num)
 	for i := range out {
-		out[i] = Squeeze(Slice(keys, []int{i, 0}, []int{i + 1, 2}), 0)
+		row := Slice(keys, []int{i, 0}, []int{i + 1, 2})
+		out[i] = Squeeze(row, 0)
+		row.Free()
 	}
 	return out
 }

@@ -11,8 +11,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 	"unsafe"
 )
 
@@ -78,9 +82,9 @@ func cArray(ptrs []*C.char, toFree *[]unsafe.Pointer) **C.char {
 
 // safetensorsEntry is one tensor's header record.
 type safetensorsEntry struct {
-	Dtype   string  `json:"dtype"`
-	Shape   []int64 `json:"shape"`
-	Offsets []int64 `json:"data_offsets"`
+	Dtype   string
+	Shape   []int64
+	Offsets []int64
 }
 
 var safetensorsDtypeSize = map[string]int64{
@@ -88,14 +92,18 @@ var safetensorsDtypeSize = map[string]int64{
 	"U32": 4, "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8, "C64": 8,
 }
 
-// maxSafetensorsHeader bounds the JSON header, as Python's safetensors does.
-const maxSafetensorsHeader = 100 << 20
+// maxSafetensorsHeader is the first JSON header length MLX's loader (like
+// Python's safetensors) refuses: 100 MB, decimal.
+const maxSafetensorsHeader = 100_000_000
 
 // ValidateSafetensors checks that path is a complete, well-formed safetensors
-// file: the header parses, every tensor's dtype is known, its byte range
-// matches its shape and lies inside the file, and the ranges tile the data
-// section exactly. MLX's own loader trusts these, so a truncated or corrupt
-// file is rejected here with an error rather than read past its end.
+// file: the header is a JSON object in valid UTF-8, every tensor has exactly
+// the keys dtype, shape and data_offsets with a known dtype and dimensions
+// that fit MLX's 32-bit shapes, its byte range matches its shape and lies
+// inside the file, and the ranges tile the data section exactly. Names and
+// metadata must not contain NUL bytes, which C strings cannot carry. MLX's
+// own loader trusts much of this, so a truncated or corrupt file is rejected
+// here with an error rather than read past its end or loaded wrongly.
 func ValidateSafetensors(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -114,30 +122,49 @@ func validateSafetensors(r io.Reader, size int64) error {
 	if err := le.Read(r, le.LittleEndian, &n); err != nil {
 		return fmt.Errorf("safetensors: file of %d bytes has no 8-byte header length", size)
 	}
-	if n > maxSafetensorsHeader || int64(n) > size-8 {
-		return fmt.Errorf("safetensors: header length %d does not fit a file of %d bytes", n, size)
+	if n >= maxSafetensorsHeader || int64(n) > size-8 {
+		return fmt.Errorf("safetensors: header length %d does not fit a file of %d bytes (limit %d)", n, size, maxSafetensorsHeader)
 	}
 	hdr := make([]byte, n)
 	if _, err := io.ReadFull(r, hdr); err != nil {
 		return fmt.Errorf("safetensors: reading %d-byte header: %w", n, err)
 	}
+	if !utf8.Valid(hdr) {
+		return fmt.Errorf("safetensors: header is not valid UTF-8")
+	}
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(hdr, &raw); err != nil {
 		return fmt.Errorf("safetensors: header is not a JSON object: %w", err)
+	}
+	if raw == nil {
+		return fmt.Errorf("safetensors: header is null, want a JSON object")
+	}
+	// Go's decoder replaces unpaired UTF-16 surrogate escapes; MLX's
+	// rejects them.
+	if err := checkSurrogates(hdr); err != nil {
+		return err
 	}
 	data := size - 8 - int64(n)
 	type span struct{ begin, end int64 }
 	var spans []span
 	for name, msg := range raw {
+		if strings.IndexByte(name, 0) >= 0 {
+			return fmt.Errorf("safetensors: name %q contains a NUL byte", name)
+		}
 		if name == "__metadata__" {
 			var meta map[string]string
 			if err := json.Unmarshal(msg, &meta); err != nil {
 				return fmt.Errorf("safetensors: __metadata__ must map strings to strings: %w", err)
 			}
+			for k, v := range meta {
+				if strings.IndexByte(k, 0) >= 0 || strings.IndexByte(v, 0) >= 0 {
+					return fmt.Errorf("safetensors: metadata %q contains a NUL byte", k)
+				}
+			}
 			continue
 		}
-		var e safetensorsEntry
-		if err := json.Unmarshal(msg, &e); err != nil {
+		e, err := parseSafetensorsEntry(msg)
+		if err != nil {
 			return fmt.Errorf("safetensors: tensor %q: %w", name, err)
 		}
 		es, ok := safetensorsDtypeSize[e.Dtype]
@@ -149,7 +176,7 @@ func validateSafetensors(r io.Reader, size int64) error {
 		}
 		count := int64(1)
 		for _, d := range e.Shape {
-			if d < 0 || (d > 0 && count > (1<<62)/d) {
+			if d < 0 || d > math.MaxInt32 || (d > 0 && count > (1<<62)/d) {
 				return fmt.Errorf("safetensors: tensor %q has invalid shape %v", name, e.Shape)
 			}
 			count *= d
@@ -161,7 +188,12 @@ func validateSafetensors(r io.Reader, size int64) error {
 		}
 		spans = append(spans, span{b, end})
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].begin < spans[j].begin })
+	sort.Slice(spans, func(i, j int) bool {
+		if spans[i].begin != spans[j].begin {
+			return spans[i].begin < spans[j].begin
+		}
+		return spans[i].end < spans[j].end
+	})
 	var at int64
 	for _, s := range spans {
 		if s.begin != at {
@@ -171,6 +203,65 @@ func validateSafetensors(r io.Reader, size int64) error {
 	}
 	if at != data {
 		return fmt.Errorf("safetensors: tensors cover %d bytes but the data section has %d", at, data)
+	}
+	return nil
+}
+
+// parseSafetensorsEntry decodes one tensor record. Keys match exactly (Go's
+// struct decoding would also accept "DType" or "Shape", which MLX does not),
+// and each of the three must be present and not null.
+func parseSafetensorsEntry(msg json.RawMessage) (safetensorsEntry, error) {
+	var e safetensorsEntry
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(msg, &fields); err != nil || fields == nil {
+		return e, fmt.Errorf("record is not a JSON object")
+	}
+	for _, f := range []struct {
+		key string
+		dst any
+	}{{"dtype", &e.Dtype}, {"shape", &e.Shape}, {"data_offsets", &e.Offsets}} {
+		v, ok := fields[f.key]
+		if !ok || string(v) == "null" {
+			return e, fmt.Errorf("record needs %q", f.key)
+		}
+		if err := json.Unmarshal(v, f.dst); err != nil {
+			return e, fmt.Errorf("%s: %w", f.key, err)
+		}
+	}
+	return e, nil
+}
+
+// checkSurrogates rejects \u escapes of UTF-16 surrogates that do not form
+// a high-low pair. hdr must already be valid JSON, so every backslash is
+// inside a string and starts an escape.
+func checkSurrogates(hdr []byte) error {
+	hex := func(i int) (rune, bool) {
+		if i+6 > len(hdr) || hdr[i] != '\\' || hdr[i+1] != 'u' {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(string(hdr[i+2:i+6]), 16, 16)
+		return rune(v), err == nil
+	}
+	for i := 0; i < len(hdr); i++ {
+		if hdr[i] != '\\' {
+			continue
+		}
+		r, ok := hex(i)
+		if !ok {
+			i++ // a one-character escape such as \" or \\
+			continue
+		}
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if lo, ok := hex(i + 6); !ok || lo < 0xdc00 || lo >= 0xe000 {
+				return fmt.Errorf("safetensors: header has an unpaired UTF-16 surrogate escape at byte %d", i)
+			}
+			i += 11
+		case r >= 0xdc00 && r < 0xe000:
+			return fmt.Errorf("safetensors: header has an unpaired UTF-16 surrogate escape at byte %d", i)
+		default:
+			i += 5
+		}
 	}
 	return nil
 }

@@ -28,8 +28,10 @@ func Compile(fn Func, shapeless bool) (*Closure, error) {
 	return wrapClosure(h), nil
 }
 
-// SetCompileEnabled turns MLX's compilation on or off process-wide; with it
-// off, compiled closures run their function directly every call.
+// SetCompileEnabled turns MLX's compilation on or off process-wide. A
+// closure compiled while it is off runs its function directly on every
+// call, even after compilation is turned back on; closures compiled while
+// it was on keep replaying their traces.
 func SetCompileEnabled(enabled bool) error {
 	return check(C.mlx_set_compile_enabled(C.bool(enabled)), "set_compile_enabled")
 }

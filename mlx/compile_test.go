@@ -1,0 +1,245 @@
+package mlx
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+)
+
+// mlpBlock is a small graph with a matmul, fusable elementwise chains and a
+// reduction: outputs tanh(x@w)·sigmoid(x@w) + 0.5·exp(-(x@w)²) and its sum.
+func mlpBlock(in []*Array) ([]*Array, error) {
+	h := Matmul(in[0], in[1])
+	y := Add(Multiply(Tanh(h), Sigmoid(h)), MulScalar(Exp(Negative(Square(h))), 0.5))
+	return []*Array{y, Sum(y, -1)}, nil
+}
+
+func TestCompileMatchesInterpreted(t *testing.T) {
+	setup(t)
+	x, w := f32(lcg(30, 32), 4, 8), f32(lcg(31, 64), 8, 8)
+	c, err := Compile(mlpBlock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	got, err := c.Call(x, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := mlpBlock([]*Array{x, w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("compiled call returned %d outputs, want 2", len(got))
+	}
+	checkClose(t, "compiled y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
+	checkClose(t, "compiled row sums", got[1], []int{4}, values(t, want[1]), 1e-5)
+	shapeless, err := Compile(mlpBlock, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shapeless.Free()
+	got, err = shapeless.Call(x, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkClose(t, "shapeless y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
+}
+
+// countingAffine returns a Func computing 2x+1 that counts its traces.
+func countingAffine(traces *atomic.Int32) Func {
+	return func(in []*Array) ([]*Array, error) {
+		traces.Add(1)
+		return []*Array{AddScalar(MulScalar(in[0], 2), 1)}, nil
+	}
+}
+
+func TestCompileTracesOnce(t *testing.T) {
+	setup(t)
+	var traces atomic.Int32
+	c, err := Compile(countingAffine(&traces), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	for i := range 100 {
+		s := NewScope()
+		v := float64(i)
+		out, err := c.Call(f32([]float64{v, -v, 0.5 * v}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, "compiled 2x+1", out[0], []int{3}, []float64{2*v + 1, -2*v + 1, v + 1}, 1e-6)
+		s.Close()
+	}
+	if n := traces.Load(); n != 1 {
+		t.Fatalf("100 calls with one input shape traced %d times, want 1", n)
+	}
+	// A new input shape is a new trace; the old one stays cached.
+	if _, err := c.Call(f32([]float64{1, 2}, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Call(f32([]float64{1, 2, 3})); err != nil {
+		t.Fatal(err)
+	}
+	if n := traces.Load(); n != 2 {
+		t.Fatalf("after a second shape: %d traces, want 2", n)
+	}
+	// A shapeless compile reuses its trace for every shape.
+	var shapeless atomic.Int32
+	cs, err := Compile(countingAffine(&shapeless), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Free()
+	for n := 1; n <= 4; n++ {
+		out, err := cs.Call(Ones([]int{n}, Float32))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, "shapeless 2x+1", out[0], []int{n}, mapf(make([]float64, n), func(float64) float64 { return 3 }), 0)
+	}
+	if n := shapeless.Load(); n != 1 {
+		t.Fatalf("shapeless compile traced %d times for 4 shapes, want 1", n)
+	}
+}
+
+// churn starts goroutines that yield constantly, so the scheduler moves
+// goroutines between OS threads; stop ends them.
+func churn() (stop func()) {
+	var wg sync.WaitGroup
+	var done atomic.Bool
+	for range 8 * runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !done.Load() {
+				runtime.Gosched()
+			}
+		}()
+	}
+	return func() { done.Store(true); wg.Wait() }
+}
+
+func TestCompiledCallAfterThreadChurn(t *testing.T) {
+	setup(t)
+	var traces atomic.Int32
+	c, err := Compile(countingAffine(&traces), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	stop := churn()
+	defer stop()
+	type result struct {
+		tids map[int]bool
+		err  error
+		sum  float64
+	}
+	res := make(chan result)
+	go func() {
+		// Let the scheduler move this goroutine around first.
+		for range 100 {
+			runtime.Gosched()
+		}
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		s := NewScope()
+		defer s.Close()
+		r := result{tids: map[int]bool{}}
+		for i := range 50 {
+			runtime.Gosched()
+			r.tids[syscall.Gettid()] = true
+			out, err := c.Call(FromSlice([]float32{float32(i)}))
+			if err != nil {
+				r.err = err
+				break
+			}
+			v, err := out[0].Item()
+			if err != nil {
+				r.err = err
+				break
+			}
+			r.sum += v
+		}
+		res <- r
+	}()
+	r := <-res
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if len(r.tids) != 1 {
+		t.Fatalf("locked goroutine ran on %d OS threads", len(r.tids))
+	}
+	// sum over i<50 of 2i+1 = 50².
+	if r.sum != 2500 {
+		t.Fatalf("sum of outputs %g, want 2500", r.sum)
+	}
+	if n := traces.Load(); n != 1 {
+		t.Fatalf("50 calls on a locked thread amid churn traced %d times, want 1", n)
+	}
+}
+
+func TestArrayFromAnotherThreadIsAnError(t *testing.T) {
+	setup(t)
+	// A lazy array: its graph lives on this thread's default stream.
+	lazy := AddScalar(f32([]float64{1, 2}), 1)
+	errc := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		_, err := lazy.Float32s()
+		if err == nil {
+			err = Eval(lazy)
+		}
+		errc <- err
+	}()
+	err := <-errc
+	if err == nil {
+		t.Fatal("evaluating an array from another OS thread succeeded; MLX keeps streams per thread")
+	}
+	// The owning thread still evaluates it.
+	checkClose(t, "owner thread", lazy, []int{2}, []float64{2, 3}, 0)
+}
+
+func TestSetCompileEnabled(t *testing.T) {
+	setup(t)
+	var before, off atomic.Int32
+	compiled, err := Compile(countingAffine(&before), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer compiled.Free()
+	if err := SetCompileEnabled(false); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { SetCompileEnabled(true) })
+	plain, err := Compile(countingAffine(&off), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Free()
+	x := FromSlice([]float32{1, 2})
+	for range 3 {
+		for _, c := range []*Closure{compiled, plain} {
+			out, err := c.Call(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClose(t, "2x+1", out[0], []int{2}, []float64{3, 5}, 0)
+		}
+	}
+	if err := SetCompileEnabled(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.Call(x); err != nil {
+		t.Fatal(err)
+	}
+	if before.Load() != 1 || off.Load() != 4 {
+		t.Fatalf("traces: %d for the closure compiled before disabling (want 1), %d for the one compiled while disabled (want 4)",
+			before.Load(), off.Load())
+	}
+}

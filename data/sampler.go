@@ -35,9 +35,9 @@ func NewSampler(view View, context int, seed uint64) (*Sampler, error) {
 	if context < 1 {
 		return nil, fmt.Errorf("sampler: context %d, want at least 1", context)
 	}
-	if view.Len() < context+1 {
+	if view.Len() <= context { // not < context+1, which overflows for context = MaxInt
 		return nil, fmt.Errorf("sampler: view has %d tokens, want at least context+1 = %d (context %d)",
-			view.Len(), context+1, context)
+			view.Len(), uint64(context)+1, context)
 	}
 	pcg := rand.NewPCG(seed, samplerSeed2)
 	return &Sampler{view: view, context: context, pcg: pcg, rng: rand.New(pcg)}, nil

@@ -21,8 +21,8 @@ func Split(t *Tokens, valFraction float64, context int) (train, val View, err er
 	}
 	nVal := int(float64(n) * valFraction)
 	nTrain := n - nVal
-	need := context + 1
-	if nTrain < need || nVal < need {
+	need := uint64(context) + 1 // context+1 overflows int for context = MaxInt
+	if nTrain <= context || nVal <= context {
 		return View{}, View{}, fmt.Errorf(
 			"split %d tokens at validation fraction %v: train has %d tokens and validation %d, each needs at least context+1 = %d (context %d); use a larger corpus or a smaller context",
 			n, valFraction, nTrain, nVal, need, context)

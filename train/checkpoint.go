@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -288,6 +289,9 @@ func ParseRunState(b []byte) (RunState, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&st); err != nil {
 		return RunState{}, fmt.Errorf("state.json is not valid: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return RunState{}, errors.New("state.json is not valid: data after the JSON object")
 	}
 	if st.Format != CheckpointFormat {
 		return RunState{}, fmt.Errorf("state.json has format %d, this build reads format %d", st.Format, CheckpointFormat)

@@ -85,6 +85,9 @@ func (c Config) Validate() error {
 	if err := c.Model.Validate(); err != nil {
 		return err
 	}
+	if err := c.checkDims(); err != nil {
+		return err
+	}
 	ints := []struct {
 		name string
 		v    int
@@ -103,8 +106,8 @@ func (c Config) Validate() error {
 	if c.PrefetchDepth > 8 {
 		return fmt.Errorf("prefetch_depth = %d, want 1..8", c.PrefetchDepth)
 	}
-	if !(c.LR > 0) || math.IsInf(c.LR, 0) {
-		return fmt.Errorf("lr = %g, want a finite value > 0", c.LR)
+	if !(c.LR > 0) || c.LR > math.MaxFloat32 { // the step takes lr as a float32
+		return fmt.Errorf("lr = %g, want a finite value > 0 (float32: at most %.3g)", c.LR, math.MaxFloat32)
 	}
 	floats := []struct {
 		name string

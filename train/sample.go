@@ -108,6 +108,9 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
+	if err := checkModelMemory(st.Config.Model); err != nil {
+		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	m, err := model.New(st.Config.Model)
 	if err != nil {
 		return "", err

@@ -20,9 +20,11 @@ import (
 // the step in flight finished and a checkpoint was written.
 var ErrInterrupted = errors.New("training interrupted")
 
-// ErrNonFinite is returned (wrapped) when the loss became NaN or Inf; the
-// run stops without writing a checkpoint, so the last good one stays intact.
-var ErrNonFinite = errors.New("loss is not finite")
+// ErrNonFinite is returned (wrapped) when the loss, the gradient norm or,
+// before a checkpoint, the parameters or optimizer state became NaN or Inf;
+// the run stops without writing a checkpoint, so the last good one stays
+// intact.
+var ErrNonFinite = errors.New("values are not finite")
 
 // Hooks let a caller observe a run (progress bars, logs). Each may be nil.
 type Hooks struct {
@@ -71,6 +73,9 @@ func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
 		cfg.Model.VocabSize = ds.Tokenizer.VocabSize()
 	}
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckMemory(); err != nil {
 		return nil, err
 	}
 	if cfg.Model.VocabSize < ds.Tokenizer.VocabSize() {
@@ -187,6 +192,15 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 	runStart := st.elapsed
 	lastLog, lastLogStep := start, st.step
 	checkpoint := func() error {
+		// The loss checked so far was computed before the last update; an
+		// update that overflowed shows only in the arrays about to be saved.
+		if bad, err := nonFiniteArrays(t.Model.Specs, opt.StateNames(), st.params, st.opt); err != nil {
+			return err
+		} else if bad != "" {
+			sum.Elapsed = time.Since(start)
+			return fmt.Errorf("step %d: %s is not finite; stopping without a checkpoint, the last good one is %s: %w",
+				st.step, bad, lastGood(sum.LastCheckpoint, resumeFrom), ErrNonFinite)
+		}
 		st.elapsed = runStart + time.Since(start)
 		dir, err := t.saveCheckpoint(opt, st)
 		if err != nil {
@@ -306,6 +320,40 @@ func nonFinite(loss, gradNorm float64) string {
 	return ""
 }
 
+// nonFiniteArrays names the first parameter or optimizer state array that
+// holds a NaN or Inf, or returns "". It reads back one boolean per array.
+func nonFiniteArrays(specs []model.ParamSpec, stateNames []string, params, state []*mlx.Array) (string, error) {
+	var bad string
+	var err error
+	mlx.Run(func() []*mlx.Array {
+		arrs := append(append([]*mlx.Array{}, params...), state...)
+		flags := make([]*mlx.Array, len(arrs))
+		for i, a := range arrs {
+			flags[i] = mlx.All(mlx.IsFinite(a))
+		}
+		if err = mlx.Eval(flags...); err != nil {
+			return nil
+		}
+		for i, f := range flags {
+			ok, e := f.Item()
+			if e != nil {
+				err = e
+				return nil
+			}
+			if ok == 0 {
+				if i < len(params) {
+					bad = fmt.Sprintf("parameter %q", specs[i].Name)
+				} else {
+					bad = fmt.Sprintf("optimizer state %q", stateNames[i-len(params)])
+				}
+				return nil
+			}
+		}
+		return nil
+	})
+	return bad, err
+}
+
 func lastGood(saved, resumed string) string {
 	switch {
 	case saved != "":
@@ -359,10 +407,36 @@ func (t *Trainer) initialState(opt optim.Optimizer, resumeFrom string) (*loopSta
 		ck.Free()
 		return nil, fmt.Errorf("resume: %w", err)
 	}
-	state, err := ordered(filepath.Join(resumeFrom, OptimizerFile), ck.OptState, opt.StateNames(), nil)
+	for i, p := range params {
+		if want := t.Config.Model.ParamDtype(); p.Dtype() != want {
+			ck.Free()
+			return nil, fmt.Errorf("resume: %s: %q is %v, this model keeps parameters in %v",
+				filepath.Join(resumeFrom, ModelFile), names[i], p.Dtype(), want)
+		}
+	}
+	// A fresh state's arrays are lazy zeros: their shapes and dtypes are
+	// what the checkpoint must hold, and nothing is allocated.
+	fresh, err := opt.Init()
+	if err != nil {
+		ck.Free()
+		return nil, err
+	}
+	defer mlx.Free(fresh...)
+	stateShapes := make([][]int, len(fresh))
+	for i, a := range fresh {
+		stateShapes[i] = a.Shape()
+	}
+	state, err := ordered(filepath.Join(resumeFrom, OptimizerFile), ck.OptState, opt.StateNames(), stateShapes)
 	if err != nil {
 		ck.Free()
 		return nil, fmt.Errorf("resume: %w (optimizer %s)", err, t.Config.Optimizer)
+	}
+	for i, a := range state {
+		if a.Dtype() != fresh[i].Dtype() {
+			ck.Free()
+			return nil, fmt.Errorf("resume: %s: %q is %v, the %s optimizer keeps it in %v",
+				filepath.Join(resumeFrom, OptimizerFile), opt.StateNames()[i], a.Dtype(), t.Config.Optimizer, fresh[i].Dtype())
+		}
 	}
 	return &loopState{params: params, opt: state, step: ck.State.Step, samplerState: ck.State.SamplerState,
 		tokensSeen: ck.State.TokensSeen, elapsed: time.Duration(ck.State.ElapsedSeconds * float64(time.Second))}, nil

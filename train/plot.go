@@ -1,0 +1,96 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// PlotFile is the name of the loss plot inside a run folder.
+const PlotFile = "loss.png"
+
+// PlotLoss draws the training loss (a line over steps) and, where measured,
+// the held-out loss (points) of ms into a PNG at path, replacing it
+// atomically. title heads the plot.
+func PlotLoss(ms []Metrics, title, path string) error {
+	var trainXY, valXY plotter.XYs
+	for _, m := range ms {
+		// The step-0 line carries only the initial held-out loss.
+		if m.Step > 0 && finite(m.Loss) {
+			trainXY = append(trainXY, plotter.XY{X: float64(m.Step), Y: m.Loss})
+		}
+		if m.ValLoss != nil && finite(*m.ValLoss) {
+			valXY = append(valXY, plotter.XY{X: float64(m.Step), Y: *m.ValLoss})
+		}
+	}
+	if len(trainXY) == 0 && len(valXY) == 0 {
+		return errors.New("plot: no finite loss to draw")
+	}
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "step"
+	p.Y.Label.Text = "loss (nats/token)"
+	p.Add(plotter.NewGrid())
+	if len(trainXY) > 0 {
+		line, err := plotter.NewLine(trainXY)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		line.Color = color.RGBA{R: 31, G: 119, B: 180, A: 255}
+		line.Width = vg.Points(1.5)
+		p.Add(line)
+		p.Legend.Add("train", line)
+	}
+	if len(valXY) > 0 {
+		pts, err := plotter.NewScatter(valXY)
+		if err != nil {
+			return fmt.Errorf("plot: %w", err)
+		}
+		pts.GlyphStyle = draw.GlyphStyle{Color: color.RGBA{R: 214, G: 39, B: 40, A: 255},
+			Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
+		p.Add(pts)
+		p.Legend.Add("validation", pts)
+	}
+	p.Legend.Top = true
+	wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, "png")
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-")
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if _, err := wt.WriteTo(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("plot: writing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("plot: writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+// PlotRun draws a run folder's metrics.jsonl into its loss.png and returns
+// the plot's path.
+func PlotRun(runDir, title string) (string, error) {
+	ms, err := ReadMetrics(filepath.Join(runDir, MetricsFile))
+	if err != nil {
+		return "", fmt.Errorf("plot: %w", err)
+	}
+	path := filepath.Join(runDir, PlotFile)
+	return path, PlotLoss(ms, title, path)
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -58,7 +58,8 @@ bench: build
 # GPU tests (files tagged gpu) compile here into test binaries that run on a
 # CUDA machine, which needs no Go: scripts/gpu-bench.sh runs them there with
 # mlx-cuda-13's libmlx.so (see docs/performance/gpu.md). test-gpu runs them
-# on this machine, for a developer with a CUDA 13 GPU.
+# on this machine, for a developer with a CUDA 13 GPU and mlx-cuda-13
+# installed in python3's environment (scripts/gpu-setup.sh).
 GPU_TEST_PKGS := mlx train
 GPU_BIN ?= .gpu/bin
 
@@ -69,8 +70,10 @@ test-gpu-bin: deps
 	done
 
 test-gpu: test-gpu-bin
-	@for p in $(GPU_TEST_PKGS); do \
-		(cd $$p && ../$(GPU_BIN)/$$p-gpu.test -test.count=1 -test.run GPU -test.v) || exit 1; \
+	@lib="$$(scripts/gpu-setup.sh libdir)" || exit 1; \
+	for p in $(GPU_TEST_PKGS); do \
+		(cd $$p && LD_LIBRARY_PATH="$$lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH}" \
+			../$(GPU_BIN)/$$p-gpu.test -test.count=1 -test.run GPU -test.v) || exit 1; \
 	done
 
 clean:

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// benchOptions are the bench command's own flags.
+type benchOptions struct {
+	preset     string
+	steps      int
+	warmup     int
+	json       bool
+	compare    bool
+	tokenCache string
+}
+
+func newBenchCmd() *cobra.Command {
+	var opts benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Time training steps of a preset",
+		Long: `bench runs untimed warm-up steps (the first compiled call traces the step,
+and MLX's CPU backend JIT-compiles its kernels on first use), then --steps
+timed optimizer updates on fresh parameters, and reports the median, 10th
+and 90th percentile ms per step, steps and tokens per second, how often the
+step was traced, host time (building the batch and calling the lazy step)
+and device time (evaluating its outputs), and peak memory.
+
+Data are random tokens unless --corpus names real text. Any preset field can
+be overridden by a flag as in train (--steps is the number of timed steps
+here; --warmup stays the learning-rate warm-up).
+
+--compare runs compile on/off × constant/cosine schedule × accum 1/4 in one
+process, keeping the tokens per update of the preset (accum 4 runs a quarter
+of the batch), and prints each cell and the interpreted/compiled ratios.
+--json prints one JSON object, or with --compare a JSON array.`,
+		Example: `  posttrainllm bench --preset tiny
+  posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
+  posttrainllm bench --preset small --compare
+  posttrainllm bench --preset tiny --compile=false --corpus input.txt`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.preset, "preset", "tiny", "preset to measure (see posttrainllm presets)")
+	fs.IntVar(&opts.steps, "steps", 20, "timed steps")
+	fs.IntVar(&opts.warmup, "warmup-steps", 5, "untimed steps first (tracing, kernel JIT)")
+	fs.BoolVar(&opts.json, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
+	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
+	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-batches", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runBench(cmd, opts, ov)
+	}
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
+	if opts.steps < 1 {
+		return usageError("invalid --steps %d: want >= 1 timed step", opts.steps)
+	}
+	if opts.warmup < 0 {
+		return usageError("invalid --warmup-steps %d: want >= 0", opts.warmup)
+	}
+	if opts.compare {
+		for _, name := range []string{"compile", "schedule", "accum"} {
+			if ov.isChanged(name) {
+				return usageError("--%s %s with --compare: the comparison runs every --compile, --schedule and --accum; drop --%s",
+					name, ov.value(name), name)
+			}
+		}
+	}
+	if err := resolveCorpus(ov); err != nil {
+		return err
+	}
+	base, err := presets.Load(opts.preset)
+	if err != nil {
+		return usageError("invalid --preset %s: want one of %s", opts.preset, joinNames(presets.Names()))
+	}
+	// The bench runs warm-up + timed steps: validate the config as such a run.
+	base.Steps = opts.warmup + opts.steps
+	base.Warmup = min(base.Warmup, base.Steps/2)
+	cfg, err := ov.apply(base)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	if err := checkDevice(cfg.Device, ov.isChanged("device")); err != nil {
+		return err
+	}
+	if err := cfg.CheckMemory(); err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	out := cmd.OutOrStdout()
+	status := out
+	if opts.json {
+		status = cmd.ErrOrStderr()
+	}
+	bo := train.BenchOptions{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps}
+	if cfg.Corpus != "" {
+		ds, err := openDataset(status, cfg, opts.tokenCache)
+		if err != nil {
+			return err
+		}
+		defer ds.Close()
+		bo.Data = ds
+	}
+	fmt.Fprintln(status, describe(opts.preset, cfg))
+	if !opts.compare {
+		res, err := train.Bench(cfg, bo)
+		if err != nil {
+			return err
+		}
+		if opts.json {
+			return writeJSON(out, res)
+		}
+		return printBench(out, []train.BenchResult{res})
+	}
+	var results []train.BenchResult
+	results, err = train.BenchCompare(cfg, bo, func(r train.BenchResult) {
+		fmt.Fprintf(status, "  compile=%-5t schedule=%-8s accum=%d batch=%-3d %8.1f ms/step  traces %d\n",
+			r.Compile, r.Schedule, r.Accum, r.Batch, r.MsPerStepMedian, r.Traces)
+	})
+	if err != nil {
+		return err
+	}
+	if opts.json {
+		return writeJSON(out, results)
+	}
+	if err := printBench(out, results); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	return printSpeedup(out, results)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// printBench writes results as a table.
+func printBench(w io.Writer, results []train.BenchResult) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tsteps/s\ttokens/s\ttraces\tpeak mem\tloss first->last\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%d\t%s\t%.3f->%.3f\t\n",
+			r.Preset, r.Device, r.Compile, r.Schedule, r.Accum, r.Batch, r.Context, r.TokensPerStep,
+			r.MsPerStepMedian, r.MsPerStepP10, r.MsPerStepP90, r.HostMsPerStep, r.DeviceMsPerStep,
+			r.StepsPerS, r.TokensPerS, r.Traces, humanBytes(r.PeakMemoryBytes), r.LossFirst, r.LossLast)
+	}
+	return tw.Flush()
+}
+
+// printSpeedup writes the interpreted/compiled ratios of a comparison.
+func printSpeedup(w io.Writer, results []train.BenchResult) error {
+	rows, err := train.Speedup(results)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "schedule\taccum\tbatch\tcompiled ms/step\tinterpreted ms/step\tinterpreted/compiled\thost time interpreted/compiled\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.2fx\t%.1fx\t\n",
+			r.Schedule, r.Accum, r.Batch, r.Compiled, r.Interpreted, r.Speedup, r.HostSpeedup)
+	}
+	return tw.Flush()
+}

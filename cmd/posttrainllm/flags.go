@@ -1,0 +1,214 @@
+package main
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// configFlag is a command-line flag that overrides one train.Config field.
+type configFlag struct {
+	name  string // flag name, without dashes
+	field string // the field's JSON name, as Validate names it
+	// model marks fields of the model config: a checkpoint can only resume
+	// into the model it was trained as.
+	model bool
+	apply func(*train.Config) // copies the flag's value into a config
+	get   func(train.Config) string
+}
+
+// overrides are the config flags of one command. Only flags the user set
+// (Changed) override the preset or checkpoint.
+type overrides struct {
+	fs    *pflag.FlagSet
+	flags []configFlag
+}
+
+// addConfigFlags registers a flag for every train.Config field on fs,
+// except those named in skip (a command that gives a name another meaning).
+func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
+	o := &overrides{fs: fs}
+	skipped := func(name string) bool {
+		for _, s := range skip {
+			if s == name {
+				return true
+			}
+		}
+		return false
+	}
+	intF := func(name, field string, model bool, usage string, p func(*train.Config) *int) {
+		if skipped(name) {
+			return
+		}
+		v := new(int)
+		fs.IntVar(v, name, 0, usage)
+		o.flags = append(o.flags, configFlag{name: name, field: field, model: model,
+			apply: func(c *train.Config) { *p(c) = *v },
+			get:   func(c train.Config) string { return fmt.Sprint(*p(&c)) }})
+	}
+	floatF := func(name, field string, model bool, usage string, p func(*train.Config) *float64) {
+		if skipped(name) {
+			return
+		}
+		v := new(float64)
+		fs.Float64Var(v, name, 0, usage)
+		o.flags = append(o.flags, configFlag{name: name, field: field, model: model,
+			apply: func(c *train.Config) { *p(c) = *v },
+			get:   func(c train.Config) string { return fmt.Sprint(*p(&c)) }})
+	}
+	stringF := func(name, field string, model bool, usage string, p func(*train.Config) *string) {
+		if skipped(name) {
+			return
+		}
+		v := new(string)
+		fs.StringVar(v, name, "", usage)
+		o.flags = append(o.flags, configFlag{name: name, field: field, model: model,
+			apply: func(c *train.Config) { *p(c) = *v },
+			get:   func(c train.Config) string { return *p(&c) }})
+	}
+	boolF := func(name, field string, model bool, usage string, p func(*train.Config) *bool) {
+		if skipped(name) {
+			return
+		}
+		v := new(bool)
+		fs.BoolVar(v, name, false, usage)
+		o.flags = append(o.flags, configFlag{name: name, field: field, model: model,
+			apply: func(c *train.Config) { *p(c) = *v },
+			get:   func(c train.Config) string { return fmt.Sprint(*p(&c)) }})
+	}
+
+	// The model.
+	intF("vocab", "vocab_size", true, "vocabulary size (at least the tokenizer's)", func(c *train.Config) *int { return &c.Model.VocabSize })
+	intF("d-model", "d_model", true, "model width", func(c *train.Config) *int { return &c.Model.DModel })
+	intF("layers", "layers", true, "transformer blocks", func(c *train.Config) *int { return &c.Model.Layers })
+	intF("heads", "heads", true, "attention heads (must divide --d-model)", func(c *train.Config) *int { return &c.Model.Heads })
+	intF("context", "context", true, "sequence length in tokens", func(c *train.Config) *int { return &c.Model.Context })
+	floatF("mlp-ratio", "mlp_ratio", true, "MLP hidden width as a multiple of --d-model", func(c *train.Config) *float64 { return &c.Model.MLPRatio })
+	stringF("dtype", "dtype", true, "compute dtype: float32, bfloat16 or float16", func(c *train.Config) *string { return &c.Model.Dtype })
+	boolF("master-fp32", "master_fp32", true, "keep float32 master parameters when --dtype is lower", func(c *train.Config) *bool { return &c.Model.MasterFP32 })
+	boolF("tied-embeddings", "tied_embeddings", true, "output head reuses the token embeddings", func(c *train.Config) *bool { return &c.Model.TiedEmbeddings })
+	boolF("embed-norm", "embed_norm", true, "RMSNorm right after the embedding", func(c *train.Config) *bool { return &c.Model.EmbedNorm })
+	floatF("z-loss", "z_loss", true, "z-loss coefficient (0 disables)", func(c *train.Config) *float64 { return &c.Model.ZLoss })
+	floatF("rope-base", "rope_base", true, "rotary embedding base", func(c *train.Config) *float64 { return &c.Model.RoPEBase })
+	floatF("norm-eps", "norm_eps", true, "RMSNorm epsilon", func(c *train.Config) *float64 { return &c.Model.NormEps })
+	floatF("init-std", "init_std", true, "standard deviation of initial weights", func(c *train.Config) *float64 { return &c.Model.InitStd })
+
+	// Data.
+	stringF("tokenizer", "tokenizer", false, "tokenizer: byte or gpt2", func(c *train.Config) *string { return &c.Tokenizer })
+	stringF("corpus", "corpus", false, "text file or directory to train on (default: the Go standard library sources)", func(c *train.Config) *string { return &c.Corpus })
+	floatF("val-fraction", "val_fraction", false, "share of the tokens held out for evaluation", func(c *train.Config) *float64 { return &c.ValFraction })
+
+	// The run.
+	intF("steps", "steps", false, "optimizer updates", func(c *train.Config) *int { return &c.Steps })
+	intF("batch", "batch", false, "sequences per microbatch", func(c *train.Config) *int { return &c.Batch })
+	intF("accum", "accum", false, "microbatches per update (gradient accumulation)", func(c *train.Config) *int { return &c.Accum })
+	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon or sgd", func(c *train.Config) *string { return &c.Optimizer })
+	if !skipped("weight-decay") {
+		v := new(float64)
+		fs.Float64Var(v, "weight-decay", 0, "weight decay (default: the optimizer's)")
+		o.flags = append(o.flags, configFlag{name: "weight-decay", field: "weight_decay",
+			apply: func(c *train.Config) { wd := *v; c.WeightDecay = &wd },
+			get: func(c train.Config) string {
+				if c.WeightDecay == nil {
+					return "default"
+				}
+				return fmt.Sprint(*c.WeightDecay)
+			}})
+	}
+	floatF("grad-clip", "grad_clip", false, "clip gradients to this global norm (0 disables)", func(c *train.Config) *float64 { return &c.GradClip })
+	stringF("schedule", "schedule", false, "learning-rate schedule: constant, cosine or wsd", func(c *train.Config) *string { return &c.Schedule })
+	floatF("lr", "lr", false, "peak learning rate", func(c *train.Config) *float64 { return &c.LR })
+	floatF("min-lr", "min_lr", false, "final learning rate of cosine and wsd", func(c *train.Config) *float64 { return &c.MinLR })
+	intF("warmup", "warmup", false, "learning-rate warm-up updates", func(c *train.Config) *int { return &c.Warmup })
+	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
+	boolF("compile", "compile", false, "compile the whole step into one MLX function (--compile=false interprets it)", func(c *train.Config) *bool { return &c.Compile })
+	stringF("device", "device", false, "cpu or gpu", func(c *train.Config) *string { return &c.Device })
+	if !skipped("seed") {
+		v := new(uint64)
+		fs.Uint64Var(v, "seed", 0, "seed of initialisation and data order")
+		o.flags = append(o.flags, configFlag{name: "seed", field: "seed",
+			apply: func(c *train.Config) { c.Seed = *v },
+			get:   func(c train.Config) string { return fmt.Sprint(c.Seed) }})
+	}
+	intF("log-every", "log_every", false, "log the loss every N updates", func(c *train.Config) *int { return &c.LogEvery })
+	intF("eval-every", "eval_every", false, "held-out loss every N updates (0 disables)", func(c *train.Config) *int { return &c.EvalEvery })
+	intF("eval-batches", "eval_batches", false, "batches per held-out evaluation", func(c *train.Config) *int { return &c.EvalBatches })
+	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
+	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
+	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })
+	return o
+}
+
+// changed returns the flags the user set, in registration order.
+func (o *overrides) changed() []configFlag {
+	var out []configFlag
+	for _, f := range o.flags {
+		if o.fs.Changed(f.name) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// isChanged reports whether the user set the config flag called name.
+func (o *overrides) isChanged(name string) bool { return o.fs.Changed(name) }
+
+// value is the flag's text as the user gave it.
+func (o *overrides) value(name string) string { return o.fs.Lookup(name).Value.String() }
+
+// invalidFlagError is a flag value that cannot run.
+type invalidFlagError struct {
+	flag, value, want string
+}
+
+func (e *invalidFlagError) Error() string {
+	return fmt.Sprintf("invalid --%s %s: %s", e.flag, e.value, e.want)
+}
+
+// validatePrefix matches Validate's "field = value, want …" messages, so a
+// flag error can say "invalid --steps 0: want >= 1".
+var validatePrefix = regexp.MustCompile(`^(?:model config: )?([a-z0-9_]+) = [^,]*, (want .*)$`)
+
+// flagError explains err, which Validate returned for a config where only
+// flag f was changed, in terms of the flag.
+func (o *overrides) flagError(f configFlag, err error) error {
+	msg := err.Error()
+	if m := validatePrefix.FindStringSubmatch(msg); m != nil && m[1] == f.field {
+		msg = m[2]
+	}
+	return &invalidFlagError{flag: f.name, value: o.value(f.name), want: msg}
+}
+
+// apply overrides base with the flags the user set and validates the
+// result. base must be valid. An invalid result is blamed on the first
+// flag that alone makes base invalid, or else on the combination.
+func (o *overrides) apply(base train.Config) (train.Config, error) {
+	cfg := base
+	changed := o.changed()
+	for _, f := range changed {
+		f.apply(&cfg)
+	}
+	err := cfg.Validate()
+	if err == nil {
+		return cfg, nil
+	}
+	for _, f := range changed {
+		one := base
+		f.apply(&one)
+		if e := one.Validate(); e != nil {
+			return cfg, o.flagError(f, e)
+		}
+	}
+	var set []string
+	for _, f := range changed {
+		set = append(set, "--"+f.name+" "+o.value(f.name))
+	}
+	if len(set) == 0 {
+		return cfg, err
+	}
+	return cfg, fmt.Errorf("invalid combination %s: %w", strings.Join(set, " "), err)
+}

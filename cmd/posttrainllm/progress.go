@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// progress shows a run's advance: a progress bar on a terminal, plain log
+// lines otherwise.
+type progress struct {
+	w      io.Writer
+	bar    *progressbar.ProgressBar // nil: plain lines
+	useBar bool
+	ended  bool // the finished bar's line has been ended
+	steps  int
+}
+
+// newProgress writes to w; it draws a bar only when w is a terminal and
+// plain is false.
+func newProgress(w io.Writer, plain bool) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok && !plain && term.IsTerminal(int(f.Fd())) {
+		p.useBar = true
+	}
+	return p
+}
+
+// hooks connects the display to a trainer.
+func (p *progress) hooks() train.Hooks {
+	return train.Hooks{OnStart: p.start, OnLog: p.log, OnCheckpoint: p.checkpoint}
+}
+
+func (p *progress) start(s train.Start) {
+	p.steps = s.Steps
+	if s.Resumed != "" {
+		fmt.Fprintf(p.w, "resuming at step %d of %d from %s\n", s.Step, s.Steps, s.Resumed)
+	}
+	if !p.useBar {
+		return
+	}
+	p.bar = progressbar.NewOptions(s.Steps,
+		progressbar.OptionSetWriter(p.w),
+		progressbar.OptionSetDescription("step"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(24),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionSetElapsedTime(false),
+		progressbar.OptionShowDescriptionAtLineEnd(),
+		progressbar.OptionSetRenderBlankState(true),
+	)
+	p.bar.Set(s.Step)
+}
+
+func (p *progress) log(m train.Metrics) {
+	line := formatMetrics(m, p.steps)
+	if p.bar == nil {
+		fmt.Fprintf(p.w, "step %d/%d  %s\n", m.Step, p.steps, line)
+		return
+	}
+	p.bar.Describe(line)
+	p.bar.Set(m.Step)
+}
+
+func (p *progress) checkpoint(dir string, step int) {
+	p.note("checkpoint at step %d: %s", step, dir)
+}
+
+// note prints a line without tearing the bar: above a running bar, below a
+// finished one.
+func (p *progress) note(format string, args ...any) {
+	switch {
+	case p.bar == nil:
+	case p.bar.IsFinished():
+		if !p.ended {
+			fmt.Fprintln(p.w)
+			p.ended = true
+		}
+	default:
+		p.bar.Clear()
+		defer p.bar.RenderBlank()
+	}
+	fmt.Fprintf(p.w, format+"\n", args...)
+}
+
+// finish leaves the bar as it stands (full, or where an interrupt stopped
+// it) and ends its line.
+func (p *progress) finish() {
+	if p.bar == nil {
+		return
+	}
+	if !p.bar.IsFinished() {
+		p.bar.Exit()
+	}
+	if !p.ended {
+		fmt.Fprintln(p.w)
+	}
+	p.bar = nil
+}
+
+// formatMetrics is one logged step: loss, learning rate, speed and the time
+// left at that speed.
+func formatMetrics(m train.Metrics, steps int) string {
+	s := fmt.Sprintf("loss %.4f", m.Loss)
+	if m.ValLoss != nil {
+		s += fmt.Sprintf("  val %.4f", *m.ValLoss)
+	}
+	s += fmt.Sprintf("  lr %.3g  %.2f step/s  %.0f tok/s", m.LR, m.StepsPerS, m.TokensPerS)
+	if m.StepsPerS > 0 && steps > m.Step {
+		eta := time.Duration(float64(steps-m.Step) / m.StepsPerS * float64(time.Second))
+		s += "  eta " + eta.Round(time.Second).String()
+	}
+	return s
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+func newSampleCmd() *cobra.Command {
+	var (
+		from, prompt, device string
+		opts                 train.SampleOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "sample",
+		Short: "Generate text from a checkpoint",
+		Long: `sample loads the newest checkpoint of a run folder (or the checkpoint
+directory given) and continues --prompt by --tokens tokens, feeding the model
+at most its context. --temperature 0 always picks the most likely token;
+--top-k limits sampling to the k most likely.`,
+		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
+  posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
+  posttrainllm sample --from runs/huge --device gpu --seed 7`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if from == "" {
+				return usageError("sample needs --from RUN (a run folder or checkpoint directory)")
+			}
+			if err := opts.Validate(); err != nil {
+				switch {
+				case opts.MaxTokens < 1:
+					return usageError("invalid --tokens %d: want >= 1", opts.MaxTokens)
+				case opts.TopK < 0:
+					return usageError("invalid --top-k %d: want >= 0 (0 for no limit)", opts.TopK)
+				}
+				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
+			}
+			if _, err := train.ResolveCheckpoint(from); err != nil {
+				return usageError("invalid --from %s: %v", from, err)
+			}
+			if err := checkDevice(device, true); err != nil {
+				return err
+			}
+			text, err := train.SampleCheckpoint(from, prompt, device, opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), text)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&from, "from", "", "run folder or checkpoint directory")
+	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
+	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")
+	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
+	fs.IntVar(&opts.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
+	fs.Uint64Var(&opts.Seed, "seed", 1, "sampling seed")
+	fs.StringVar(&device, "device", "cpu", "cpu or gpu")
+	return cmd
+}

@@ -1,0 +1,374 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// trainOptions are the train command's own flags (besides config flags).
+type trainOptions struct {
+	preset     string
+	out        string
+	resume     string
+	overwrite  bool
+	noProgress bool
+	tokenCache string
+}
+
+func newTrainCmd() *cobra.Command {
+	var opts trainOptions
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train a model from a preset, or resume a run",
+		Long: `train runs a preset (default tiny), with any preset field overridden by a
+flag, and writes into the run folder --out: metrics.jsonl (one JSON line per
+logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
+optimizer.safetensors, state.json) and, at the end, loss.png.
+
+Without --corpus it trains on the Go standard library sources under GOROOT.
+--resume RUN continues a run folder (or one checkpoint directory) from its
+newest checkpoint with the checkpoint's settings; --steps may extend it,
+flags that change the model are refused. An existing run folder is never
+replaced unless --overwrite says so.
+
+Flags without a default below take the preset's value (or the
+checkpoint's); only the flags given override it.
+
+Ctrl-C (SIGINT) or SIGTERM finishes the step in flight, writes a checkpoint
+and exits with status 130 or 143; resume with --resume. A second signal
+quits at once.`,
+		Example: `  posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
+  posttrainllm train --resume runs/tiny --steps 400
+  posttrainllm train --preset small --lr 1e-3 --schedule wsd --decay-fraction 0.2 --out runs/small
+  posttrainllm train --preset huge --device gpu --batch 8 --out runs/huge
+  posttrainllm train --preset tiny --out runs/tiny --overwrite --no-progress`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.preset, "preset", "tiny", "preset to start from (see posttrainllm presets)")
+	fs.StringVar(&opts.out, "out", "", "run folder (default runs/PRESET, or the resumed run's folder)")
+	fs.StringVar(&opts.resume, "resume", "", "continue the run in this folder (or checkpoint directory) from its newest checkpoint")
+	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
+	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
+	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (default $XDG_CACHE_HOME/posttrainllm/tokens)")
+	ov := addConfigFlags(fs)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		return runTrain(cmd, opts, ov)
+	}
+	return cmd
+}
+
+// trainPlan is a validated train command: nothing has been written yet.
+type trainPlan struct {
+	cfg        train.Config
+	label      string // preset name or "resumed"
+	out        string
+	checkpoint string // checkpoint directory to resume from, or ""
+	resumeStep int
+}
+
+// planTrain resolves the preset or checkpoint, applies the flags and checks
+// everything that can be checked before writing anything.
+func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan, error) {
+	flags := cmd.Flags()
+	var p trainPlan
+	var base train.Config
+	if opts.resume != "" {
+		if flags.Changed("preset") {
+			return p, usageError("--preset %s with --resume: a resumed run keeps its checkpoint's settings; drop --preset", opts.preset)
+		}
+		if opts.overwrite && (opts.out == "" || filepath.Clean(opts.out) == filepath.Clean(opts.resume)) {
+			return p, usageError("--overwrite with --resume %s: resuming continues that run; drop --overwrite", opts.resume)
+		}
+		dir, err := train.ResolveCheckpoint(opts.resume)
+		if err != nil {
+			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		if err != nil {
+			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		if err := st.Config.Validate(); err != nil {
+			return p, usageError("invalid --resume %s: the checkpoint's settings do not validate: %v", opts.resume, err)
+		}
+		base, p.checkpoint, p.resumeStep, p.label = st.Config, dir, st.Step, "resumed"
+		if opts.out == "" {
+			opts.out = runFolderOf(opts.resume, dir)
+		}
+	} else {
+		cfg, err := presets.Load(opts.preset)
+		if err != nil {
+			return p, usageError("invalid --preset %s: want one of %s", opts.preset, joinNames(presets.Names()))
+		}
+		base, p.label = cfg, opts.preset
+		if opts.out == "" {
+			opts.out = filepath.Join("runs", opts.preset)
+		}
+	}
+	if err := resolveCorpus(ov); err != nil {
+		return p, err
+	}
+	cfg, err := ov.apply(base)
+	if err != nil {
+		return p, &exitError{code: exitUsage, err: err}
+	}
+	if p.checkpoint != "" {
+		if err := checkResumable(ov, base, cfg, p); err != nil {
+			return p, err
+		}
+	}
+	if err := checkDevice(cfg.Device, ov.isChanged("device")); err != nil {
+		return p, err
+	}
+	if err := cfg.CheckMemory(); err != nil {
+		return p, &exitError{code: exitUsage, err: err}
+	}
+	resumingHere := p.checkpoint != "" && sameDir(opts.out, runFolderOf(opts.resume, p.checkpoint))
+	if err := checkOut(opts.out, resumingHere, opts.overwrite); err != nil {
+		return p, err
+	}
+	p.cfg, p.out = cfg, opts.out
+	return p, nil
+}
+
+// resolveCorpus checks that --corpus exists and makes it absolute, so a
+// checkpoint's config names it from any working directory.
+func resolveCorpus(ov *overrides) error {
+	if !ov.isChanged("corpus") {
+		return nil
+	}
+	c := ov.value("corpus")
+	if _, err := os.Stat(c); err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return usageError("invalid --corpus %s: %v", c, err)
+	}
+	abs, err := filepath.Abs(c)
+	if err != nil {
+		return usageError("invalid --corpus %s: %v", c, err)
+	}
+	return ov.fs.Set("corpus", abs)
+}
+
+// checkResumable refuses flags that a checkpoint cannot continue with.
+func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
+	for _, f := range ov.changed() {
+		if f.get(base) == f.get(cfg) {
+			continue
+		}
+		switch {
+		case f.model:
+			return usageError("invalid --%s %s: %s is a checkpoint of another model shape (%s %s); a resumed run keeps its model",
+				f.name, ov.value(f.name), p.checkpoint, f.field, f.get(base))
+		case f.name == "optimizer":
+			return usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed run keeps its optimizer",
+				ov.value(f.name), p.checkpoint, base.Optimizer)
+		case f.name == "tokenizer":
+			return usageError("invalid --tokenizer %s: %s was trained on %s tokens; a resumed run keeps its tokenizer",
+				ov.value(f.name), p.checkpoint, base.Tokenizer)
+		}
+	}
+	if cfg.Steps <= p.resumeStep {
+		return usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
+			p.checkpoint, p.resumeStep, cfg.Steps, p.resumeStep)
+	}
+	return nil
+}
+
+// checkDevice refuses a device this MLX build cannot use.
+func checkDevice(name string, fromFlag bool) error {
+	dev, err := mlx.ParseDevice(name)
+	if err != nil {
+		return usageError("invalid --device %s: want cpu or gpu", name)
+	}
+	if !dev.Available() {
+		if !fromFlag {
+			return usageError("this MLX build has no %s, the device of the settings used; pass --device cpu (mlx-cpu is CPU only, mlx-cuda-13 adds the GPU)", name)
+		}
+		return usageError("invalid --device %s: this MLX build has no %s (mlx-cpu is CPU only, mlx-cuda-13 adds the GPU)", name, name)
+	}
+	return nil
+}
+
+func sameDir(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == bb
+}
+
+func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
+	p, err := planTrain(cmd, opts, ov)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	cfg := p.cfg
+
+	fmt.Fprintln(out, describe(p.label, cfg))
+	ds, err := openDataset(out, cfg, opts.tokenCache)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	tr, err := train.New(cfg, ds, p.out)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	if opts.overwrite {
+		if err := clearRun(p.out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "run folder: %s\n", p.out)
+
+	ctx, signalled, stopSignals := notifySignals(cmd.ErrOrStderr())
+	defer stopSignals()
+
+	prog := newProgress(out, opts.noProgress)
+	tr.Hooks = prog.hooks()
+	sum, runErr := tr.Run(ctx, p.checkpoint)
+	prog.finish()
+
+	// A run that failed before its first step leaves the folder as it was.
+	var plot string
+	var plotErr error
+	if runErr == nil || sum.Step > sum.StartStep {
+		plot, plotErr = train.PlotRun(p.out, fmt.Sprintf("%s · %s params · %d tokens/step", p.label,
+			humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()))
+	}
+	switch {
+	case errors.Is(runErr, train.ErrInterrupted):
+		sig := <-signalled
+		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm train --resume %s\n",
+			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out)
+		code := exitSIGTERM
+		if sig == syscall.SIGINT {
+			code = exitSIGINT
+		}
+		return &exitError{code: code}
+	case errors.Is(runErr, train.ErrNonFinite):
+		return fmt.Errorf("training diverged: %w; try a lower --lr or --grad-clip 1", runErr)
+	case runErr != nil:
+		return runErr
+	}
+	printSummary(out, sum, cfg, p.out)
+	if plotErr != nil {
+		return fmt.Errorf("the run finished but its plot failed: %w", plotErr)
+	}
+	fmt.Fprintf(out, "plot:       %s\n", plot)
+	return nil
+}
+
+// notifySignals returns a context that SIGINT or SIGTERM cancels (through
+// signal.NotifyContext) and a channel that then yields the signal. After
+// the first signal the default action returns, so a second one ends the
+// process without waiting for a long step. stop releases the handlers.
+func notifySignals(w io.Writer) (ctx context.Context, signalled <-chan syscall.Signal, stop func()) {
+	ctxInt, stopInt := signal.NotifyContext(context.Background(), syscall.SIGINT)
+	ctx, stopTerm := signal.NotifyContext(ctxInt, syscall.SIGTERM)
+	sigs := make(chan syscall.Signal, 1)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		if context.Cause(ctx) == context.Canceled {
+			return // released by stop, no signal
+		}
+		sig := syscall.SIGTERM
+		if ctxInt.Err() != nil {
+			sig = syscall.SIGINT
+		}
+		sigs <- sig
+		stopTerm()
+		stopInt()
+		fmt.Fprintln(w, "posttrainllm: stopping after the step in flight and writing a checkpoint; signal again to quit at once")
+	}()
+	return ctx, sigs, func() {
+		close(done)
+		stopTerm()
+		stopInt()
+	}
+}
+
+func signalName(sig syscall.Signal) string {
+	if sig == syscall.SIGINT {
+		return "SIGINT"
+	}
+	return "SIGTERM"
+}
+
+// openDataset loads and tokenises the corpus, saying which one is used.
+func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset, error) {
+	name := cfg.Corpus
+	if name == "" {
+		dir, err := data.DefaultCorpus()
+		if err != nil {
+			return nil, err
+		}
+		name = fmt.Sprintf("%s (default: the Go standard library sources, first %d MiB of non-test .go files)",
+			dir, data.DefaultCorpusMaxBytes>>20)
+	}
+	fmt.Fprintf(w, "corpus: %s\n", name)
+	ds, err := train.OpenDataset(cfg.Corpus, cfg.Tokenizer, cacheDir, cfg.Model.Context, cfg.ValFraction)
+	if err != nil {
+		return nil, fmt.Errorf("corpus %s: %w", name, err)
+	}
+	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), cfg.Tokenizer)
+	return ds, nil
+}
+
+func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) {
+	fmt.Fprintf(w, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f",
+		sum.StartStep+1, sum.Step, cfg.Steps, sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
+	if !isNaN(sum.ValLoss) {
+		fmt.Fprintf(w, ", held-out loss %.4f", sum.ValLoss)
+	}
+	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
+	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)
+	fmt.Fprintf(w, "metrics:    %s\n", filepath.Join(out, train.MetricsFile))
+}
+
+func isNaN(f float64) bool { return f != f }
+
+// humanBytes writes n in KiB, MiB or GiB.
+func humanBytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func joinNames(names []string) string {
+	s := ""
+	for i, n := range names {
+		if i > 0 {
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}

@@ -1,0 +1,135 @@
+//go:build gpu
+
+// GPU tests: built only with -tags gpu (make test-gpu-bin) and run on a
+// machine with a CUDA GPU and libmlx.so from mlx-cuda-13 (scripts/gpu-bench.sh).
+// They fail, never skip, when no GPU is there.
+
+package mlx
+
+import (
+	"math"
+	"testing"
+)
+
+// onGPU makes the GPU the thread's default device for the test, failing it
+// when this libmlx.so has none, and restores the CPU afterwards.
+func onGPU(t *testing.T) {
+	t.Helper()
+	if !GPU.Available() {
+		t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible (run with LD_LIBRARY_PATH at mlx-cuda-13's mlx/lib)")
+	}
+	if err := SetDefaultDevice(GPU); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := SetDefaultDevice(CPU); err != nil {
+			t.Errorf("restoring the CPU device: %v", err)
+		}
+	})
+}
+
+// relErr is ‖got − want‖ / ‖want‖.
+func relErr(t *testing.T, name string, got, want []float64) float64 {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
+	}
+	var num, den float64
+	for i := range got {
+		if math.IsNaN(got[i]) || math.IsInf(got[i], 0) {
+			t.Fatalf("%s[%d] = %v, want a finite value", name, i, got[i])
+		}
+		d := got[i] - want[i]
+		num += d * d
+		den += want[i] * want[i]
+	}
+	return math.Sqrt(num / den)
+}
+
+func TestGPUDeviceIsDefault(t *testing.T) {
+	setup(t)
+	onGPU(t)
+	if d := DefaultDevice(); d != GPU {
+		t.Fatalf("default device %s after SetDefaultDevice(GPU), want gpu", d)
+	}
+	a := f32([]float64{1, 2, 3}, 3)
+	checkClose(t, "a·2+1 on the GPU", AddScalar(MulScalar(a, 2), 1), []int{3}, []float64{3, 5, 7}, 0)
+	if err := Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if m := Memory(); m.Peak == 0 {
+		t.Fatalf("GPU peak memory %d after an evaluation, want > 0", m.Peak)
+	}
+}
+
+// attentionBlock is a small transformer piece in bfloat16: RMSNorm, a
+// projection, RoPE, causal fused attention, GELU and a float32 reduction.
+func attentionBlock(in []*Array) ([]*Array, error) {
+	x, w, g := AsType(in[0], BFloat16), AsType(in[1], BFloat16), AsType(in[2], BFloat16)
+	h := Matmul(RMSNorm(x, g, 1e-5), Transpose(w)) // [B, T, D]
+	q := RoPE(Transpose(Reshape(h, 2, 16, 2, 8), 0, 2, 1, 3), 8, false, 10000, 1, 0)
+	o := ScaledDotProductAttention(q, q, q, 0.35, CausalMask, nil)
+	o = Reshape(Transpose(o, 0, 2, 1, 3), 2, 16, 16)
+	y := Multiply(MulScalar(o, 0.5), AddScalar(Erf(MulScalar(o, 1/math.Sqrt2)), 1))
+	y32 := AsType(y, Float32)
+	return []*Array{y32, Sum(Square(y32))}, nil
+}
+
+func TestGPUCompiledMatchesCPU(t *testing.T) {
+	setup(t)
+	x, w, g := f32(lcg(1, 2*16*16), 2, 16, 16), f32(lcg(2, 16*16), 16, 16), f32(lcg(3, 16), 16)
+	want, err := attentionBlock([]*Array{x, w, g})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantY, wantS := values(t, want[0]), values(t, want[1])
+	onGPU(t)
+	c, err := Compile(attentionBlock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	got, err := c.Call(x, w, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// bfloat16 operands on two backends: agreement within 1e-2 is the
+	// expected range (METHOD.md: bf16 between 1e-3 and 1e-2).
+	if e := relErr(t, "y", values(t, got[0]), wantY); e > 1e-2 {
+		t.Fatalf("GPU compiled y differs from the CPU by %.3g (relative norm), want <= 1e-2", e)
+	}
+	if e := relErr(t, "sum", values(t, got[1]), wantS); e > 1e-2 {
+		t.Fatalf("GPU compiled sum differs from the CPU by %.3g, want <= 1e-2", e)
+	}
+}
+
+func TestGPUGradMatchesCPU(t *testing.T) {
+	setup(t)
+	loss := func(in []*Array) ([]*Array, error) {
+		h := Matmul(in[0], in[1])
+		return []*Array{Mean(Square(Tanh(h)))}, nil
+	}
+	x, w := f32(lcg(4, 64*32), 64, 32), f32(lcg(5, 32*48), 32, 48)
+	grad := func() ([]float64, []float64) {
+		vg, err := ValueAndGrad(loss, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer vg.Free()
+		v, g, err := vg.Call(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return values(t, v[0]), values(t, g[0])
+	}
+	wantV, wantG := grad()
+	onGPU(t)
+	gotV, gotG := grad()
+	// float32 on the GPU may use TF32 matrix units: allow 1e-3.
+	if e := relErr(t, "loss", gotV, wantV); e > 1e-3 {
+		t.Fatalf("GPU loss differs from the CPU by %.3g, want <= 1e-3", e)
+	}
+	if e := relErr(t, "grad", gotG, wantG); e > 1e-3 {
+		t.Fatalf("GPU gradient differs from the CPU by %.3g, want <= 1e-3", e)
+	}
+}

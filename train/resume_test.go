@@ -7,6 +7,28 @@ import (
 	"testing"
 )
 
+// interruptAt runs cfg in dir and cancels the run's context once step has
+// been logged, as SIGINT does through the CLI; it asserts ErrInterrupted.
+func interruptAt(t *testing.T, cfg Config, dir string, step int) Summary {
+	t.Helper()
+	tr, err := New(cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr.Hooks.OnLog = func(m Metrics) {
+		if m.Step == step {
+			cancel()
+		}
+	}
+	sum, err := tr.Run(ctx, "")
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("want a run interrupted at step %d, got %v", step, err)
+	}
+	return sum
+}
+
 // Resuming after step k reproduces the uninterrupted run's losses at steps
 // k+1 … k+10 exactly (same arithmetic, same data order).
 func TestResumeReproducesUninterruptedRun(t *testing.T) {
@@ -15,20 +37,7 @@ func TestResumeReproducesUninterruptedRun(t *testing.T) {
 	_, full := runTrainer(t, cfg, t.TempDir(), "")
 
 	dir := t.TempDir()
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
-	tr, err := New(cfg, ds, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tr.Hooks.OnLog = func(m Metrics) {
-		if m.Step == 10 {
-			cancel()
-		}
-	}
-	if _, err := tr.Run(ctx, ""); !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("want an interrupted run, got %v", err)
-	}
+	interruptAt(t, cfg, dir, 10)
 	ck, err := LatestCheckpoint(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -48,21 +57,7 @@ func TestInterruptedRunCheckpointsAndResumes(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.Steps = 12
 	dir := t.TempDir()
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
-	tr, err := New(cfg, ds, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tr.Hooks.OnLog = func(m Metrics) {
-		if m.Step == 5 {
-			cancel()
-		}
-	}
-	sum, err := tr.Run(ctx, "")
-	if !errors.Is(err, ErrInterrupted) {
-		t.Fatalf("want ErrInterrupted, got %v", err)
-	}
+	sum := interruptAt(t, cfg, dir, 5)
 	if sum.Step != 5 || sum.LastCheckpoint == "" {
 		t.Fatalf("interrupted at step %d with checkpoint %q, want step 5 and a checkpoint", sum.Step, sum.LastCheckpoint)
 	}

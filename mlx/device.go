@@ -16,6 +16,7 @@ const (
 	GPU Device = C.MLX_GPU
 )
 
+// String returns "cpu" or "gpu", the names ParseDevice accepts.
 func (d Device) String() string {
 	if d == GPU {
 		return "gpu"

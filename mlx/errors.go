@@ -18,6 +18,7 @@ type Error struct {
 	Msg      string // MLX's own message
 }
 
+// Error formats the failure as "mlx: op(operands): message".
 func (e *Error) Error() string {
 	if e.Operands == "" {
 		return fmt.Sprintf("mlx: %s: %s", e.Op, e.Msg)

@@ -14,6 +14,7 @@ const (
 	Head                  // the untied output projection [V, D]
 )
 
+// String returns the kind's name, e.g. "matrix".
 func (k Kind) String() string {
 	return [...]string{"embedding", "matrix", "norm", "head"}[k]
 }

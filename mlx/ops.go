@@ -135,11 +135,11 @@ func softmax(a *Array, axes []int, precise bool) *Array {
 	})
 }
 
-// AsType converts a to dtype.
+// AsType converts a to dtype. When a already has that dtype MLX returns
+// the same array, so the result is a new handle to it and adds no op to the
+// graph (the step casts every gradient, and the loss its logits, to
+// float32; with float32 models those casts used to add copies).
 func AsType(a *Array, dtype Dtype) *Array {
-	if a.Valid() && a.Dtype() == dtype {
-		return Copy(a)
-	}
 	return unary("astype", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_astype(x, C.int(dtype), o) })
 }
 

@@ -134,19 +134,25 @@ func BenchmarkCompiledCall(b *testing.B) {
 	}
 }
 
-// BenchmarkValueAndGrad computes sum((w·x)²) and its gradient with respect
-// to w for [16] arrays; MLX traces the Go function on every call.
-func BenchmarkValueAndGrad(b *testing.B) {
-	lockBench(b)
-	w, x := Ones([]int{16}, Float32), Full([]int{16}, 0.5, Float32)
-	defer Free(w, x)
+// squareLossVG returns [16] inputs w and x and the value-and-grad of
+// sum((w·x)²) with respect to w; they are freed when b ends.
+func squareLossVG(b *testing.B) (w, x *Array, vg *ValueAndGradFunc) {
+	w, x = Ones([]int{16}, Float32), Full([]int{16}, 0.5, Float32)
 	vg, err := ValueAndGrad(func(in []*Array) ([]*Array, error) {
 		return []*Array{Sum(Square(Multiply(in[0], in[1])))}, nil
 	}, 0)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer vg.Free()
+	b.Cleanup(func() { vg.Free(); Free(w, x) })
+	return w, x, vg
+}
+
+// BenchmarkValueAndGrad computes sum((w·x)²) and its gradient with respect
+// to w for [16] arrays; MLX traces the Go function on every call.
+func BenchmarkValueAndGrad(b *testing.B) {
+	lockBench(b)
+	w, x, vg := squareLossVG(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		vals, grads, err := vg.Call(w, x)
@@ -165,15 +171,7 @@ func BenchmarkValueAndGrad(b *testing.B) {
 // value-and-grad call itself compiled, as the training step does.
 func BenchmarkCompiledValueAndGrad(b *testing.B) {
 	lockBench(b)
-	w, x := Ones([]int{16}, Float32), Full([]int{16}, 0.5, Float32)
-	defer Free(w, x)
-	vg, err := ValueAndGrad(func(in []*Array) ([]*Array, error) {
-		return []*Array{Sum(Square(Multiply(in[0], in[1])))}, nil
-	}, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer vg.Free()
+	w, x, vg := squareLossVG(b)
 	c, err := Compile(func(in []*Array) ([]*Array, error) {
 		vals, grads, err := vg.Call(in...)
 		return append(vals, grads...), err

@@ -35,6 +35,20 @@ var tokenizerMakers = map[string]func() Tokenizer{
 	gpt2TokenizerName: func() Tokenizer { return newGPT2() },
 }
 
+// tokenizerVocabSizes are the tokenizers' vocabulary sizes, known without
+// building them (the GPT-2 tokenizer loads its ranks when built).
+var tokenizerVocabSizes = map[string]int{byteTokenizerName: 256, gpt2TokenizerName: gpt2EOT + 1}
+
+// TokenizerVocabSize returns the vocabulary size of the tokenizer called
+// name without building it, for validating a configuration.
+func TokenizerVocabSize(name string) (int, error) {
+	v, ok := tokenizerVocabSizes[name]
+	if !ok {
+		return 0, fmt.Errorf("unknown tokenizer %q: want one of %s", name, strings.Join(TokenizerNames(), ", "))
+	}
+	return v, nil
+}
+
 // TokenizerNames returns the names NewTokenizer accepts, sorted, so that
 // command-line help and error messages can list them.
 func TokenizerNames() []string {

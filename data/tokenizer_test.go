@@ -119,3 +119,19 @@ func TestGPT2KnownIDs(t *testing.T) {
 		t.Errorf("Decode of out-of-vocabulary ids = %q, want two U+FFFD", got)
 	}
 }
+
+func TestTokenizerVocabSizeMatchesTokenizers(t *testing.T) {
+	for _, name := range TokenizerNames() {
+		tok, err := NewTokenizer(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := TokenizerVocabSize(name)
+		if err != nil || v != tok.VocabSize() {
+			t.Errorf("TokenizerVocabSize(%q) = %d, %v; the tokenizer has %d", name, v, err, tok.VocabSize())
+		}
+	}
+	if _, err := TokenizerVocabSize("bpe"); err == nil || !strings.Contains(err.Error(), "bpe") {
+		t.Errorf("unknown name: got %v, want an error naming it", err)
+	}
+}

@@ -100,7 +100,7 @@ func Bench(cfg Config, opts BenchOptions) (BenchResult, error) {
 	}
 	cfg = cfg.WithDefaults()
 	if cfg.Model.VocabSize == 0 {
-		v, err := tokenizerVocab(cfg.Tokenizer)
+		v, err := data.TokenizerVocabSize(cfg.Tokenizer)
 		if err != nil {
 			return BenchResult{}, err
 		}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -137,7 +136,7 @@ func (c Config) Validate() error {
 // that the schedule fits the run, so a bad setting fails before a run
 // folder is created rather than when the run starts.
 func (c Config) validateNames() error {
-	if v, err := tokenizerVocab(c.Tokenizer); err != nil {
+	if v, err := data.TokenizerVocabSize(c.Tokenizer); err != nil {
 		return err
 	} else if c.Model.VocabSize < v {
 		return fmt.Errorf("vocab_size = %d, want >= %d (the %s tokenizer's ids)", c.Model.VocabSize, v, c.Tokenizer)
@@ -159,20 +158,3 @@ func (c Config) validateNames() error {
 
 // TokensPerStep is the number of tokens one optimizer update consumes.
 func (c Config) TokensPerStep() int { return c.Batch * c.Accum * c.Model.Context }
-
-// tokenizerVocabs caches each tokenizer's vocabulary size: building the
-// GPT-2 tokenizer takes milliseconds, and Validate runs often.
-var tokenizerVocabs sync.Map
-
-// tokenizerVocab returns the vocabulary size of the tokenizer called name.
-func tokenizerVocab(name string) (int, error) {
-	if v, ok := tokenizerVocabs.Load(name); ok {
-		return v.(int), nil
-	}
-	tok, err := data.NewTokenizer(name)
-	if err != nil {
-		return 0, err
-	}
-	tokenizerVocabs.Store(name, tok.VocabSize())
-	return tok.VocabSize(), nil
-}

@@ -78,9 +78,9 @@ func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
 	if err := cfg.CheckMemory(); err != nil {
 		return nil, err
 	}
-	if cfg.Model.VocabSize < ds.Tokenizer.VocabSize() {
-		return nil, fmt.Errorf("vocab_size %d is smaller than the %s tokenizer's %d ids",
-			cfg.Model.VocabSize, ds.Tokenizer.Name(), ds.Tokenizer.VocabSize())
+	if ds.Tokenizer.Name() != cfg.Tokenizer {
+		return nil, fmt.Errorf("the dataset was tokenised with %s, the config says tokenizer %q",
+			ds.Tokenizer.Name(), cfg.Tokenizer)
 	}
 	m, err := model.New(cfg.Model)
 	if err != nil {

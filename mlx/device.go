@@ -61,3 +61,13 @@ func DefaultDevice() Device {
 
 // Synchronize waits for all scheduled work on the default stream to finish.
 func Synchronize() error { return check(C.mlx_synchronize(), "synchronize") }
+
+// UseDevice parses a device name ("cpu" or "gpu") and makes it the calling
+// thread's default device: what every command that takes --device does.
+func UseDevice(name string) error {
+	d, err := ParseDevice(name)
+	if err != nil {
+		return err
+	}
+	return SetDefaultDevice(d)
+}

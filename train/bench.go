@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
 )
 
 // BenchOptions say how Bench measures a configuration.
@@ -114,11 +115,7 @@ func Bench(cfg Config, opts BenchOptions) (BenchResult, error) {
 	if err := cfg.CheckMemory(); err != nil {
 		return BenchResult{}, err
 	}
-	dev, err := mlx.ParseDevice(cfg.Device)
-	if err != nil {
-		return BenchResult{}, err
-	}
-	if err := mlx.SetDefaultDevice(dev); err != nil {
+	if err := mlx.UseDevice(cfg.Device); err != nil {
 		return BenchResult{}, err
 	}
 	m, err := model.New(cfg.Model)
@@ -222,7 +219,7 @@ type benchRun struct {
 	model         *model.TinyGPT
 	params, state []*mlx.Array
 	stepFn        *Step
-	sched         interface{ LR(int) float64 }
+	sched         optim.Schedule
 	sampler       *data.Sampler
 	batch         *data.Batch
 }

@@ -93,11 +93,7 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err := opts.Validate(); err != nil {
 		return "", err
 	}
-	dev, err := mlx.ParseDevice(device)
-	if err != nil {
-		return "", err
-	}
-	if err := mlx.SetDefaultDevice(dev); err != nil {
+	if err := mlx.UseDevice(device); err != nil {
 		return "", err
 	}
 	dir, err := ResolveCheckpoint(path)

@@ -113,11 +113,7 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 	cfg := t.Config
 	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
 
-	dev, err := mlx.ParseDevice(cfg.Device)
-	if err != nil {
-		return sum, err
-	}
-	if err := mlx.SetDefaultDevice(dev); err != nil {
+	if err := mlx.UseDevice(cfg.Device); err != nil {
 		return sum, err
 	}
 	if err := os.MkdirAll(t.RunDir, 0o755); err != nil {

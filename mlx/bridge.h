@@ -56,6 +56,14 @@ int mlx_closure_new(mlx_closure_fn fn, uintptr_t payload, mlx_payload_dtor dtor,
 int mlx_closure_free(mlx_closure c);
 int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out);
 int mlx_compile(mlx_closure c, bool shapeless, mlx_closure* out);
+// Custom VJPs: vjp is called with in = primals ++ cotangents ++ outputs
+// (n_primals, then n_outputs twice) and pushes one cotangent per primal.
+// From the call on, the result owns payload: on failure dtor has already
+// released it.
+typedef int (*mlx_vjp_fn)(uintptr_t payload, const mlx_array* in, size_t n_primals, size_t n_outputs,
+                          mlx_vec outputs);
+int mlx_custom_vjp(mlx_closure fun, mlx_vjp_fn vjp, uintptr_t payload, mlx_payload_dtor dtor,
+                   mlx_closure* out);
 int mlx_set_compile_enabled(bool enabled);
 int mlx_value_and_grad(mlx_closure c, const int* argnums, size_t nargnums, mlx_vag* out);
 int mlx_vag_free(mlx_vag f);
@@ -108,6 +116,8 @@ int mlx_argmax(mlx_array a, int axis, bool keepdims, mlx_array* out);
 int mlx_argmax_all(mlx_array a, bool keepdims, mlx_array* out);
 int mlx_softmax(mlx_array a, const int* axes, int naxes, bool precise, mlx_array* out);
 int mlx_where(mlx_array cond, mlx_array x, mlx_array y, mlx_array* out);
+// beta·c + alpha·(a @ b) as one GEMM (cuBLAS adds c in its epilogue).
+int mlx_addmm(mlx_array c, mlx_array a, mlx_array b, float alpha, float beta, mlx_array* out);
 int mlx_astype(mlx_array a, int dtype, mlx_array* out);
 int mlx_reshape(mlx_array a, const int* shape, int ndim, mlx_array* out);
 int mlx_transpose(mlx_array a, const int* axes, int naxes, mlx_array* out);

@@ -134,6 +134,16 @@ struct Closure {
   VecFn fn;
 };
 
+// VJPPayload owns a Go custom-VJP callback's handle, like Payload.
+struct VJPPayload {
+  mlx_vjp_fn fn;
+  uintptr_t payload;
+  mlx_payload_dtor dtor;
+  ~VJPPayload() {
+    if (dtor) dtor(payload);
+  }
+};
+
 Closure& C(mlx_closure c) {
   if (c == nullptr) throw std::invalid_argument("nil closure handle");
   return *reinterpret_cast<Closure*>(c);
@@ -177,6 +187,30 @@ int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out
 
 int mlx_compile(mlx_closure c, bool shapeless, mlx_closure* out) {
   PTLM_TRY(*out = wrap_closure(mx::compile(C(c).fn, shapeless)))
+}
+
+int mlx_custom_vjp(mlx_closure fun, mlx_vjp_fn vjp, uintptr_t payload, mlx_payload_dtor dtor,
+                   mlx_closure* out) {
+  // Once p exists it owns the payload: on any later failure its destructor
+  // has released it, so the caller must not.
+  PTLM_TRY({
+    auto p = std::shared_ptr<VJPPayload>(new VJPPayload{vjp, payload, dtor});
+    auto vjp_fn = [p](const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
+                      const std::vector<mx::array>& outputs) {
+      std::vector<mlx_array> handles;
+      handles.reserve(primals.size() + cotangents.size() + outputs.size());
+      for (auto* v : {&primals, &cotangents, &outputs})
+        for (auto& a : *v) handles.push_back(reinterpret_cast<mlx_array>(const_cast<mx::array*>(&a)));
+      std::vector<mx::array> outs;
+      int rc = p->fn(p->payload, handles.data(), primals.size(), outputs.size(), reinterpret_cast<mlx_vec>(&outs));
+      if (rc != 0) throw std::runtime_error(last_error);
+      if (outs.size() != primals.size())
+        throw std::invalid_argument("custom vjp returned " + std::to_string(outs.size()) +
+                                    " cotangents for " + std::to_string(primals.size()) + " inputs");
+      return outs;
+    };
+    *out = wrap_closure(mx::custom_vjp(C(fun).fn, vjp_fn));
+  })
 }
 
 int mlx_set_compile_enabled(bool enabled) {

@@ -33,6 +33,9 @@ int mlx_softmax(mlx_array a, const int* axes, int naxes, bool precise, mlx_array
 int mlx_where(mlx_array cond, mlx_array x, mlx_array y, mlx_array* out) {
   PTLM_TRY(*out = wrap(mx::where(A(cond), A(x), A(y))))
 }
+int mlx_addmm(mlx_array c, mlx_array a, mlx_array b, float alpha, float beta, mlx_array* out) {
+  PTLM_TRY(*out = wrap(mx::addmm(A(c), A(a), A(b), alpha, beta)))
+}
 int mlx_astype(mlx_array a, int dtype, mlx_array* out) { PTLM_TRY(*out = wrap(mx::astype(A(a), dtype_of(dtype)))) }
 int mlx_reshape(mlx_array a, const int* shape, int ndim, mlx_array* out) {
   PTLM_TRY(*out = wrap(mx::reshape(A(a), shape_of(shape, ndim))))

@@ -5,9 +5,14 @@ package mlx
 
 extern int ptlmClosureCall(uintptr_t payload, mlx_array* inputs, size_t n, mlx_vec outputs);
 extern void ptlmClosureFree(uintptr_t payload);
+extern int ptlmVJPCall(uintptr_t payload, mlx_array* in, size_t n_primals, size_t n_outputs, mlx_vec outputs);
 
 static int ptlm_closure_new_go(uintptr_t payload, mlx_closure* out) {
 	return mlx_closure_new((mlx_closure_fn)ptlmClosureCall, payload, ptlmClosureFree, out);
+}
+
+static int ptlm_custom_vjp_go(mlx_closure fun, uintptr_t payload, mlx_closure* out) {
+	return mlx_custom_vjp(fun, (mlx_vjp_fn)ptlmVJPCall, payload, ptlmClosureFree, out);
 }
 */
 import "C"
@@ -76,12 +81,29 @@ func (c *Closure) Call(inputs ...*Array) ([]*Array, error) {
 	return takeVec(out), nil
 }
 
-// ptlmClosureCall is the C callback behind every Go closure. It runs the Go
-// function inside a scope, hands its outputs to MLX, and turns Go errors and
-// panics into a failure status: a Go panic must never unwind through C++.
+// ptlmClosureCall is the C callback behind every Go closure.
 //
 //export ptlmClosureCall
-func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outputs C.mlx_vec) (rc C.int) {
+func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outputs C.mlx_vec) C.int {
+	return callGo(unsafe.Slice(inputs, int(n)), outputs, cgo.Handle(payload).Value().(Func))
+}
+
+// ptlmVJPCall is the C callback behind CustomVJP's vjp: in holds the
+// primals, the output cotangents and the outputs, in that order.
+//
+//export ptlmVJPCall
+func ptlmVJPCall(payload C.uintptr_t, in *C.mlx_array, nPrimals, nOutputs C.size_t, outputs C.mlx_vec) C.int {
+	vjp := cgo.Handle(payload).Value().(VJPFunc)
+	np, no := int(nPrimals), int(nOutputs)
+	return callGo(unsafe.Slice(in, np+2*no), outputs, func(a []*Array) ([]*Array, error) {
+		return vjp(a[:np:np], a[np:np+no:np+no], a[np+no:])
+	})
+}
+
+// callGo runs fn on borrowed input handles inside a scope, hands its
+// outputs to MLX, and turns Go errors and panics into a failure status: a Go
+// panic must never unwind through C++.
+func callGo(hs []C.mlx_array, outputs C.mlx_vec, fn Func) (rc C.int) {
 	scope := NewScope()
 	defer scope.Close()
 	defer func() {
@@ -90,9 +112,7 @@ func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outpu
 			rc = 1
 		}
 	}()
-	fn := cgo.Handle(payload).Value().(Func)
-	in := make([]*Array, int(n))
-	hs := unsafe.Slice(inputs, int(n))
+	in := make([]*Array, len(hs))
 	for i := range in {
 		in[i] = &Array{h: hs[i], borrowed: true, dtype: -1}
 	}
@@ -111,6 +131,32 @@ func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outpu
 		}
 	}
 	return 0
+}
+
+// VJPFunc computes the cotangents of a function's inputs (one per primal)
+// from its inputs (primals), the cotangents of its outputs and its outputs.
+type VJPFunc func(primals, cotangents, outputs []*Array) ([]*Array, error)
+
+// CustomVJP returns fn with its gradient given by vjp instead of by
+// differentiating fn's ops. Autodiff then keeps nothing of fn's
+// intermediates alive: the backward pass recomputes what vjp needs from the
+// primals and outputs. Under Compile this lets a chain of elementwise ops
+// fuse into one forward kernel, where differentiating through it would
+// materialise every intermediate the backward pass reads.
+func CustomVJP(fn Func, vjp VJPFunc) (*Closure, error) {
+	if fn == nil || vjp == nil {
+		return nil, fmt.Errorf("mlx: custom_vjp needs a function and its vjp")
+	}
+	c, err := NewClosure(fn)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Free()
+	var h C.mlx_closure
+	if C.ptlm_custom_vjp_go(c.h, C.uintptr_t(cgo.NewHandle(vjp)), &h) != 0 {
+		return nil, &Error{Op: "custom_vjp", Msg: lastError()} // the bridge released the handle
+	}
+	return wrapClosure(h), nil
 }
 
 //export ptlmClosureFree

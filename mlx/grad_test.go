@@ -109,6 +109,15 @@ func TestGradAttention(t *testing.T) {
 	checkGrad(t, "sum(c*sdpa(q,k,v))", fn, in, []int{0, 1, 2}, 1e-2, 2e-3)
 }
 
+func TestGradAddMM(t *testing.T) {
+	setup(t)
+	fn := func(in []*Array) ([]*Array, error) {
+		return []*Array{Sum(Square(AddMM(in[0], in[1], in[2], 1.5, 0.5)))}, nil
+	}
+	c, a, b := f32(lcg(22, 8), 2, 4), f32(lcg(23, 6), 2, 3), f32(lcg(24, 12), 3, 4)
+	checkGrad(t, "sum(addmm(c,a,b)^2)", fn, []*Array{c, a, b}, []int{0, 1, 2}, 1e-2, 2e-3)
+}
+
 func TestValueAndGradTracesEveryCall(t *testing.T) {
 	setup(t)
 	calls := 0

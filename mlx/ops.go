@@ -104,6 +104,19 @@ func Where(cond, x, y *Array) *Array {
 	return newArray(h)
 }
 
+// AddMM returns beta·c + alpha·(a @ b). On a GPU it is one GEMM whose
+// epilogue adds c, where Add(c, Matmul(a, b)) launches a second kernel.
+func AddMM(c, a, b *Array, alpha, beta float32) *Array {
+	if err := firstErr(c, a, b); err != nil {
+		return errArray(err)
+	}
+	var h C.mlx_array
+	if C.mlx_addmm(c.h, a.h, b.h, C.float(alpha), C.float(beta), &h) != 0 {
+		return errArray(opError("addmm", c, a, b))
+	}
+	return newArray(h)
+}
+
 // Matmul returns the matrix product a @ b (batched over leading dims).
 func Matmul(a, b *Array) *Array {
 	return binary("matmul", a, b, func(x, y C.mlx_array, o *C.mlx_array) C.int { return C.mlx_matmul(x, y, o) })

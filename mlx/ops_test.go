@@ -2,6 +2,7 @@ package mlx
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -16,6 +17,22 @@ func TestMatmul(t *testing.T) {
 	checkClose(t, "batched matmul", Matmul(batch, b), []int{2, 1, 2}, []float64{7, 8, 11, 12}, 1e-6)
 	// Matrix-vector.
 	checkClose(t, "matvec", Matmul(a, f32([]float64{1, 1, 1})), []int{2}, []float64{6, 15}, 1e-6)
+}
+
+func TestAddMM(t *testing.T) {
+	setup(t)
+	a := f32([]float64{1, 2, 3, 4, 5, 6}, 2, 3)
+	b := f32([]float64{7, 8, 9, 10, 11, 12}, 3, 2)
+	c := f32([]float64{1, -1, 0.5, 2}, 2, 2)
+	// 0.5·c + 2·(a@b), with a@b = [[58, 64], [139, 154]].
+	checkClose(t, "addmm", AddMM(c, a, b, 2, 0.5), []int{2, 2}, []float64{116.5, 127.5, 278.25, 309}, 1e-5)
+	// Batched a [2,1,3] with a [2,1,2] c, as a residual connection x + h@W uses it.
+	batch := f32([]float64{1, 0, 0, 0, 0, 1}, 2, 1, 3)
+	res := f32([]float64{1, 2, 3, 4}, 2, 1, 2)
+	checkClose(t, "batched addmm", AddMM(res, batch, b, 1, 1), []int{2, 1, 2}, []float64{8, 10, 14, 16}, 1e-6)
+	if err := AddMM(f32([]float64{1, 2, 3}, 3), a, b, 1, 1).Err(); err == nil || !strings.Contains(err.Error(), "addmm") {
+		t.Fatalf("addmm with a [3] c against a [2,2] product: err = %v, want an addmm error", err)
+	}
 }
 
 func TestAsType(t *testing.T) {

@@ -1,0 +1,140 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// referenceLoss is TinyGPT's loss written the plain way, op by op: separate
+// q, k and v projections, GELU differentiated through its ops, residual
+// additions after the projections, and the float32 cross-entropy. The
+// model's kernel-saving forms (one qkv matmul, GELU's written-out
+// derivative, residuals as multiply-adds, the fused cross-entropy) must give
+// the same loss and gradients.
+func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+	w, err := m.unpack(params)
+	if err != nil {
+		return mlx.ErrorArray(err)
+	}
+	c := m.Config
+	eps := float32(c.NormEps)
+	B, T, hd := x.Dim(0), x.Dim(1), c.HeadDim()
+	heads := func(t *mlx.Array) *mlx.Array {
+		return mlx.Transpose(mlx.Reshape(t, B, T, c.Heads, hd), 0, 2, 1, 3)
+	}
+	rope := func(t *mlx.Array) *mlx.Array { return mlx.RoPE(t, hd, false, float32(c.RoPEBase), 1, 0) }
+	gelu := func(t *mlx.Array) *mlx.Array {
+		return mlx.Multiply(mlx.MulScalar(t, 0.5), mlx.AddScalar(mlx.Erf(mlx.MulScalar(t, 1/math.Sqrt2)), 1))
+	}
+	h := mlx.Take(w.tokEmb, x, 0)
+	if w.embedNorm != nil {
+		h = mlx.RMSNorm(h, w.embedNorm, eps)
+	}
+	for _, b := range w.blocks {
+		a := mlx.RMSNorm(h, b.attnNorm, eps)
+		q, k, v := rope(heads(linear(a, b.wq))), rope(heads(linear(a, b.wk))), heads(linear(a, b.wv))
+		o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mlx.CausalMask, nil)
+		h = mlx.Add(h, linear(mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B, T, c.DModel), b.wo))
+		h = mlx.Add(h, linear(gelu(linear(mlx.RMSNorm(h, b.mlpNorm, eps), b.w1)), b.w2))
+	}
+	logits := mlx.AsType(linear(mlx.RMSNorm(h, w.norm, eps), w.head), mlx.Float32)
+	lse := mlx.LogSumExp(logits, -1)
+	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
+	return mlx.Mean(mlx.Subtract(lse, target))
+}
+
+// lossAndGrads returns loss(params, x, y) and its gradients as float64s.
+func lossAndGrads(t *testing.T, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+	params []*mlx.Array, x, y *mlx.Array) (float64, [][]float64) {
+	t.Helper()
+	n := len(params)
+	argnums := make([]int, n)
+	for i := range argnums {
+		argnums[i] = i
+	}
+	vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		return []*mlx.Array{loss(in[:n], in[n], in[n+1])}, nil
+	}, argnums...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vg.Free()
+	vals, grads, err := vg.Call(append(append([]*mlx.Array{}, params...), x, y)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlx.Free(append(vals, grads...)...)
+	v, err := vals[0].Item()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]float64, n)
+	for i, g := range grads {
+		out[i] = values(t, g)
+	}
+	return v, out
+}
+
+func TestLossAndGradientsMatchThePlainFormulation(t *testing.T) {
+	lockThread(t)
+	for _, variant := range []struct {
+		name  string
+		tweak func(*Config)
+	}{
+		{"tied", func(c *Config) {}},
+		{"untied with embedding norm", func(c *Config) { c.TiedEmbeddings = false; c.EmbedNorm = true }},
+	} {
+		c := smallConfig()
+		c.TiedEmbeddings = true
+		variant.tweak(&c)
+		m, err := New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		params, err := m.Init(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y := tokens(t, 2, 12, c.VocabSize, 0), tokens(t, 2, 12, c.VocabSize, 5)
+		wantLoss, wantGrads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+			return referenceLoss(m, p, x, y)
+		}, params, x, y)
+		for _, fused := range []bool{false, true} {
+			name := fmt.Sprintf("%s, fused cross-entropy %v", variant.name, fused)
+			loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+				return m.loss(p, x, y, fused)
+			}, params, x, y)
+			if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
+				t.Fatalf("%s: loss %.7f, plain formulation %.7f", name, loss, wantLoss)
+			}
+			for i, g := range grads {
+				scale := 0.0
+				for _, v := range wantGrads[i] {
+					scale = math.Max(scale, math.Abs(v))
+				}
+				for j := range g {
+					if d := math.Abs(g[j] - wantGrads[i][j]); d > 1e-5*math.Max(scale, 1e-3) {
+						t.Fatalf("%s: d loss/d %s[%d] = %g, plain formulation %g", name, m.Specs[i].Name, j, g[j], wantGrads[i][j])
+					}
+				}
+			}
+		}
+	}
+}
+
+// values returns a's elements as float64s.
+func values(t *testing.T, a *mlx.Array) []float64 {
+	t.Helper()
+	f, err := mlx.AsType(a, mlx.Float32).Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(f))
+	for i, x := range f {
+		out[i] = float64(x)
+	}
+	return out
+}

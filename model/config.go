@@ -31,6 +31,25 @@ type Config struct {
 	RoPEBase       float64 `json:"rope_base"`
 	NormEps        float64 `json:"norm_eps"`
 	InitStd        float64 `json:"init_std"`
+	// PadVocabTo rounds the rows of the embedding table and output
+	// projection up to a multiple of PadVocabTo (0 or 1: no padding). The
+	// extra logits are masked to −∞, so losses, gradients and samples are
+	// those of VocabSize classes. On a GPU a vocabulary like GPT-2's 50,257
+	// leaves the rows of the [tokens × vocabulary] logits unaligned and
+	// cuBLAS falls back to slow kernels; 64 (50,304, as in nanoGPT) fixes it.
+	PadVocabTo int `json:"pad_vocab_to,omitempty"`
+}
+
+// maxPadVocabTo bounds PadVocabTo: beyond it padding only wastes memory.
+const maxPadVocabTo = 4096
+
+// PaddedVocab is the number of rows of the embedding table and output
+// projection: VocabSize rounded up to a multiple of PadVocabTo.
+func (c Config) PaddedVocab() int {
+	if c.PadVocabTo <= 1 {
+		return c.VocabSize
+	}
+	return (c.VocabSize + c.PadVocabTo - 1) / c.PadVocabTo * c.PadVocabTo
 }
 
 // WithDefaults fills zero-valued optional fields with TinyGPT's defaults:
@@ -64,6 +83,9 @@ func (c Config) Validate() error {
 		if f.v <= 0 {
 			return fmt.Errorf("model config: %s = %d, want > 0", f.name, f.v)
 		}
+	}
+	if c.PadVocabTo < 0 || c.PadVocabTo > maxPadVocabTo {
+		return fmt.Errorf("model config: pad_vocab_to = %d, want 0 (no padding) to %d", c.PadVocabTo, maxPadVocabTo)
 	}
 	if c.DModel%c.Heads != 0 {
 		return fmt.Errorf("model config: d_model %d is not divisible by heads %d", c.DModel, c.Heads)

@@ -96,7 +96,7 @@ func newGELU() (*mlx.Closure, error) {
 func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1) }
 
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
-// compute dtype.
+// compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
 func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	w, err := m.unpack(params)
 	if err != nil {
@@ -118,6 +118,14 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 		x = residual(x, mlp(gelu, b, mlx.RMSNorm(x, b.mlpNorm, eps)), b.w2)
 	}
 	x = mlx.RMSNorm(x, w.norm, eps)
+	if pv := c.PaddedVocab(); pv > c.VocabSize {
+		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
+		mask := make([]float32, pv)
+		for i := c.VocabSize; i < pv; i++ {
+			mask[i] = float32(math.Inf(-1))
+		}
+		return mlx.AddMM(mlx.AsType(mlx.FromSlice(mask), c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
+	}
 	return linear(x, w.head)
 }
 

@@ -8,10 +8,10 @@ type Kind int
 
 // Parameter kinds.
 const (
-	Embedding Kind = iota // token embedding table [V, D]
+	Embedding Kind = iota // token embedding table [PaddedVocab, D]
 	Matrix                // a hidden linear layer's weight [out, in]
 	Norm                  // an RMSNorm gain [D]
-	Head                  // the untied output projection [V, D]
+	Head                  // the untied output projection [PaddedVocab, D]
 )
 
 // String returns the kind's name, e.g. "matrix".
@@ -47,7 +47,7 @@ const blockParams = 8
 // Specs lists every parameter in the model's fixed order: the flat order of
 // the parameter slices that Forward and Loss take.
 func (c Config) Specs() []ParamSpec {
-	d, h, v := c.DModel, c.Hidden(), c.VocabSize
+	d, h, v := c.DModel, c.Hidden(), c.PaddedVocab()
 	specs := []ParamSpec{{Name: "tok_embeddings.weight", Shape: []int{v, d}, Kind: Embedding}}
 	if c.EmbedNorm {
 		specs = append(specs, ParamSpec{Name: "embed_norm.weight", Shape: []int{d}, Kind: Norm})
@@ -89,6 +89,6 @@ func (c Config) FLOPsPerToken() float64 {
 		// The embedding lookup is not a matmul, but the tied head is.
 		return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
 	}
-	n -= float64(c.VocabSize * c.DModel) // embedding lookup is no matmul
+	n -= float64(c.PaddedVocab() * c.DModel) // embedding lookup is no matmul
 	return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
 }

@@ -125,6 +125,61 @@ func TestLossAndGradientsMatchThePlainFormulation(t *testing.T) {
 	}
 }
 
+// TestPaddedVocabularyChangesNothing pads a 61-token vocabulary to 64 rows:
+// the padding logits are −∞, and loss and gradients equal those of the
+// unpadded model with the same weights, the padding rows getting none.
+func TestPaddedVocabularyChangesNothing(t *testing.T) {
+	lockThread(t)
+	c := smallConfig()
+	c.TiedEmbeddings = true
+	padded := c
+	padded.PadVocabTo = 32
+	if got := padded.PaddedVocab(); got != 64 {
+		t.Fatalf("PaddedVocab of 61 to a multiple of 32 = %d, want 64", got)
+	}
+	m, _ := New(c)
+	mp, err := New(padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mp.Specs[0].Shape, []int{64, c.DModel}; got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("padded embedding shape %v, want %v", got, want)
+	}
+	params, _ := m.Init(4)
+	pparams, _ := mp.Init(4)
+	// The padded model's real rows are the unpadded model's embedding.
+	pparams[0] = mlx.Concatenate([]*mlx.Array{params[0], mlx.Slice(pparams[0], []int{61, 0}, []int{64, c.DModel})}, 0)
+	for i := 1; i < len(params); i++ {
+		pparams[i] = params[i]
+	}
+	x, y := tokens(t, 2, 12, c.VocabSize, 2), tokens(t, 2, 12, c.VocabSize, 3)
+	logits := values(t, mp.Logits(pparams, x))
+	for row := 0; row < len(logits)/64; row++ {
+		for v := 61; v < 64; v++ {
+			if l := logits[row*64+v]; !math.IsInf(l, -1) {
+				t.Fatalf("padding logit %d of position %d = %g, want -Inf", v, row, l)
+			}
+		}
+	}
+	wantLoss, wantGrads := lossAndGrads(t, m.Loss, params, x, y)
+	for _, fused := range []bool{false, true} {
+		loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return mp.loss(p, x, y, fused) }, pparams, x, y)
+		if math.Abs(loss-wantLoss) > 1e-6*wantLoss {
+			t.Fatalf("fused %v: padded loss %.7f, unpadded %.7f", fused, loss, wantLoss)
+		}
+		emb := grads[0]
+		for j, g := range emb {
+			want := 0.0
+			if j < len(wantGrads[0]) {
+				want = wantGrads[0][j]
+			}
+			if math.Abs(g-want) > 1e-6 {
+				t.Fatalf("fused %v: embedding gradient [%d] = %g, want %g", fused, j, g, want)
+			}
+		}
+	}
+}
+
 // values returns a's elements as float64s.
 func values(t *testing.T, a *mlx.Array) []float64 {
 	t.Helper()

@@ -44,7 +44,7 @@ func (n MemoryNeed) Total() float64 { return n.Weights + n.Logits + n.Tokens }
 // so absurd sizes cannot overflow.
 func (c Config) MinMemory() MemoryNeed {
 	m := c.Model
-	v := float64(m.VocabSize)
+	v := paddedVocab(m)
 	params := paramCount(m)
 	paramBytes := float64(m.ParamDtype().Size())
 	perBatch := float64(c.Batch) * float64(m.Context)
@@ -59,12 +59,22 @@ func (c Config) MinMemory() MemoryNeed {
 // paramCount is m.NumParams in float64, without building the parameter
 // list, so it is instant and cannot overflow for any configuration.
 func paramCount(m model.Config) float64 {
-	d, v, l := float64(m.DModel), float64(m.VocabSize), float64(m.Layers)
+	d, v, l := float64(m.DModel), paddedVocab(m), float64(m.Layers)
 	heads := 2.0
 	if m.TiedEmbeddings {
 		heads = 1
 	}
 	return v*d*heads + l*(4*d*d+2*d*m.MLPRatio*d+2*d) + d
+}
+
+// paddedVocab is m.PaddedVocab in float64, safe for any configuration.
+func paddedVocab(m model.Config) float64 {
+	v := float64(m.VocabSize)
+	if m.PadVocabTo > 1 {
+		p := float64(m.PadVocabTo)
+		v = math.Ceil(v/p) * p
+	}
+	return v
 }
 
 // checkModelMemory refuses to build a model (for sampling) whose

@@ -83,6 +83,8 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 
 	// The model.
 	intF("vocab", "vocab_size", true, "vocabulary size (at least the tokenizer's)", func(c *train.Config) *int { return &c.Model.VocabSize })
+	intF("pad-vocab-to", "pad_vocab_to", true, "round the embedding and output rows up to a multiple of this (padding logits masked; 64 aligns GPT-2's vocabulary for GPU GEMMs; 0 = none)",
+		func(c *train.Config) *int { return &c.Model.PadVocabTo })
 	intF("d-model", "d_model", true, "model width", func(c *train.Config) *int { return &c.Model.DModel })
 	intF("layers", "layers", true, "transformer blocks", func(c *train.Config) *int { return &c.Model.Layers })
 	intF("heads", "heads", true, "attention heads (must divide --d-model)", func(c *train.Config) *int { return &c.Model.Heads })

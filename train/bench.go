@@ -240,7 +240,7 @@ func (r *benchRun) setup(view data.View) error {
 		return err
 	}
 	r.stepFn, err = NewStep(r.model.Loss, opt, len(r.params), len(r.state),
-		StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile})
+		RunStepOptions(cfg))
 	if err != nil {
 		return err
 	}
@@ -268,6 +268,7 @@ func (r *benchRun) step(i int) (host, device time.Duration, loss float64, err er
 		return 0, 0, 0, err
 	}
 	outs := append(append(append([]*mlx.Array{}, res.Params...), res.State...), res.Loss, res.GradNorm)
+	outs = append(outs, r.stepFn.Copies()...)
 	err = mlx.Eval(outs...)
 	done := time.Now()
 	mlx.Free(r.params...)

@@ -25,22 +25,65 @@ type StepOptions struct {
 	// Compile traces the step once and replays it; false runs it eagerly
 	// every call (the interpreted mode, for A/B comparisons).
 	Compile bool
+	// ComputeCopies makes the step carry copies of the parameters cast to
+	// ComputeDtype from one update to the next: the loss is called with, and
+	// differentiated with respect to, the copies, and the step emits the
+	// next update's copies, cast from the new parameters inside the traced
+	// function. The parameters themselves (the float32 masters) feed only
+	// the optimizer. Why: on a GPU a small model's step is bound by kernel
+	// launches, and a loss that casts its masters costs one cast kernel per
+	// parameter per step; emitted from the step instead, each cast fuses
+	// into the optimizer's elementwise update kernel, which already writes
+	// the new parameter. The numbers do not change: the gradient with
+	// respect to a copy is the one the cast's VJP would pass to the master,
+	// before the step's cast of every gradient to float32. Casting a
+	// parameter that already has ComputeDtype is free (a new handle to the
+	// same array). The copies cost parameters × ComputeDtype.Size() bytes.
+	ComputeCopies bool
+	// ComputeDtype is the dtype of the copies (a float type); it is read
+	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real
+	// dtype, hence the separate switch.
+	ComputeDtype mlx.Dtype
+}
+
+// RunStepOptions are the step options of a training run: its accumulation,
+// clipping and compile mode, and compute-dtype copies of the parameters
+// when the model keeps float32 masters but computes in a lower precision
+// (the copies save a cast kernel per parameter per step; see
+// StepOptions.ComputeCopies).
+func RunStepOptions(cfg Config) StepOptions {
+	o := StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
+	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {
+		o.ComputeCopies, o.ComputeDtype = true, m.ComputeDtype()
+	}
+	return o
 }
 
 // Step is one optimizer update as a pure function of its inputs:
 //
 //	(params, optimizer state, lr, x[N,B,T], y[N,B,T]) → (params', state', mean loss, grad norm)
 //
+// or, with StepOptions.ComputeCopies,
+//
+//	(params, copies, state, lr, x, y) → (params', copies', state', mean loss, grad norm)
+//
 // The learning rate is an input array, never a captured float, and N is
 // fixed, so a run with a schedule and accumulation traces exactly once.
+// Run keeps the copies between calls (see Run), so callers see the first
+// form either way.
 type Step struct {
 	opt      optim.Optimizer
 	opts     StepOptions
 	nParams  int
 	nState   int
+	nCopies  int // nParams with ComputeCopies, else 0
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
 	traces   int
+	// copies are the compute-dtype copies the last Run emitted, valid for
+	// the parameters copiesOf (that Run's StepResult.Params, by pointer).
+	copies   []*mlx.Array
+	copiesOf []*mlx.Array
 }
 
 // StepResult holds a step's outputs. The caller owns them.
@@ -58,7 +101,16 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	if opts.GradClip < 0 {
 		return nil, fmt.Errorf("train: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
 	}
+	if opts.ComputeCopies && !opts.ComputeDtype.IsFloat() {
+		return nil, fmt.Errorf("train: compute dtype %v for the parameter copies, want a float type", opts.ComputeDtype)
+	}
+	if !opts.ComputeCopies && opts.ComputeDtype != 0 {
+		return nil, fmt.Errorf("train: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
+	}
 	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState}
+	if opts.ComputeCopies {
+		s.nCopies = nParams
+	}
 	argnums := make([]int, nParams)
 	for i := range argnums {
 		argnums[i] = i
@@ -88,10 +140,40 @@ func (s *Step) Traces() int { return s.traces }
 // Compiled reports whether the step is compiled.
 func (s *Step) Compiled() bool { return s.compiled != nil }
 
-// Free releases the step's MLX functions and trace cache.
+// Copies returns the compute-dtype parameter copies the last Run emitted
+// (nil without ComputeCopies or before the first Run). The Step owns them:
+// do not free them, but evaluate them with the step's results (e.g. in the
+// same mlx.AsyncEval) so the next step's inputs are computed in this one.
+func (s *Step) Copies() []*mlx.Array { return s.copies }
+
+// Free releases the step's MLX functions, trace cache and parameter copies.
 func (s *Step) Free() {
 	s.compiled.Free()
 	s.vag.Free()
+	s.dropCopies()
+}
+
+// dropCopies frees the cached copies.
+func (s *Step) dropCopies() {
+	mlx.Free(s.copies...)
+	s.copies, s.copiesOf = nil, nil
+}
+
+// cachedCopies returns the copies of the last Run if params are exactly
+// that Run's output parameters, all still live, and nil otherwise. Pointer
+// identity is sound because an mlx.Array is immutable: only Free changes
+// it, and Valid sees that; a cached pointer also keeps its Array from being
+// collected and its address reused.
+func (s *Step) cachedCopies(params []*mlx.Array) []*mlx.Array {
+	if len(s.copiesOf) != len(params) {
+		return nil
+	}
+	for i, p := range params {
+		if p != s.copiesOf[i] || !p.Valid() || !s.copies[i].Valid() {
+			return nil
+		}
+	}
+	return s.copies
 }
 
 // microbatch returns a[i] of an [N, B, T] array as [B, T].
@@ -101,17 +183,23 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 }
 
 // body is the traced function: N forward/backward passes, gradient
-// averaging and clipping, and the optimizer update.
+// averaging and clipping, and the optimizer update; with ComputeCopies the
+// passes take the copies and the body also emits the new parameters cast
+// to ComputeDtype, which MLX's compiler fuses into the update's kernel.
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
-	P, S := s.nParams, s.nState
-	params, state := in[:P], in[P:P+S]
-	lr, x, y := in[P+S], in[P+S+1], in[P+S+2]
+	P, C, S := s.nParams, s.nCopies, s.nState
+	params, state := in[:P], in[P+C:P+C+S]
+	lr, x, y := in[P+C+S], in[P+C+S+1], in[P+C+S+2]
+	lossParams := params
+	if C > 0 {
+		lossParams = in[P : P+C]
+	}
 	n := s.opts.Accum
 	var grads []*mlx.Array
 	var lossSum *mlx.Array
 	args := make([]*mlx.Array, P+2)
-	copy(args, params)
+	copy(args, lossParams)
 	for i := 0; i < n; i++ {
 		args[P], args[P+1] = microbatch(x, i), microbatch(y, i)
 		vals, g, err := s.vag.Call(args...)
@@ -143,8 +231,12 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*mlx.Array, 0, P+S+2)
-	out = append(append(append(out, newParams...), newState...), loss, norm)
+	out := make([]*mlx.Array, 0, P+C+S+2)
+	out = append(out, newParams...)
+	for i := 0; i < C; i++ {
+		out = append(out, mlx.AsType(newParams[i], s.opts.ComputeDtype))
+	}
+	out = append(append(out, newState...), loss, norm)
 	return out, nil
 }
 
@@ -152,6 +244,15 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 // float32 array. Inputs are not freed: the caller releases the old arrays
 // once it has the new ones. Outputs are lazy; evaluate them (mlx.AsyncEval)
 // before the next call to keep the graph short.
+//
+// With ComputeCopies, Run keeps the copies it emits (see Copies) together
+// with the result's Params. Called next with exactly those Params (the same
+// *mlx.Array values, still live) it passes the kept copies; called with
+// any other parameters it casts them itself, outside the compiled function
+// (same input dtypes, so no new trace), which costs the kernels the copies
+// save. Either way the previous copies are freed once replaced. Copies
+// created inside an mlx.Scope are freed with it, so a Run inside a scope
+// that closes before the next Run always takes the casting path.
 func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult, error) {
 	if len(params) != s.nParams || len(state) != s.nState {
 		return StepResult{}, fmt.Errorf("train: step got %d params and %d state arrays, built for %d and %d",
@@ -165,8 +266,36 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 			return StepResult{}, fmt.Errorf("train: batch shape %v, want [accum=%d, batch, context]", a.Shape(), s.opts.Accum)
 		}
 	}
-	in := make([]*mlx.Array, 0, s.nParams+s.nState+3)
-	in = append(append(append(in, params...), state...), lr, x, y)
+	var copies, cast []*mlx.Array
+	if s.nCopies > 0 {
+		if copies = s.cachedCopies(params); copies == nil {
+			cast = make([]*mlx.Array, len(params))
+			for i, p := range params {
+				cast[i] = mlx.AsType(p, s.opts.ComputeDtype)
+			}
+			copies = cast
+		}
+	}
+	in := make([]*mlx.Array, 0, s.nParams+s.nCopies+s.nState+3)
+	in = append(append(append(append(in, params...), copies...), state...), lr, x, y)
+	out, err := s.call(in)
+	// The outputs' graph holds what it needs of the inputs.
+	mlx.Free(cast...)
+	if err != nil {
+		return StepResult{}, fmt.Errorf("train: step: %w", err)
+	}
+	P, C, S := s.nParams, s.nCopies, s.nState
+	res := StepResult{Params: out[:P:P], State: out[P+C : P+C+S : P+C+S], Loss: out[P+C+S], GradNorm: out[P+C+S+1]}
+	if C > 0 {
+		s.dropCopies()
+		s.copies = out[P : P+C : P+C]
+		s.copiesOf = append([]*mlx.Array(nil), res.Params...)
+	}
+	return res, nil
+}
+
+// call runs the body, compiled or interpreted, on the flat inputs.
+func (s *Step) call(in []*mlx.Array) ([]*mlx.Array, error) {
 	var out []*mlx.Array
 	var err error
 	if s.compiled != nil {
@@ -185,8 +314,7 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 	}
 	if err != nil {
 		mlx.Free(out...)
-		return StepResult{}, fmt.Errorf("train: step: %w", err)
+		return nil, err
 	}
-	P, S := s.nParams, s.nState
-	return StepResult{Params: out[:P:P], State: out[P : P+S : P+S], Loss: out[P+S], GradNorm: out[P+S+1]}, nil
+	return out, nil
 }

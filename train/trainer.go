@@ -135,7 +135,7 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 		return sum, err
 	}
 	step, err := NewStep(t.Model.Loss, opt, len(st.params), len(st.opt),
-		StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile})
+		RunStepOptions(cfg))
 	if err != nil {
 		return sum, err
 	}
@@ -237,7 +237,8 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 		st.params, st.opt = res.Params, res.State
 		st.step++
 		st.tokensSeen += int64(cfg.TokensPerStep())
-		if err := mlx.AsyncEval(append(append(append([]*mlx.Array{}, st.params...), st.opt...), res.Loss, res.GradNorm)...); err != nil {
+		pending := append(append(append([]*mlx.Array{}, st.params...), st.opt...), res.Loss, res.GradNorm)
+		if err := mlx.AsyncEval(append(pending, step.Copies()...)...); err != nil {
 			mlx.Free(res.Loss, res.GradNorm)
 			return sum, err
 		}

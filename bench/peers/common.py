@@ -59,9 +59,16 @@ def hidden(m):
     return int(round(m["mlp_ratio"] * m["d_model"]))
 
 
+def padded_vocab(m):
+    """The embedding/head rows, model.Config.PaddedVocab: vocab_size rounded
+    up to a multiple of pad_vocab_to (the padding logits are masked to -inf)."""
+    v, pad = m["vocab_size"], m.get("pad_vocab_to", 0)
+    return v if pad <= 1 else -(-v // pad) * pad
+
+
 def num_params(m):
     """The parameter count of model.Config.NumParams."""
-    d, h, v, L = m["d_model"], hidden(m), m["vocab_size"], m["layers"]
+    d, h, v, L = m["d_model"], hidden(m), padded_vocab(m), m["layers"]
     n = v * d + L * (2 * d + 4 * d * d + 2 * d * h) + d
     if m.get("embed_norm"):
         n += d
@@ -76,7 +83,7 @@ def flops_per_token(m):
     attention's 12·L·D·T."""
     n = num_params(m)
     if not m.get("tied_embeddings"):
-        n -= m["vocab_size"] * m["d_model"]
+        n -= padded_vocab(m) * m["d_model"]
     return 6 * n + 12 * m["layers"] * m["d_model"] * m["context"]
 
 

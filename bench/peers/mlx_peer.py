@@ -88,15 +88,24 @@ class TinyGPT(nn.Module):
         if not m.get("tied_embeddings") or m.get("embed_norm") or m.get("z_loss"):
             raise SystemExit("mlx_peer: only tied embeddings without embed_norm or z_loss are written")
         self.dtype = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}[m["dtype"]]
-        self.tok_embeddings = nn.Embedding(m["vocab_size"], m["d_model"])
+        pv = common.padded_vocab(m)
+        self.tok_embeddings = nn.Embedding(pv, m["d_model"])
         self.blocks = [Block(m) for _ in range(m["layers"])]
         self.norm = RMSNorm(m["d_model"], m["norm_eps"])
+        # The padding rows' logits are -inf, added as the GEMM's bias; kept
+        # off the module's parameter tree.
+        mask = None
+        if pv > m["vocab_size"]:
+            mask = mx.where(mx.arange(pv) < m["vocab_size"], 0.0, -mx.inf).astype(self.dtype)
+        object.__setattr__(self, "pad_mask", mask)
 
     def __call__(self, tokens):
         emb = self.tok_embeddings.weight.astype(self.dtype)
         x = emb[tokens]
         for b in self.blocks:
             x = b(x)
+        if self.pad_mask is not None:
+            return mx.addmm(self.pad_mask, self.norm(x), emb.T)
         return self.norm(x) @ emb.T
 
     def loss(self, x, y):

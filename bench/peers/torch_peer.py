@@ -94,7 +94,13 @@ class TinyGPT(nn.Module):
         if not m.get("tied_embeddings") or m.get("embed_norm") or m.get("z_loss"):
             raise SystemExit("torch_peer: only tied embeddings without embed_norm or z_loss are written")
         self.dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[m["dtype"]]
-        self.tok_embeddings = nn.Embedding(m["vocab_size"], m["d_model"])
+        pv = common.padded_vocab(m)
+        self.tok_embeddings = nn.Embedding(pv, m["d_model"])
+        # The padding rows' logits are -inf, added as the GEMM's bias.
+        mask = None
+        if pv > m["vocab_size"]:
+            mask = torch.where(torch.arange(pv) < m["vocab_size"], 0.0, float("-inf")).to(self.dtype)
+        self.register_buffer("pad_mask", mask, persistent=False)
         self.blocks = nn.ModuleList(Block(m) for _ in range(m["layers"]))
         self.norm = RMSNorm(m["d_model"], m["norm_eps"])
         hd = m["d_model"] // m["heads"]
@@ -110,7 +116,7 @@ class TinyGPT(nn.Module):
         h = F.embedding(x, emb)
         for b in self.blocks:
             h = b(h, cos, sin)
-        logits = F.linear(self.norm(h), emb).float()
+        logits = F.linear(self.norm(h), emb, self.pad_mask).float()
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.reshape(-1))
 
 

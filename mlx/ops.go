@@ -81,6 +81,9 @@ func AddScalar(a *Array, s float64) *Array { return withScalar(Add, a, s) }
 // MulScalar returns a * s, with s in a's dtype.
 func MulScalar(a *Array, s float64) *Array { return withScalar(Multiply, a, s) }
 
+// DivScalar returns a / s, with s in a's dtype.
+func DivScalar(a *Array, s float64) *Array { return withScalar(Divide, a, s) }
+
 // withScalar applies op to a and the scalar s cast to a's dtype, so a
 // bfloat16 array stays bfloat16.
 func withScalar(op func(a, b *Array) *Array, a *Array, s float64) *Array {

@@ -35,6 +35,14 @@ func TestAddMM(t *testing.T) {
 	}
 }
 
+func TestDivScalar(t *testing.T) {
+	setup(t)
+	checkClose(t, "div scalar", DivScalar(f32([]float64{3, -6, 1.5}), 1.5), []int{3}, []float64{2, -4, 1}, 1e-7)
+	if d := DivScalar(AsType(f32([]float64{1}), BFloat16), 2).Dtype(); d != BFloat16 {
+		t.Fatalf("DivScalar of a bfloat16 array gave %v, want bfloat16", d)
+	}
+}
+
 func TestAsType(t *testing.T) {
 	setup(t)
 	a := f32([]float64{-1.75, 0.5, 2.25, 300})

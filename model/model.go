@@ -77,23 +77,35 @@ func linear(x, w *mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(w))
 // kernel of its own (four forward kernels per layer and microbatch); with
 // the written-out derivative the forward pass is one fused kernel and the
 // backward pass recomputes what it needs from x.
+//
+// The backward pass writes Φ as ½ + ½·erf(x·(1/√2)) where the forward pass
+// has ½·(1 + erf(x/√2)): MLX's compiler merges identical subexpressions, and
+// a Φ(x) shared by both passes would have to be materialised, costing the
+// forward pass a second kernel again.
 func newGELU() (*mlx.Closure, error) {
-	cdf := func(x *mlx.Array) *mlx.Array {
-		return mlx.MulScalar(mlx.AddScalar(mlx.Erf(mlx.MulScalar(x, 1/math.Sqrt2)), 1), 0.5)
-	}
 	return mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		return []*mlx.Array{mlx.Multiply(in[0], cdf(in[0]))}, nil
+		x := in[0]
+		cdf := mlx.MulScalar(mlx.AddScalar(mlx.Erf(mlx.DivScalar(x, math.Sqrt2)), 1), 0.5)
+		return []*mlx.Array{mlx.Multiply(x, cdf)}, nil
 	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
 		x := primals[0]
+		cdf := mlx.AddScalar(mlx.MulScalar(mlx.Erf(mlx.MulScalar(x, 1/math.Sqrt2)), 0.5), 0.5)
 		pdf := mlx.MulScalar(mlx.Exp(mlx.MulScalar(mlx.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
-		return []*mlx.Array{mlx.Multiply(cotangents[0], mlx.Add(cdf(x), mlx.Multiply(x, pdf)))}, nil
+		return []*mlx.Array{mlx.Multiply(cotangents[0], mlx.Add(cdf, mlx.Multiply(x, pdf)))}, nil
 	})
 }
 
 // residual returns x + h·Wᵀ, a residual connection around a projection
 // stored [out, in], as one matrix multiply-add: on a GPU the addition runs
-// in the GEMM's epilogue instead of as a kernel of its own.
-func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1) }
+// in the GEMM's epilogue instead of as a kernel of its own. The product is
+// taken over the flattened [B·T, in] rows: with the batch axis kept, MLX
+// broadcasts W over it and differentiates W with a batched GEMM followed by
+// a reduction over the batch.
+func residual(x, h, w *mlx.Array) *mlx.Array {
+	rows := x.Size() / x.Dim(-1)
+	y := mlx.AddMM(mlx.Reshape(x, rows, x.Dim(-1)), mlx.Reshape(h, rows, h.Dim(-1)), mlx.Transpose(w), 1, 1)
+	return mlx.Reshape(y, x.Shape()...)
+}
 
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.

@@ -12,9 +12,16 @@ import "github.com/posttrainllm/posttrainllm/mlx"
 func ClipByGlobalNorm(grads []*mlx.Array, maxNorm float64) (clipped []*mlx.Array, norm *mlx.Array) {
 	scope := mlx.NewScope()
 	defer scope.Close()
+	// One reduction over all gradients, flattened and concatenated, rather
+	// than a square and a sum per gradient: on a GPU each is a kernel
+	// launch, and the concatenation costs one copy per gradient.
+	flat := make([]*mlx.Array, len(grads))
+	for i, g := range grads {
+		flat[i] = mlx.Reshape(f32(g), -1)
+	}
 	sumSq := scalar(0)
-	for _, g := range grads {
-		sumSq = mlx.Add(sumSq, mlx.Sum(mlx.Square(f32(g))))
+	if len(flat) > 0 {
+		sumSq = mlx.Sum(mlx.Square(mlx.Concatenate(flat, 0)))
 	}
 	norm = mlx.Sqrt(sumSq)
 	scope.Keep(norm)

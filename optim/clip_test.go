@@ -85,6 +85,18 @@ func TestClipByGlobalNormKeepsDtype(t *testing.T) {
 	assertClose(t, "clipped bf16", readData(t, clipped[0]), []float64{0.6, 0.8}, 4e-3)
 }
 
+func TestClipByGlobalNormOfNothing(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	clipped, norm := ClipByGlobalNorm(nil, 1)
+	if len(clipped) != 0 {
+		t.Fatalf("clipping no gradients gave %d", len(clipped))
+	}
+	if n := readData(t, norm)[0]; n != 0 {
+		t.Fatalf("norm of no gradients = %g, want 0", n)
+	}
+}
+
 // TestClipByGlobalNormCompiles checks the clip traces: inside a compiled
 // function it gives the same values as outside.
 func TestClipByGlobalNormCompiles(t *testing.T) {

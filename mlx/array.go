@@ -347,6 +347,37 @@ func Eval(arrs ...*Array) error {
 	return nil
 }
 
+// GraphOps counts, by primitive name, the operations in the unevaluated
+// graph behind arrs: what an Eval of them would run. Views (Reshape,
+// Transpose, Slice, Broadcast, …) are counted too though they move no data;
+// on a GPU nearly every other operation is one kernel launch, so for a
+// compiled function it shows how far MLX fused the graph.
+func GraphOps(arrs ...*Array) (map[string]int, error) {
+	hs, err := handles(arrs)
+	if err != nil {
+		return nil, err
+	}
+	var out *C.char
+	if C.mlx_graph_ops(&hs[0], C.size_t(len(arrs)), &out) != 0 {
+		return nil, &Error{Op: "graph_ops", Msg: lastError()}
+	}
+	defer C.free(unsafe.Pointer(out))
+	counts := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(C.GoString(out)), "\n") {
+		i := strings.LastIndexByte(line, ' ') // names may hold spaces ("Scatter Sum")
+		if i < 0 {
+			continue
+		}
+		name, n := line[:i], line[i+1:]
+		var c int
+		if _, err := fmt.Sscan(n, &c); err != nil {
+			return nil, fmt.Errorf("mlx: graph_ops: bad count in %q", line)
+		}
+		counts[name] = c
+	}
+	return counts, nil
+}
+
 // AsyncEval schedules the arrays' computation and returns without waiting,
 // so the host can prepare the next step while the device works.
 func AsyncEval(arrs ...*Array) error {

@@ -39,6 +39,9 @@ int mlx_array_from_int(int64_t v, int dtype, mlx_array* out);
 int mlx_array_info(mlx_array a, int* dtype, int* ndim, int* shape, int max_ndim);
 int mlx_array_read(mlx_array a, void* dst, size_t nbytes);
 int mlx_eval(const mlx_array* arrs, size_t n);
+// Counts the primitives of the unevaluated graph behind arrs, by name, as
+// "name count" lines in a malloc'd string the caller frees.
+int mlx_graph_ops(const mlx_array* arrs, size_t n, char** out);
 int mlx_async_eval(const mlx_array* arrs, size_t n);
 
 // Vectors of arrays.

@@ -1,10 +1,14 @@
 // bridge_core.cpp: errors, array handles, vectors, closures and transforms,
 // devices, memory and safetensors I/O.
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "bridge_internal.h"
+#include "mlx/primitives.h"
 
 using namespace ptlm;
 
@@ -100,6 +104,27 @@ int mlx_array_read(mlx_array a, void* dst, size_t nbytes) {
 }
 
 int mlx_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::eval(arrays(arrs, n))) }
+
+int mlx_graph_ops(const mlx_array* arrs, size_t n, char** out) {
+  PTLM_TRY({
+    std::unordered_set<std::uintptr_t> seen;
+    std::map<std::string, size_t> counts;
+    std::vector<mx::array> stack = arrays(arrs, n);
+    while (!stack.empty()) {
+      mx::array a = std::move(stack.back());
+      stack.pop_back();
+      if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+      for (auto& s : a.siblings()) seen.insert(s.id());  // one primitive, several outputs
+      counts[a.primitive().name()]++;
+      for (auto& in : a.inputs()) stack.push_back(in);
+    }
+    std::string text;
+    for (auto& [name, count] : counts) text += name + " " + std::to_string(count) + "\n";
+    *out = static_cast<char*>(std::malloc(text.size() + 1));
+    if (*out == nullptr) throw std::bad_alloc();
+    std::memcpy(*out, text.c_str(), text.size() + 1);
+  })
+}
 int mlx_async_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::async_eval(arrays(arrs, n))) }
 
 int mlx_vec_new(mlx_vec* out) { PTLM_TRY(*out = wrap_vec({})) }

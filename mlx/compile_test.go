@@ -243,3 +243,51 @@ func TestSetCompileEnabled(t *testing.T) {
 			before.Load(), off.Load())
 	}
 }
+
+// TestGraphOpsCountsFusion counts the operations behind a compiled and an
+// uncompiled mlpBlock: the compiled graph fuses the elementwise ops into
+// Compiled primitives, so it holds fewer operations; evaluated arrays have
+// none left.
+func TestGraphOpsCountsFusion(t *testing.T) {
+	setup(t)
+	in := []*Array{f32(lcg(41, 12), 3, 4), f32(lcg(42, 16), 4, 4), f32(lcg(43, 4), 4)}
+	total := func(m map[string]int) (n int) {
+		for _, c := range m {
+			n += c
+		}
+		return n
+	}
+	plain, err := mlpBlock(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	interpreted, err := GraphOps(plain...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if interpreted["Matmul"] != 1 || interpreted["Compiled"] != 0 {
+		t.Fatalf("uncompiled ops %v: want one Matmul and no Compiled", interpreted)
+	}
+	c, err := Compile(mlpBlock, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Free()
+	out, err := c.Call(in...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	compiled, err := GraphOps(out...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compiled["Matmul"] != 1 || total(compiled) >= total(interpreted) {
+		t.Fatalf("compiled ops %v, uncompiled %v: want one Matmul and fewer ops", compiled, interpreted)
+	}
+	if err := Eval(out...); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := GraphOps(out...); err != nil || total(after) != 0 {
+		t.Fatalf("after Eval: ops %v, err %v; want none", after, err)
+	}
+}

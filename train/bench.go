@@ -80,6 +80,36 @@ type BenchResult struct {
 	ActiveMemoryBytes uint64  `json:"active_memory_bytes"`
 	LossFirst         float64 `json:"loss_first"` // first step run, warm-up included
 	LossLast          float64 `json:"loss_last"`  // last timed step
+	// GraphOps is the number of operations one step evaluates, counted on
+	// the first step's graph before it runs, views (Reshape, Transpose,
+	// Slice, Broadcast, …: no data moved) excluded. On a GPU nearly every
+	// one is a kernel launch, and a small model's step is bound by those,
+	// so it shows what compiling fuses away. MLX expands RMSNorm, RoPE and
+	// attention into plain operations on the CPU, so counts differ by device.
+	GraphOps int `json:"graph_ops"`
+}
+
+// viewOps are MLX primitives that produce views or bookkeeping nodes and
+// launch no kernel on a GPU.
+var viewOps = map[string]bool{
+	"Reshape": true, "Transpose": true, "Slice": true, "Broadcast": true, "BroadcastAxes": true,
+	"Squeeze": true, "ExpandDims": true, "Split": true, "Flatten": true, "Unflatten": true,
+	"AsStrided": true, "CustomTransforms": true, "StopGradient": true, "Depends": true,
+}
+
+// countOps counts the non-view operations behind outs.
+func countOps(outs []*mlx.Array) (int, error) {
+	ops, err := mlx.GraphOps(outs...)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for name, c := range ops {
+		if !viewOps[name] {
+			n += c
+		}
+	}
+	return n, nil
 }
 
 // syntheticTokens is the length of the random token stream a bench without
@@ -144,7 +174,7 @@ func Bench(cfg Config, opts BenchOptions) (BenchResult, error) {
 		if i == opts.Warmup {
 			mlx.ResetPeakMemory()
 		}
-		h, d, loss, err := r.step(i)
+		h, d, loss, err := r.step(i, &res.GraphOps)
 		if err != nil {
 			return res, fmt.Errorf("bench step %d: %w", i+1, err)
 		}
@@ -252,7 +282,9 @@ func (r *benchRun) setup(view data.View) error {
 }
 
 // step runs update i and returns its host and device times and its loss.
-func (r *benchRun) step(i int) (host, device time.Duration, loss float64, err error) {
+// On the first step it also counts the step's operations into *ops, a
+// count kept out of both times.
+func (r *benchRun) step(i int, ops *int) (host, device time.Duration, loss float64, err error) {
 	start := time.Now()
 	if err := r.sampler.FillBatch(r.batch); err != nil {
 		return 0, 0, 0, err
@@ -269,7 +301,14 @@ func (r *benchRun) step(i int) (host, device time.Duration, loss float64, err er
 	}
 	outs := append(append(append([]*mlx.Array{}, res.Params...), res.State...), res.Loss, res.GradNorm)
 	outs = append(outs, r.stepFn.Copies()...)
-	err = mlx.Eval(outs...)
+	if i == 0 {
+		counting := time.Now()
+		*ops, err = countOps(outs)
+		called = called.Add(time.Since(counting))
+	}
+	if err == nil {
+		err = mlx.Eval(outs...)
+	}
 	done := time.Now()
 	mlx.Free(r.params...)
 	mlx.Free(r.state...)

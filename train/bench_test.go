@@ -56,6 +56,17 @@ func TestBenchInterpretedRunsBodyEveryStep(t *testing.T) {
 	if res.Compile || res.Traces != 4 {
 		t.Fatalf("interpreted bench ran the step body %d times, want 4 (1 warm-up + 3 timed)", res.Traces)
 	}
+	// Compiling fuses the elementwise ops (optimizer, GELU, accumulation):
+	// the compiled step evaluates fewer operations.
+	cfg.Compile = true
+	compiled, err := Bench(cfg, BenchOptions{Warmup: 1, Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(compiled.GraphOps > 0 && compiled.GraphOps < res.GraphOps) {
+		t.Fatalf("operations per step: compiled %d, interpreted %d; want 0 < compiled < interpreted", compiled.GraphOps, res.GraphOps)
+	}
+	t.Logf("operations per step: compiled %d, interpreted %d", compiled.GraphOps, res.GraphOps)
 }
 
 // Every step frees what it replaces: the memory held after the last step

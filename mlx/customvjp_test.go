@@ -23,6 +23,17 @@ func xSinX(t *testing.T) *Closure {
 	return c
 }
 
+// sumOf is the loss sum(f(x)) of a one-input closure.
+func sumOf(f *Closure) Func {
+	return func(in []*Array) ([]*Array, error) {
+		out, err := f.Call(in[0])
+		if err != nil {
+			return nil, err
+		}
+		return []*Array{Sum(out[0])}, nil
+	}
+}
+
 func TestCustomVJPGradient(t *testing.T) {
 	setup(t)
 	f := xSinX(t)
@@ -53,14 +64,7 @@ func TestCustomVJPReplacesAutodiff(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sq.Free()
-	loss := func(in []*Array) ([]*Array, error) {
-		out, err := sq.Call(in[0])
-		if err != nil {
-			return nil, err
-		}
-		return []*Array{Sum(out[0])}, nil
-	}
-	vg, err := ValueAndGrad(loss, 0)
+	vg, err := ValueAndGrad(sumOf(sq), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,14 +116,7 @@ func TestCustomVJPErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		loss := func(in []*Array) ([]*Array, error) {
-			out, err := f.Call(in[0])
-			if err != nil {
-				return nil, err
-			}
-			return []*Array{Sum(out[0])}, nil
-		}
-		vg, err := ValueAndGrad(loss, 0)
+		vg, err := ValueAndGrad(sumOf(f), 0)
 		if err != nil {
 			t.Fatal(err)
 		}

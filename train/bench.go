@@ -87,6 +87,9 @@ type BenchResult struct {
 	// so it shows what compiling fuses away. MLX expands RMSNorm, RoPE and
 	// attention into plain operations on the CPU, so counts differ by device.
 	GraphOps int `json:"graph_ops"`
+	// Round is the comparison round the result belongs to (BenchCompare), 0
+	// for a single bench.
+	Round int `json:"round,omitempty"`
 }
 
 // viewOps are MLX primitives that produce views or bookkeeping nodes and
@@ -356,12 +359,43 @@ type CompareCell struct {
 	Accum    int
 }
 
+// CompareOptions choose the cells and rounds of BenchCompare. Empty lists
+// mean the full matrix.
+type CompareOptions struct {
+	Schedules []string // default constant and cosine
+	Accums    []int    // default 1 and 4
+	// Rounds runs every cell this many times, round after round, so drift
+	// of a shared machine hits compiled and interpreted cells alike; the
+	// speedups are then medians of per-round ratios. Default 1.
+	Rounds int
+}
+
+// Validate reports options BenchCompare cannot run.
+func (o CompareOptions) Validate() error {
+	if o.Rounds < 0 {
+		return fmt.Errorf("bench: rounds = %d, want >= 1", o.Rounds)
+	}
+	for _, a := range o.Accums {
+		if a < 1 {
+			return fmt.Errorf("bench: compare accum = %d, want >= 1", a)
+		}
+	}
+	return nil
+}
+
 // CompareMatrix is the matrix `bench --compare` runs: compile on and off ×
-// constant and cosine schedules × accum 1 and 4.
-func CompareMatrix() []CompareCell {
+// the schedules × the accums (constant and cosine × 1 and 4 when empty),
+// compiled and interpreted side by side.
+func CompareMatrix(schedules []string, accums []int) []CompareCell {
+	if len(schedules) == 0 {
+		schedules = []string{"constant", "cosine"}
+	}
+	if len(accums) == 0 {
+		accums = []int{1, 4}
+	}
 	var cells []CompareCell
-	for _, accum := range []int{1, 4} {
-		for _, sched := range []string{"constant", "cosine"} {
+	for _, accum := range accums {
+		for _, sched := range schedules {
 			for _, compile := range []bool{true, false} {
 				cells = append(cells, CompareCell{Compile: compile, Schedule: sched, Accum: accum})
 			}
@@ -383,60 +417,86 @@ func (c CompareCell) Apply(cfg Config) (Config, error) {
 	return cfg, nil
 }
 
-// BenchCompare runs Bench for every cell of CompareMatrix in this process,
-// in order, calling each (when not nil) as a cell finishes.
-func BenchCompare(cfg Config, opts BenchOptions, each func(BenchResult)) ([]BenchResult, error) {
+// BenchCompare runs Bench for every cell of the comparison matrix in this
+// process, in order, copts.Rounds times over, calling each (when not nil)
+// as a cell finishes. Results carry their round (from 1).
+func BenchCompare(cfg Config, opts BenchOptions, copts CompareOptions, each func(BenchResult)) ([]BenchResult, error) {
+	if err := copts.Validate(); err != nil {
+		return nil, err
+	}
 	var out []BenchResult
-	for _, cell := range CompareMatrix() {
-		c, err := cell.Apply(cfg)
-		if err != nil {
-			return out, err
-		}
-		res, err := Bench(c, opts)
-		if err != nil {
-			return out, fmt.Errorf("compile=%t schedule=%s accum=%d: %w", cell.Compile, cell.Schedule, cell.Accum, err)
-		}
-		out = append(out, res)
-		if each != nil {
-			each(res)
+	for round := 1; round <= max(copts.Rounds, 1); round++ {
+		for _, cell := range CompareMatrix(copts.Schedules, copts.Accums) {
+			c, err := cell.Apply(cfg)
+			if err != nil {
+				return out, err
+			}
+			res, err := Bench(c, opts)
+			if err != nil {
+				return out, fmt.Errorf("round %d, compile=%t schedule=%s accum=%d: %w", round, cell.Compile, cell.Schedule, cell.Accum, err)
+			}
+			res.Round = round
+			out = append(out, res)
+			if each != nil {
+				each(res)
+			}
 		}
 	}
 	return out, nil
 }
 
-// Speedup pairs the compiled and interpreted results of each schedule and
-// accum in results, in the order the pairs first appear, and compares
-// their times.
+// Speedup pairs the compiled and interpreted results of each schedule,
+// accum and round in results and compares their times, one row per
+// schedule and accum in the order they first appear: with several rounds,
+// the row's times are medians over rounds and its speedups the median
+// (and range) of the per-round ratios.
 func Speedup(results []BenchResult) ([]SpeedupRow, error) {
 	type key struct {
 		sched string
 		accum int
 	}
-	comp, interp, seen := map[key]BenchResult{}, map[key]BenchResult{}, map[key]bool{}
+	type pair struct{ comp, interp *BenchResult }
+	pairs := map[key]map[int]*pair{}
 	var order []key
-	for _, r := range results {
+	for i := range results {
+		r := &results[i]
 		k := key{r.Schedule, r.Accum}
-		if !seen[k] {
-			seen[k] = true
+		if pairs[k] == nil {
+			pairs[k] = map[int]*pair{}
 			order = append(order, k)
 		}
+		p := pairs[k][r.Round]
+		if p == nil {
+			p = &pair{}
+			pairs[k][r.Round] = p
+		}
 		if r.Compile {
-			comp[k] = r
+			p.comp = r
 		} else {
-			interp[k] = r
+			p.interp = r
 		}
 	}
 	var rows []SpeedupRow
 	for _, k := range order {
-		c, ok1 := comp[k]
-		i, ok2 := interp[k]
-		if !ok1 || !ok2 {
+		var comp, interp, ratio, host []float64
+		batch := 0
+		for _, p := range pairs[k] {
+			if p.comp == nil || p.interp == nil {
+				continue
+			}
+			batch = p.comp.Batch
+			comp = append(comp, p.comp.MsPerStepMedian)
+			interp = append(interp, p.interp.MsPerStepMedian)
+			ratio = append(ratio, p.interp.MsPerStepMedian/p.comp.MsPerStepMedian)
+			host = append(host, p.interp.HostMsPerStep/p.comp.HostMsPerStep)
+		}
+		if len(ratio) == 0 {
 			continue
 		}
-		rows = append(rows, SpeedupRow{Schedule: k.sched, Accum: k.accum, Batch: c.Batch,
-			Compiled: c.MsPerStepMedian, Interpreted: i.MsPerStepMedian,
-			Speedup:     i.MsPerStepMedian / c.MsPerStepMedian,
-			HostSpeedup: i.HostMsPerStep / c.HostMsPerStep})
+		rows = append(rows, SpeedupRow{Schedule: k.sched, Accum: k.accum, Batch: batch, Rounds: len(ratio),
+			Compiled: quantile(comp, 0.5), Interpreted: quantile(interp, 0.5),
+			Speedup: quantile(ratio, 0.5), MinSpeedup: slices.Min(ratio), MaxSpeedup: slices.Max(ratio),
+			HostSpeedup: quantile(host, 0.5)})
 	}
 	if len(rows) == 0 {
 		return nil, errors.New("bench: no schedule/accum pair has both a compiled and an interpreted result")
@@ -445,11 +505,13 @@ func Speedup(results []BenchResult) ([]SpeedupRow, error) {
 }
 
 // SpeedupRow compares the compiled and the interpreted step of one
-// schedule and accum: Speedup is interpreted ÷ compiled median ms/step,
+// schedule and accum: Speedup is interpreted ÷ compiled median ms/step
+// (the median over Rounds rounds, MinSpeedup and MaxSpeedup its range),
 // HostSpeedup the same for host time.
 type SpeedupRow struct {
-	Schedule              string
-	Accum, Batch          int
-	Compiled, Interpreted float64 // median ms/step
-	Speedup, HostSpeedup  float64
+	Schedule               string
+	Accum, Batch, Rounds   int
+	Compiled, Interpreted  float64 // median ms/step (median over rounds)
+	Speedup, HostSpeedup   float64
+	MinSpeedup, MaxSpeedup float64
 }

@@ -115,7 +115,11 @@ func TestBenchStopsOnNonFiniteLoss(t *testing.T) {
 func TestCompareMatrixKeepsTokensPerStep(t *testing.T) {
 	cfg := benchConfig()
 	cfg.Batch, cfg.Accum = 8, 1
-	cells := CompareMatrix()
+	if got := CompareMatrix([]string{"cosine"}, []int{4}); len(got) != 2 || got[0] != (CompareCell{true, "cosine", 4}) ||
+		got[1] != (CompareCell{false, "cosine", 4}) {
+		t.Fatalf("matrix of cosine × accum 4 = %v, want compiled and interpreted cosine accum 4", got)
+	}
+	cells := CompareMatrix(nil, nil)
 	if len(cells) != 8 {
 		t.Fatalf("%d cells, want 2 compile × 2 schedules × 2 accum", len(cells))
 	}
@@ -154,6 +158,46 @@ func TestSpeedupPairsCompiledAndInterpreted(t *testing.T) {
 	}
 	if _, err := Speedup(rs[2:]); err == nil {
 		t.Fatal("speedup without a pair accepted")
+	}
+}
+
+// TestSpeedupOverRounds takes the median of the rounds' ratios, not the
+// ratio of medians: round 2's slow interpreted run (a noisy machine) moves
+// the range, not the median.
+func TestSpeedupOverRounds(t *testing.T) {
+	var rs []BenchResult
+	for round, ms := range [][2]float64{{10, 20}, {10, 90}, {12, 30}} {
+		rs = append(rs,
+			BenchResult{Round: round + 1, Compile: true, Schedule: "cosine", Accum: 4, MsPerStepMedian: ms[0], HostMsPerStep: 1},
+			BenchResult{Round: round + 1, Compile: false, Schedule: "cosine", Accum: 4, MsPerStepMedian: ms[1], HostMsPerStep: 3})
+	}
+	rows, err := Speedup(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rows[0]
+	if len(rows) != 1 || r.Rounds != 3 || r.Speedup != 2.5 || r.MinSpeedup != 2 || r.MaxSpeedup != 9 ||
+		r.Compiled != 10 || r.Interpreted != 30 || r.HostSpeedup != 3 {
+		t.Fatalf("row %+v: want 3 rounds, median ratio 2.5 in 2–9, medians 10 and 30 ms, host 3", r)
+	}
+}
+
+func TestBenchCompareRounds(t *testing.T) {
+	cfg := benchConfig()
+	rs, err := BenchCompare(cfg, BenchOptions{Warmup: 1, Steps: 1}, CompareOptions{Schedules: []string{"cosine"}, Accums: []int{2}, Rounds: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 4 {
+		t.Fatalf("%d results, want 2 rounds × compiled and interpreted", len(rs))
+	}
+	for i, r := range rs {
+		if r.Round != i/2+1 || r.Compile != (i%2 == 0) || r.Schedule != "cosine" || r.Accum != 2 {
+			t.Fatalf("result %d: round %d compile %t schedule %s accum %d", i, r.Round, r.Compile, r.Schedule, r.Accum)
+		}
+	}
+	if _, err := BenchCompare(cfg, BenchOptions{Warmup: 1, Steps: 1}, CompareOptions{Rounds: -1}, nil); err == nil {
+		t.Fatal("rounds -1 accepted")
 	}
 }
 

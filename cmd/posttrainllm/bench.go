@@ -19,6 +19,7 @@ type benchOptions struct {
 	warmup     int
 	json       bool
 	compare    bool
+	rounds     int
 	tokenCache string
 }
 
@@ -40,11 +41,16 @@ here; --warmup stays the learning-rate warm-up).
 
 --compare runs compile on/off × constant/cosine schedule × accum 1/4 in one
 process, keeping the tokens per update of the preset (accum 4 runs a quarter
-of the batch), and prints each cell and the interpreted/compiled ratios.
+of the batch), and prints each cell and the interpreted/compiled ratios;
+--schedule or --accum pick one schedule or accum instead of both. --rounds N
+runs the whole comparison N times over, so a shared machine's drift hits
+compiled and interpreted alike; the ratios are then medians of the rounds'
+ratios, with their range.
 --json prints one JSON object, or with --compare a JSON array.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
+  posttrainllm bench --preset huge --device gpu --compare --schedule cosine --accum 4 --rounds 5
   posttrainllm bench --preset tiny --compile=false --corpus input.txt`,
 		Args: cobra.NoArgs,
 	}
@@ -54,6 +60,7 @@ of the batch), and prints each cell and the interpreted/compiled ratios.
 	fs.IntVar(&opts.warmup, "warmup-steps", 5, "untimed steps first (tracing, kernel JIT)")
 	fs.BoolVar(&opts.json, "json", false, "print JSON instead of a table")
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
+	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-batches", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -69,13 +76,14 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if opts.warmup < 0 {
 		return usageError("invalid --warmup-steps %d: want >= 0", opts.warmup)
 	}
-	if opts.compare {
-		for _, name := range []string{"compile", "schedule", "accum"} {
-			if ov.isChanged(name) {
-				return usageError("--%s %s with --compare: the comparison runs every --compile, --schedule and --accum; drop --%s",
-					name, ov.value(name), name)
-			}
-		}
+	if opts.rounds < 1 {
+		return usageError("invalid --rounds %d: want >= 1", opts.rounds)
+	}
+	if opts.rounds > 1 && !opts.compare {
+		return usageError("--rounds %d without --compare: rounds repeat a comparison; add --compare", opts.rounds)
+	}
+	if opts.compare && ov.isChanged("compile") {
+		return usageError("--compile %s with --compare: the comparison runs compiled and interpreted; drop --compile", ov.value("compile"))
 	}
 	if err := resolveCorpus(ov); err != nil {
 		return err
@@ -122,10 +130,20 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 		}
 		return printBench(out, []train.BenchResult{res})
 	}
+	// --schedule and --accum pick the matrix's schedule and accum; the
+	// tokens per update stay the preset's batch × accum.
+	copts := train.CompareOptions{Rounds: opts.rounds}
+	if ov.isChanged("schedule") {
+		copts.Schedules = []string{cfg.Schedule}
+	}
+	if ov.isChanged("accum") {
+		copts.Accums = []int{cfg.Accum}
+		cfg.Accum = base.Accum
+	}
 	var results []train.BenchResult
-	results, err = train.BenchCompare(cfg, bo, func(r train.BenchResult) {
-		fmt.Fprintf(status, "  compile=%-5t schedule=%-8s accum=%d batch=%-3d %8.1f ms/step  traces %d\n",
-			r.Compile, r.Schedule, r.Accum, r.Batch, r.MsPerStepMedian, r.Traces)
+	results, err = train.BenchCompare(cfg, bo, copts, func(r train.BenchResult) {
+		fmt.Fprintf(status, "  round %d compile=%-5t schedule=%-8s accum=%d batch=%-3d %8.1f ms/step  traces %d  ops/step %d\n",
+			r.Round, r.Compile, r.Schedule, r.Accum, r.Batch, r.MsPerStepMedian, r.Traces, r.GraphOps)
 	})
 	if err != nil {
 		return err
@@ -169,10 +187,10 @@ func printSpeedup(w io.Writer, results []train.BenchResult) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "schedule\taccum\tbatch\tcompiled ms/step\tinterpreted ms/step\tinterpreted/compiled\thost time interpreted/compiled\t")
+	fmt.Fprintln(tw, "schedule\taccum\tbatch\trounds\tcompiled ms/step\tinterpreted ms/step\tinterpreted/compiled\trange\thost time interpreted/compiled\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.1f\t%.1f\t%.2fx\t%.1fx\t\n",
-			r.Schedule, r.Accum, r.Batch, r.Compiled, r.Interpreted, r.Speedup, r.HostSpeedup)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.2fx\t%.2f–%.2fx\t%.1fx\t\n",
+			r.Schedule, r.Accum, r.Batch, r.Rounds, r.Compiled, r.Interpreted, r.Speedup, r.MinSpeedup, r.MaxSpeedup, r.HostSpeedup)
 	}
 	return tw.Flush()
 }

@@ -205,7 +205,7 @@ func TestBenchJSONTracesOnce(t *testing.T) {
 	}
 	for _, key := range []string{"preset", "device", "compile", "schedule", "accum", "batch", "context", "params",
 		"steps", "ms_per_step_median", "ms_per_step_p10", "ms_per_step_p90", "steps_per_s", "tokens_per_s",
-		"traces", "host_ms_per_step", "device_ms_per_step", "peak_memory_bytes", "loss_first", "loss_last"} {
+		"traces", "host_ms_per_step", "device_ms_per_step", "peak_memory_bytes", "loss_first", "loss_last", "graph_ops"} {
 		if _, ok := got[key]; !ok {
 			t.Errorf("bench JSON lacks %q", key)
 		}
@@ -213,6 +213,33 @@ func TestBenchJSONTracesOnce(t *testing.T) {
 	if got["compile"] != true || got["traces"] != 1.0 || got["accum"] != 4.0 || got["steps"] != 30.0 ||
 		got["schedule"] != "cosine" || got["preset"] != "tiny" {
 		t.Fatalf("bench JSON %v, want compile true, traces 1, accum 4, steps 30", got)
+	}
+}
+
+// TestBenchCompareRounds restricts the comparison to cosine × accum 4 and
+// runs it twice: four results alternating compiled and interpreted, each
+// with the preset's tokens per update (tiny: batch 8 × accum 1, so accum 4
+// runs batch 2), and a ratio table with its range.
+func TestBenchCompareRounds(t *testing.T) {
+	r := mustRun(t, "bench", "--preset", "tiny", "--compare", "--schedule", "cosine", "--accum", "4", "--rounds", "2",
+		"--steps", "2", "--warmup-steps", "1", "--json")
+	var got []map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("bench --compare --json printed no JSON array: %v\n%s", err, r.stdout)
+	}
+	if len(got) != 4 {
+		t.Fatalf("%d results, want 4", len(got))
+	}
+	for i, g := range got {
+		if g["round"] != float64(i/2+1) || g["compile"] != (i%2 == 0) || g["accum"] != 4.0 || g["batch"] != 2.0 ||
+			g["schedule"] != "cosine" || g["tokens_per_step"] != 512.0 {
+			t.Fatalf("result %d: %v", i, g)
+		}
+	}
+	table := mustRun(t, "bench", "--preset", "tiny", "--compare", "--schedule", "cosine", "--accum", "4", "--rounds", "2",
+		"--steps", "2", "--warmup-steps", "1")
+	if !strings.Contains(table.stdout, "interpreted/compiled") || !strings.Contains(table.stdout, "range") {
+		t.Fatalf("no ratio table in\n%s", table.stdout)
 	}
 }
 
@@ -282,7 +309,9 @@ func TestBadInputCreatesNothing(t *testing.T) {
 		{[]string{"train", "--resume", filepath.Join(dir, "nope")}, []string{"--resume", "nope"}},
 		{[]string{"train", "--steps", "many", "--out", out}, []string{"many", "--steps"}},
 		{[]string{"bench", "--steps", "0"}, []string{"--steps 0"}},
-		{[]string{"bench", "--compare", "--accum", "2"}, []string{"--accum 2", "--compare"}},
+		{[]string{"bench", "--compare", "--compile=false"}, []string{"--compile false", "--compare"}},
+		{[]string{"bench", "--rounds", "3"}, []string{"--rounds 3", "--compare"}},
+		{[]string{"bench", "--compare", "--rounds", "0"}, []string{"--rounds 0", "want >= 1"}},
 		{[]string{"sample", "--from", filepath.Join(dir, "nope")}, []string{"--from", "nope"}},
 		{[]string{"sample", "--from", dir, "--tokens", "0"}, []string{"--tokens 0"}},
 	}

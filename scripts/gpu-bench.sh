@@ -11,7 +11,10 @@
 # INTERP_STEPS (30: timed steps of the interpreted run), ROWS (which rows,
 # default all five: ptlm-compiled ptlm-interpreted mlx-python torch-eager
 # torch-compile; ptlm-compiled@NAME and ptlm-interpreted@NAME add rows for
-# another build, .gpu/bin/posttrainllm-NAME), TESTS=0 skips the GPU tests.
+# another build, .gpu/bin/posttrainllm-NAME), TESTS=0 skips the GPU tests,
+# RATIO_ROUNDS=N (default 0: off) adds ratio.md: posttrainllm compiled and
+# interpreted alternated N times (bench --compare --rounds N, cosine, accum
+# 4), the median of the per-round ratios with their range.
 #
 # posttrainllm and the GPU test binaries are built into .gpu/bin where Go is
 # installed; elsewhere they come from .gpu/bin as scripts/gpu-pack.sh carried
@@ -106,6 +109,12 @@ for r in $ROWS; do
     *) echo "gpu-bench: unknown row $r"; status=1 ;;
   esac
 done
+
+if [[ "${RATIO_ROUNDS:-0}" -gt 0 ]]; then
+  echo "== compiled/interpreted, $RATIO_ROUNDS alternating rounds"
+  "$bin" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --steps "$INTERP_STEPS" \
+    --compare --schedule cosine --accum 4 --rounds "$RATIO_ROUNDS" | tee "$out/ratio.md" || status=1
+fi
 
 echo "== table"
 python3 bench/peers/table.py --peak "$raw/peak.json" --preset "$PRESET" --reference "posttrainllm compiled" \

@@ -132,13 +132,31 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	x = mlx.RMSNorm(x, w.norm, eps)
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
-		mask := make([]float32, pv)
-		for i := c.VocabSize; i < pv; i++ {
-			mask[i] = float32(math.Inf(-1))
-		}
-		return mlx.AddMM(mlx.AsType(mlx.FromSlice(mask), c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
+		return mlx.AddMM(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
 	}
 	return linear(x, w.head)
+}
+
+// paddingBias is the [pv] bias of the output projection: 0 for the v real
+// rows, −∞ for the padding rows. It is built as bytes in dtype (float32,
+// bfloat16 or float16), so the graph holds a constant rather than a cast
+// that would run every step.
+func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
+	negInf := math.Float32bits(float32(math.Inf(-1))) // float32; bfloat16 is its top half
+	switch dtype {
+	case mlx.BFloat16:
+		negInf >>= 16
+	case mlx.Float16:
+		negInf = 0xFC00
+	}
+	size := dtype.Size()
+	b := make([]byte, pv*size)
+	for i := v; i < pv; i++ {
+		for k := range size {
+			b[i*size+k] = byte(negInf >> (8 * k))
+		}
+	}
+	return mlx.FromBytes(b, dtype, pv)
 }
 
 // attention is causal multi-head self-attention with rotary positions; it

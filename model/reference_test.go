@@ -180,6 +180,23 @@ func TestPaddedVocabularyChangesNothing(t *testing.T) {
 	}
 }
 
+func TestPaddingBiasInEveryComputeDtype(t *testing.T) {
+	lockThread(t)
+	for _, d := range []mlx.Dtype{mlx.Float32, mlx.BFloat16, mlx.Float16} {
+		b := paddingBias(3, 5, d)
+		if b.Dtype() != d {
+			t.Fatalf("bias dtype %v, want %v", b.Dtype(), d)
+		}
+		got := values(t, b)
+		want := []float64{0, 0, 0, math.Inf(-1), math.Inf(-1)}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("%v bias %v, want %v", d, got, want)
+			}
+		}
+	}
+}
+
 // values returns a's elements as float64s.
 func values(t *testing.T, a *mlx.Array) []float64 {
 	t.Helper()

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -95,21 +96,40 @@ func newGELU() (*mlx.Closure, error) {
 	})
 }
 
-// residual returns x + h·Wᵀ, a residual connection around a projection
-// stored [out, in], as one matrix multiply-add: on a GPU the addition runs
-// in the GEMM's epilogue instead of as a kernel of its own. The product is
-// taken over the flattened [B·T, in] rows: with the batch axis kept, MLX
-// broadcasts W over it and differentiates W with a batched GEMM followed by
-// a reduction over the batch.
-func residual(x, h, w *mlx.Array) *mlx.Array {
-	rows := x.Size() / x.Dim(-1)
-	y := mlx.AddMM(mlx.Reshape(x, rows, x.Dim(-1)), mlx.Reshape(h, rows, h.Dim(-1)), mlx.Transpose(w), 1, 1)
-	return mlx.Reshape(y, x.Shape()...)
-}
+// residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
+// residual connection around a projection stored [out, in], as one matrix
+// multiply-add: on a GPU the addition runs in the GEMM's epilogue instead of
+// as a kernel of its own.
+func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1) }
 
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
 func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+	logits := m.rowLogits(params, tokens)
+	if logits.Err() != nil {
+		return logits
+	}
+	return mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
+}
+
+// rowLogits is Logits over the flattened positions: [B·T, V].
+//
+// The blocks work on the residual stream as [B·T, D] rows, which is what
+// every matmul, norm and elementwise op of a block sees anyway; only
+// attention views it as [B, H, T, hd] heads. Keeping the batch axis would
+// cost a reshape of x, of h and of the result around every residual GEMM
+// (a GEMM with a batch axis broadcasts W over it and differentiates W with
+// a batched GEMM plus a reduction over the batch), and as many again in the
+// backward pass: twelve graph nodes per layer and microbatch, each host work
+// in both the compiled and the interpreted step.
+func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+	if err := tokens.Err(); err != nil {
+		return mlx.ErrorArray(err)
+	}
+	if tokens.Ndim() != 2 {
+		return mlx.ErrorArray(fmt.Errorf("model: tokens have shape %v, want [batch, time]", tokens.Shape()))
+	}
+	B, T := tokens.Dim(0), tokens.Dim(1)
 	w, err := m.unpack(params)
 	if err != nil {
 		return mlx.ErrorArray(err)
@@ -121,12 +141,12 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	defer gelu.Free()
 	c := m.Config
 	eps := float32(c.NormEps)
-	x := mlx.Take(w.tokEmb, tokens, 0) // [B, T, D]
+	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
 	if w.embedNorm != nil {
 		x = mlx.RMSNorm(x, w.embedNorm, eps)
 	}
 	for _, b := range w.blocks {
-		x = residual(x, m.attention(b, mlx.RMSNorm(x, b.attnNorm, eps)), b.wo)
+		x = residual(x, m.attention(b, mlx.RMSNorm(x, b.attnNorm, eps), B, T), b.wo)
 		x = residual(x, mlp(gelu, b, mlx.RMSNorm(x, b.mlpNorm, eps)), b.w2)
 	}
 	x = mlx.RMSNorm(x, w.norm, eps)
@@ -159,9 +179,10 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 	return mlx.FromBytes(b, dtype, pv)
 }
 
-// attention is causal multi-head self-attention with rotary positions; it
-// returns the heads merged back into [B, T, D], before the output
-// projection wo, which the caller applies together with the residual add.
+// attention is causal multi-head self-attention with rotary positions over
+// rows x [B·T, D]; it returns the heads merged back into rows [B·T, D],
+// before the output projection wo, which the caller applies together with
+// the residual add.
 //
 // The q, k and v projections run as one matmul against the three weights
 // stacked into [3D, D], and Split (whose gradient is one concatenation)
@@ -172,10 +193,10 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // launches (docs/performance/gpu.md): on the huge preset this takes 288
 // matmuls and 48 additions out of a compiled step and adds 180 copies (the
 // weight concatenation and the gradient's), 2,626 kernels down to 2,470.
-func (m *TinyGPT) attention(b block, x *mlx.Array) *mlx.Array {
+func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int) *mlx.Array {
 	c := m.Config
-	B, T, hd := x.Dim(0), x.Dim(1), c.HeadDim()
-	heads := func(t *mlx.Array) *mlx.Array { // [B, T, D] -> [B, H, T, hd]
+	hd := c.HeadDim()
+	heads := func(t *mlx.Array) *mlx.Array { // [B·T, D] -> [B, H, T, hd]
 		return mlx.Transpose(mlx.Reshape(t, B, T, c.Heads, hd), 0, 2, 1, 3)
 	}
 	rope := func(t *mlx.Array) *mlx.Array { return mlx.RoPE(t, hd, false, float32(c.RoPEBase), 1, 0) }
@@ -184,7 +205,7 @@ func (m *TinyGPT) attention(b block, x *mlx.Array) *mlx.Array {
 	k := rope(heads(qkv[1]))
 	v := heads(qkv[2])
 	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mlx.CausalMask, nil)
-	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B, T, c.DModel)
+	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.DModel)
 }
 
 // mlp is the position-wise feed-forward network up to its hidden
@@ -212,12 +233,19 @@ func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 
 // loss is Loss with the choice of cross-entropy kernel made by the caller.
 func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Array {
-	logits := m.Logits(params, x) // [B, T, V]
+	logits := m.rowLogits(params, x) // [B·T, V]
+	if err := y.Err(); err != nil {
+		return mlx.ErrorArray(err)
+	}
+	if x.Err() == nil && !slices.Equal(x.Shape(), y.Shape()) {
+		return mlx.ErrorArray(fmt.Errorf("model: targets have shape %v, tokens %v; want the same", y.Shape(), x.Shape()))
+	}
+	y = mlx.Reshape(y, y.Size()) // [B·T]
 	if fused {
 		return mlx.Mean(mlx.CrossEntropy(logits, y))
 	}
 	logits = mlx.AsType(logits, mlx.Float32)
-	lse := mlx.LogSumExp(logits, -1) // [B, T]
+	lse := mlx.LogSumExp(logits, -1) // [B·T]
 	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
 	loss := mlx.Mean(mlx.Subtract(lse, target))
 	if m.Config.ZLoss > 0 {

@@ -71,13 +71,15 @@ fi
 echo "== bf16 matmul peak"
 python3 bench/peers/matmul_peak.py | tee "$raw/peak.json"
 
-# row LABEL FILE CMD...: runs one configuration, keeping its output.
+# row LABEL FILE CMD...: runs one configuration, keeping its output; a row
+# that succeeded goes into the table, a failed one is reported and left out.
 row() {
   local label="$1" file="$2"
   shift 2
   echo "== $label"
   if "$@" >"$raw/$file.json" 2>"$raw/$file.log"; then
     python3 -c 'import json, sys; sys.path.insert(0, "bench/peers"); import table; print(json.dumps(table.last_json(sys.argv[1])))' "$raw/$file.json"
+    table+=("$label=$raw/$file.json")
   else
     cat "$raw/$file.json" >>"$raw/$file.log"
     echo "gpu-bench: $label failed:"; tail -20 "$raw/$file.log"; status=1
@@ -92,20 +94,13 @@ peer() { python3 "bench/peers/$1" --preset "$PRESET" --warmup "$WARMUP" --steps 
 table=()
 for r in $ROWS; do
   case "$r" in
-    ptlm-compiled) row "posttrainllm compiled" "$r" ptlm --steps "$STEPS" --compile=true
-      table+=("posttrainllm compiled=$raw/$r.json") ;;
-    ptlm-interpreted) row "posttrainllm interpreted" "$r" ptlm --steps "$INTERP_STEPS" --compile=false
-      table+=("posttrainllm interpreted=$raw/$r.json") ;;
-    mlx-python) row "MLX Python compiled" "$r" peer mlx_peer.py
-      table+=("MLX Python (mx.compile)=$raw/$r.json") ;;
-    torch-eager) row "PyTorch eager" "$r" peer torch_peer.py --profile-steps 3
-      table+=("PyTorch eager=$raw/$r.json") ;;
-    torch-compile) row "PyTorch torch.compile" "$r" peer torch_peer.py --compile --profile-steps 3
-      table+=("PyTorch torch.compile=$raw/$r.json") ;;
-    ptlm-compiled@*) n="${r#*@}"; row "posttrainllm compiled ($n)" "$r" ptlm_at "$n" --steps "$STEPS" --compile=true
-      table+=("posttrainllm compiled ($n)=$raw/$r.json") ;;
-    ptlm-interpreted@*) n="${r#*@}"; row "posttrainllm interpreted ($n)" "$r" ptlm_at "$n" --steps "$INTERP_STEPS" --compile=false
-      table+=("posttrainllm interpreted ($n)=$raw/$r.json") ;;
+    ptlm-compiled) row "posttrainllm compiled" "$r" ptlm --steps "$STEPS" --compile=true ;;
+    ptlm-interpreted) row "posttrainllm interpreted" "$r" ptlm --steps "$INTERP_STEPS" --compile=false ;;
+    mlx-python) row "MLX Python (mx.compile)" "$r" peer mlx_peer.py ;;
+    torch-eager) row "PyTorch eager" "$r" peer torch_peer.py --profile-steps 3 ;;
+    torch-compile) row "PyTorch torch.compile" "$r" peer torch_peer.py --compile --profile-steps 3 ;;
+    ptlm-compiled@*) n="${r#*@}"; row "posttrainllm compiled ($n)" "$r" ptlm_at "$n" --steps "$STEPS" --compile=true ;;
+    ptlm-interpreted@*) n="${r#*@}"; row "posttrainllm interpreted ($n)" "$r" ptlm_at "$n" --steps "$INTERP_STEPS" --compile=false ;;
     *) echo "gpu-bench: unknown row $r"; status=1 ;;
   esac
 done

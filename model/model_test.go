@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,5 +199,22 @@ func TestWrongParamCountIsAnError(t *testing.T) {
 	err := m.Logits(params[:3], tokens(t, 1, 4, 61, 0)).Err()
 	if err == nil || !strings.Contains(err.Error(), "parameter arrays") {
 		t.Fatalf("want a parameter-count error, got %v", err)
+	}
+}
+
+func TestTokenAndTargetShapesAreChecked(t *testing.T) {
+	lockThread(t)
+	m, _ := New(smallConfig())
+	params, _ := m.Init(1)
+	err := m.Logits(params, mlx.FromSlice([]int32{1, 2, 3, 4}, 4)).Err()
+	if err == nil || !strings.Contains(err.Error(), "[4]") || !strings.Contains(err.Error(), "[batch, time]") {
+		t.Fatalf("1-D tokens: want an error naming the shape and [batch, time], got %v", err)
+	}
+	err = m.Loss(params, tokens(t, 2, 4, 61, 0), tokens(t, 4, 2, 61, 1)).Err()
+	if err == nil || !strings.Contains(err.Error(), "[4 2]") || !strings.Contains(err.Error(), "[2 4]") {
+		t.Fatalf("targets [4 2] for tokens [2 4]: want an error naming both shapes, got %v", err)
+	}
+	if got := m.Logits(params, tokens(t, 2, 4, 61, 0)).Shape(); !slices.Equal(got, []int{2, 4, m.Config.PaddedVocab()}) {
+		t.Fatalf("logits shape %v, want [2 4 %d]", got, m.Config.PaddedVocab())
 	}
 }

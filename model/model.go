@@ -119,9 +119,10 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 // attention views it as [B, H, T, hd] heads. Keeping the batch axis would
 // cost a reshape of x, of h and of the result around every residual GEMM
 // (a GEMM with a batch axis broadcasts W over it and differentiates W with
-// a batched GEMM plus a reduction over the batch), and as many again in the
-// backward pass: twelve graph nodes per layer and microbatch, each host work
-// in both the compiled and the interpreted step.
+// a batched GEMM plus a reduction over the batch) and a flatten/unflatten
+// around every other projection, forward and backward: about twenty graph
+// nodes per layer and microbatch (968 per step of the huge preset), each
+// host work in both the compiled and the interpreted step.
 func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	if err := tokens.Err(); err != nil {
 		return mlx.ErrorArray(err)

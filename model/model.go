@@ -234,14 +234,14 @@ func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 
 // loss is Loss with the choice of cross-entropy kernel made by the caller.
 func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Array {
-	logits := m.rowLogits(params, x) // [B·T, V]
 	if err := y.Err(); err != nil {
 		return mlx.ErrorArray(err)
 	}
 	if x.Err() == nil && !slices.Equal(x.Shape(), y.Shape()) {
 		return mlx.ErrorArray(fmt.Errorf("model: targets have shape %v, tokens %v; want the same", y.Shape(), x.Shape()))
 	}
-	y = mlx.Reshape(y, y.Size()) // [B·T]
+	logits := m.rowLogits(params, x) // [B·T, V]
+	y = mlx.Reshape(y, y.Size())     // [B·T]
 	if fused {
 		return mlx.Mean(mlx.CrossEntropy(logits, y))
 	}

@@ -21,7 +21,7 @@ const maxDims = 16
 // Array is one MLX array. It is immutable: operations return new arrays.
 // An Array whose operation failed carries the error (see Err).
 type Array struct {
-	h        C.mlx_array
+	h        C.ptlm_array
 	err      error
 	scope    *Scope // scope that frees it, if any
 	borrowed bool   // handle owned by C++ (closure inputs); never freed here
@@ -32,9 +32,9 @@ type Array struct {
 
 // newArray wraps a fresh handle owned by Go and registers it with the
 // current thread's open scope, if any.
-func newArray(h C.mlx_array) *Array {
+func newArray(h C.ptlm_array) *Array {
 	a := &Array{h: h, dtype: -1}
-	a.cleanup = runtime.AddCleanup(a, func(h C.mlx_array) { C.mlx_array_free(h) }, h)
+	a.cleanup = runtime.AddCleanup(a, func(h C.ptlm_array) { C.ptlm_array_free(h) }, h)
 	registerInScope(a)
 	return a
 }
@@ -61,7 +61,7 @@ func (a *Array) Free() {
 	}
 	if !a.borrowed {
 		a.cleanup.Stop()
-		C.mlx_array_free(a.h)
+		C.ptlm_array_free(a.h)
 	}
 	a.h = nil
 	a.err = errFreed
@@ -80,7 +80,7 @@ func (a *Array) loadInfo() {
 	}
 	var dt, nd C.int
 	var sh [maxDims]C.int
-	if C.mlx_array_info(a.h, &dt, &nd, &sh[0], maxDims) != 0 {
+	if C.ptlm_array_info(a.h, &dt, &nd, &sh[0], maxDims) != 0 {
 		return
 	}
 	a.dtype = Dtype(dt)
@@ -232,12 +232,12 @@ func FromBytes(data []byte, dtype Dtype, shape ...int) *Array {
 
 func fromBytes(p unsafe.Pointer, dtype Dtype, shape []int) *Array {
 	sh := cInts(shape)
-	var h C.mlx_array
+	var h C.ptlm_array
 	if p == nil {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.mlx_array_from_data(p, C.int(dtype), &sh[0], C.int(len(shape)), &h) != 0 {
+	if C.ptlm_array_from_data(p, C.int(dtype), &sh[0], C.int(len(shape)), &h) != 0 {
 		return errArray(&Error{Op: "from_data", Operands: dtype.String() + shapeString(shape), Msg: lastError()})
 	}
 	return newArray(h)
@@ -245,12 +245,12 @@ func fromBytes(p unsafe.Pointer, dtype Dtype, shape []int) *Array {
 
 // Scalar returns a 0-D array holding v converted to dtype.
 func Scalar(v float64, dtype Dtype) *Array {
-	var h C.mlx_array
+	var h C.ptlm_array
 	var rc C.int
 	if dtype.IsFloat() || math.IsNaN(v) || math.IsInf(v, 0) {
-		rc = C.mlx_array_from_float(C.double(v), C.int(dtype), &h)
+		rc = C.ptlm_array_from_float(C.double(v), C.int(dtype), &h)
 	} else {
-		rc = C.mlx_array_from_int(C.int64_t(v), C.int(dtype), &h)
+		rc = C.ptlm_array_from_int(C.int64_t(v), C.int(dtype), &h)
 	}
 	if rc != 0 {
 		return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: lastError()})
@@ -269,7 +269,7 @@ func (a *Array) Bytes() ([]byte, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.mlx_array_read(a.h, p, C.size_t(len(buf))) != 0 {
+	if C.ptlm_array_read(a.h, p, C.size_t(len(buf))) != 0 {
 		return nil, opError("read", a)
 	}
 	return buf, nil
@@ -296,7 +296,7 @@ func ToSlice[T Number](a *Array) ([]T, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.mlx_array_read(src.h, p, C.size_t(len(out)*want.Size())) != 0 {
+	if C.ptlm_array_read(src.h, p, C.size_t(len(out)*want.Size())) != 0 {
 		return nil, opError("read", a)
 	}
 	return out, nil
@@ -324,11 +324,11 @@ func (a *Array) Item() (float64, error) {
 }
 
 // handles collects the C handles of arrs, or the first error they carry.
-func handles(arrs []*Array) ([]C.mlx_array, error) {
+func handles(arrs []*Array) ([]C.ptlm_array, error) {
 	if err := firstErr(arrs...); err != nil {
 		return nil, err
 	}
-	hs := make([]C.mlx_array, len(arrs)+1)
+	hs := make([]C.ptlm_array, len(arrs)+1)
 	for i, a := range arrs {
 		hs[i] = a.h
 	}
@@ -341,7 +341,7 @@ func Eval(arrs ...*Array) error {
 	if err != nil {
 		return err
 	}
-	if C.mlx_eval(&hs[0], C.size_t(len(arrs))) != 0 {
+	if C.ptlm_eval(&hs[0], C.size_t(len(arrs))) != 0 {
 		return &Error{Op: "eval", Msg: lastError()}
 	}
 	return nil
@@ -358,7 +358,7 @@ func GraphOps(arrs ...*Array) (map[string]int, error) {
 		return nil, err
 	}
 	var out *C.char
-	if C.mlx_graph_ops(&hs[0], C.size_t(len(arrs)), &out) != 0 {
+	if C.ptlm_graph_ops(&hs[0], C.size_t(len(arrs)), &out) != 0 {
 		return nil, &Error{Op: "graph_ops", Msg: lastError()}
 	}
 	defer C.free(unsafe.Pointer(out))
@@ -385,7 +385,7 @@ func AsyncEval(arrs ...*Array) error {
 	if err != nil {
 		return err
 	}
-	if C.mlx_async_eval(&hs[0], C.size_t(len(arrs))) != 0 {
+	if C.ptlm_async_eval(&hs[0], C.size_t(len(arrs))) != 0 {
 		return &Error{Op: "async_eval", Msg: lastError()}
 	}
 	return nil

@@ -20,20 +20,20 @@ void set_error(const std::string& msg) { last_error = msg; }
 
 mx::Dtype dtype_of(int d) {
   switch (d) {
-    case MLX_BOOL: return mx::bool_;
-    case MLX_UINT8: return mx::uint8;
-    case MLX_UINT16: return mx::uint16;
-    case MLX_UINT32: return mx::uint32;
-    case MLX_UINT64: return mx::uint64;
-    case MLX_INT8: return mx::int8;
-    case MLX_INT16: return mx::int16;
-    case MLX_INT32: return mx::int32;
-    case MLX_INT64: return mx::int64;
-    case MLX_FLOAT16: return mx::float16;
-    case MLX_FLOAT32: return mx::float32;
-    case MLX_FLOAT64: return mx::float64;
-    case MLX_BFLOAT16: return mx::bfloat16;
-    case MLX_COMPLEX64: return mx::complex64;
+    case PTLM_BOOL: return mx::bool_;
+    case PTLM_UINT8: return mx::uint8;
+    case PTLM_UINT16: return mx::uint16;
+    case PTLM_UINT32: return mx::uint32;
+    case PTLM_UINT64: return mx::uint64;
+    case PTLM_INT8: return mx::int8;
+    case PTLM_INT16: return mx::int16;
+    case PTLM_INT32: return mx::int32;
+    case PTLM_INT64: return mx::int64;
+    case PTLM_FLOAT16: return mx::float16;
+    case PTLM_FLOAT32: return mx::float32;
+    case PTLM_FLOAT64: return mx::float64;
+    case PTLM_BFLOAT16: return mx::bfloat16;
+    case PTLM_COMPLEX64: return mx::complex64;
   }
   throw std::invalid_argument("unknown dtype code " + std::to_string(d));
 }
@@ -44,46 +44,46 @@ int dtype_code(mx::Dtype d) { return static_cast<int>(d.val()); }
 
 extern "C" {
 
-const char* mlx_last_error(void) { return last_error.c_str(); }
-void mlx_set_error(const char* msg) { set_error(msg ? msg : ""); }
+const char* ptlm_last_error(void) { return last_error.c_str(); }
+void ptlm_set_error(const char* msg) { set_error(msg ? msg : ""); }
 
-int mlx_array_free(mlx_array a) { PTLM_TRY(delete reinterpret_cast<mx::array*>(a)) }
+int ptlm_array_free(ptlm_array a) { PTLM_TRY(delete reinterpret_cast<mx::array*>(a)) }
 
 static mx::array array_from_data(const void* data, int dtype, mx::Shape sh) {
   switch (dtype) {
 #define PTLM_FROM(code, T) \
   case code:               \
     return mx::array(static_cast<const T*>(data), std::move(sh), dtype_of(code));
-    PTLM_FROM(MLX_BOOL, bool)
-    PTLM_FROM(MLX_UINT8, uint8_t)
-    PTLM_FROM(MLX_UINT16, uint16_t)
-    PTLM_FROM(MLX_UINT32, uint32_t)
-    PTLM_FROM(MLX_UINT64, uint64_t)
-    PTLM_FROM(MLX_INT8, int8_t)
-    PTLM_FROM(MLX_INT16, int16_t)
-    PTLM_FROM(MLX_INT32, int32_t)
-    PTLM_FROM(MLX_INT64, int64_t)
-    PTLM_FROM(MLX_FLOAT16, mx::float16_t)
-    PTLM_FROM(MLX_FLOAT32, float)
-    PTLM_FROM(MLX_BFLOAT16, mx::bfloat16_t)
+    PTLM_FROM(PTLM_BOOL, bool)
+    PTLM_FROM(PTLM_UINT8, uint8_t)
+    PTLM_FROM(PTLM_UINT16, uint16_t)
+    PTLM_FROM(PTLM_UINT32, uint32_t)
+    PTLM_FROM(PTLM_UINT64, uint64_t)
+    PTLM_FROM(PTLM_INT8, int8_t)
+    PTLM_FROM(PTLM_INT16, int16_t)
+    PTLM_FROM(PTLM_INT32, int32_t)
+    PTLM_FROM(PTLM_INT64, int64_t)
+    PTLM_FROM(PTLM_FLOAT16, mx::float16_t)
+    PTLM_FROM(PTLM_FLOAT32, float)
+    PTLM_FROM(PTLM_BFLOAT16, mx::bfloat16_t)
 #undef PTLM_FROM
   }
   throw std::invalid_argument("cannot build an array of dtype code " + std::to_string(dtype) + " from host data");
 }
 
-int mlx_array_from_data(const void* data, int dtype, const int* shape, int ndim, mlx_array* out) {
+int ptlm_array_from_data(const void* data, int dtype, const int* shape, int ndim, ptlm_array* out) {
   PTLM_TRY(*out = wrap(array_from_data(data, dtype, shape_of(shape, ndim))))
 }
 
-int mlx_array_from_float(double v, int dtype, mlx_array* out) {
+int ptlm_array_from_float(double v, int dtype, ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::array(static_cast<float>(v), dtype_of(dtype))))
 }
 
-int mlx_array_from_int(int64_t v, int dtype, mlx_array* out) {
+int ptlm_array_from_int(int64_t v, int dtype, ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::astype(mx::array(v, mx::int64), dtype_of(dtype))))
 }
 
-int mlx_array_info(mlx_array a, int* dtype, int* ndim, int* shape, int max_ndim) {
+int ptlm_array_info(ptlm_array a, int* dtype, int* ndim, int* shape, int max_ndim) {
   PTLM_TRY({
     auto& x = A(a);
     *dtype = dtype_code(x.dtype());
@@ -92,7 +92,7 @@ int mlx_array_info(mlx_array a, int* dtype, int* ndim, int* shape, int max_ndim)
   })
 }
 
-int mlx_array_read(mlx_array a, void* dst, size_t nbytes) {
+int ptlm_array_read(ptlm_array a, void* dst, size_t nbytes) {
   PTLM_TRY({
     auto x = mx::contiguous(A(a));
     x.eval();
@@ -103,9 +103,9 @@ int mlx_array_read(mlx_array a, void* dst, size_t nbytes) {
   })
 }
 
-int mlx_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::eval(arrays(arrs, n))) }
+int ptlm_eval(const ptlm_array* arrs, size_t n) { PTLM_TRY(mx::eval(arrays(arrs, n))) }
 
-int mlx_graph_ops(const mlx_array* arrs, size_t n, char** out) {
+int ptlm_graph_ops(const ptlm_array* arrs, size_t n, char** out) {
   PTLM_TRY({
     std::unordered_set<std::uintptr_t> seen;
     std::map<std::string, size_t> counts;
@@ -125,13 +125,13 @@ int mlx_graph_ops(const mlx_array* arrs, size_t n, char** out) {
     std::memcpy(*out, text.c_str(), text.size() + 1);
   })
 }
-int mlx_async_eval(const mlx_array* arrs, size_t n) { PTLM_TRY(mx::async_eval(arrays(arrs, n))) }
+int ptlm_async_eval(const ptlm_array* arrs, size_t n) { PTLM_TRY(mx::async_eval(arrays(arrs, n))) }
 
-int mlx_vec_new(mlx_vec* out) { PTLM_TRY(*out = wrap_vec({})) }
-int mlx_vec_free(mlx_vec v) { PTLM_TRY(delete reinterpret_cast<std::vector<mx::array>*>(v)) }
-int mlx_vec_push(mlx_vec v, mlx_array a) { PTLM_TRY(V(v).push_back(A(a))) }
-size_t mlx_vec_size(mlx_vec v) { return V(v).size(); }
-int mlx_vec_move_all(mlx_vec v, mlx_array* dst) {
+int ptlm_vec_new(ptlm_vec* out) { PTLM_TRY(*out = wrap_vec({})) }
+int ptlm_vec_free(ptlm_vec v) { PTLM_TRY(delete reinterpret_cast<std::vector<mx::array>*>(v)) }
+int ptlm_vec_push(ptlm_vec v, ptlm_array a) { PTLM_TRY(V(v).push_back(A(a))) }
+size_t ptlm_vec_size(ptlm_vec v) { return V(v).size(); }
+int ptlm_vec_move_all(ptlm_vec v, ptlm_array* dst) {
   PTLM_TRY({
     auto& vec = V(v);
     for (size_t i = 0; i < vec.size(); i++) dst[i] = wrap(std::move(vec[i]));
@@ -147,9 +147,9 @@ using VecFn = std::function<std::vector<mx::array>(const std::vector<mx::array>&
 
 // Payload owns a Go callback's handle; its destructor tells Go to drop it.
 struct Payload {
-  mlx_closure_fn fn;
+  ptlm_closure_fn fn;
   uintptr_t payload;
-  mlx_payload_dtor dtor;
+  ptlm_payload_dtor dtor;
   ~Payload() {
     if (dtor) dtor(payload);
   }
@@ -161,20 +161,20 @@ struct Closure {
 
 // VJPPayload owns a Go custom-VJP callback's handle, like Payload.
 struct VJPPayload {
-  mlx_vjp_fn fn;
+  ptlm_vjp_fn fn;
   uintptr_t payload;
-  mlx_payload_dtor dtor;
+  ptlm_payload_dtor dtor;
   ~VJPPayload() {
     if (dtor) dtor(payload);
   }
 };
 
-Closure& C(mlx_closure c) {
+Closure& C(ptlm_closure c) {
   if (c == nullptr) throw std::invalid_argument("nil closure handle");
   return *reinterpret_cast<Closure*>(c);
 }
 
-mlx_closure wrap_closure(VecFn fn) { return reinterpret_cast<mlx_closure>(new Closure{std::move(fn)}); }
+ptlm_closure wrap_closure(VecFn fn) { return reinterpret_cast<ptlm_closure>(new Closure{std::move(fn)}); }
 
 using VagFn = mx::ValueAndGradFn;
 
@@ -182,24 +182,24 @@ using VagFn = mx::ValueAndGradFn;
 
 extern "C" {
 
-int mlx_closure_new(mlx_closure_fn fn, uintptr_t payload, mlx_payload_dtor dtor, mlx_closure* out) {
+int ptlm_closure_new(ptlm_closure_fn fn, uintptr_t payload, ptlm_payload_dtor dtor, ptlm_closure* out) {
   PTLM_TRY({
     auto p = std::shared_ptr<Payload>(new Payload{fn, payload, dtor});
     *out = wrap_closure([p](const std::vector<mx::array>& in) {
-      std::vector<mlx_array> handles(in.size());
+      std::vector<ptlm_array> handles(in.size());
       for (size_t i = 0; i < in.size(); i++)
-        handles[i] = reinterpret_cast<mlx_array>(const_cast<mx::array*>(&in[i]));
+        handles[i] = reinterpret_cast<ptlm_array>(const_cast<mx::array*>(&in[i]));
       std::vector<mx::array> outs;
-      int rc = p->fn(p->payload, handles.data(), handles.size(), reinterpret_cast<mlx_vec>(&outs));
+      int rc = p->fn(p->payload, handles.data(), handles.size(), reinterpret_cast<ptlm_vec>(&outs));
       if (rc != 0) throw std::runtime_error(last_error);
       return outs;
     });
   })
 }
 
-int mlx_closure_free(mlx_closure c) { PTLM_TRY(delete reinterpret_cast<Closure*>(c)) }
+int ptlm_closure_free(ptlm_closure c) { PTLM_TRY(delete reinterpret_cast<Closure*>(c)) }
 
-int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out) {
+int ptlm_closure_apply(ptlm_closure c, const ptlm_array* in, size_t n, ptlm_vec* out) {
   PTLM_TRY({
     // Create this thread's default stream before a compiled function looks
     // up its trace cache: in MLX 0.32 the first compiled call on a thread
@@ -210,24 +210,24 @@ int mlx_closure_apply(mlx_closure c, const mlx_array* in, size_t n, mlx_vec* out
   })
 }
 
-int mlx_compile(mlx_closure c, bool shapeless, mlx_closure* out) {
+int ptlm_compile(ptlm_closure c, bool shapeless, ptlm_closure* out) {
   PTLM_TRY(*out = wrap_closure(mx::compile(C(c).fn, shapeless)))
 }
 
-int mlx_custom_vjp(mlx_closure fun, mlx_vjp_fn vjp, uintptr_t payload, mlx_payload_dtor dtor,
-                   mlx_closure* out) {
+int ptlm_custom_vjp(ptlm_closure fun, ptlm_vjp_fn vjp, uintptr_t payload, ptlm_payload_dtor dtor,
+                   ptlm_closure* out) {
   // Once p exists it owns the payload: on any later failure its destructor
   // has released it, so the caller must not.
   PTLM_TRY({
     auto p = std::shared_ptr<VJPPayload>(new VJPPayload{vjp, payload, dtor});
     auto vjp_fn = [p](const std::vector<mx::array>& primals, const std::vector<mx::array>& cotangents,
                       const std::vector<mx::array>& outputs) {
-      std::vector<mlx_array> handles;
+      std::vector<ptlm_array> handles;
       handles.reserve(primals.size() + cotangents.size() + outputs.size());
       for (auto* v : {&primals, &cotangents, &outputs})
-        for (auto& a : *v) handles.push_back(reinterpret_cast<mlx_array>(const_cast<mx::array*>(&a)));
+        for (auto& a : *v) handles.push_back(reinterpret_cast<ptlm_array>(const_cast<mx::array*>(&a)));
       std::vector<mx::array> outs;
-      int rc = p->fn(p->payload, handles.data(), primals.size(), outputs.size(), reinterpret_cast<mlx_vec>(&outs));
+      int rc = p->fn(p->payload, handles.data(), primals.size(), outputs.size(), reinterpret_cast<ptlm_vec>(&outs));
       if (rc != 0) throw std::runtime_error(last_error);
       if (outs.size() != primals.size())
         throw std::invalid_argument("custom vjp returned " + std::to_string(outs.size()) +
@@ -238,20 +238,20 @@ int mlx_custom_vjp(mlx_closure fun, mlx_vjp_fn vjp, uintptr_t payload, mlx_paylo
   })
 }
 
-int mlx_set_compile_enabled(bool enabled) {
+int ptlm_set_compile_enabled(bool enabled) {
   PTLM_TRY(if (enabled) mx::enable_compile(); else mx::disable_compile();)
 }
 
-int mlx_value_and_grad(mlx_closure c, const int* argnums, size_t nargnums, mlx_vag* out) {
+int ptlm_value_and_grad(ptlm_closure c, const int* argnums, size_t nargnums, ptlm_vag* out) {
   PTLM_TRY({
     auto f = mx::value_and_grad(C(c).fn, std::vector<int>(argnums, argnums + nargnums));
-    *out = reinterpret_cast<mlx_vag>(new VagFn(std::move(f)));
+    *out = reinterpret_cast<ptlm_vag>(new VagFn(std::move(f)));
   })
 }
 
-int mlx_vag_free(mlx_vag f) { PTLM_TRY(delete reinterpret_cast<VagFn*>(f)) }
+int ptlm_vag_free(ptlm_vag f) { PTLM_TRY(delete reinterpret_cast<VagFn*>(f)) }
 
-int mlx_vag_apply(mlx_vag f, const mlx_array* in, size_t n, mlx_vec* values, mlx_vec* grads) {
+int ptlm_vag_apply(ptlm_vag f, const ptlm_array* in, size_t n, ptlm_vec* values, ptlm_vec* grads) {
   PTLM_TRY({
     if (f == nullptr) throw std::invalid_argument("nil value_and_grad handle");
     auto [v, g] = (*reinterpret_cast<VagFn*>(f))(arrays(in, n));
@@ -261,25 +261,25 @@ int mlx_vag_apply(mlx_vag f, const mlx_array* in, size_t n, mlx_vec* values, mlx
 }
 
 static mx::Device device_of(int type) {
-  if (type == MLX_CPU) return mx::Device(mx::Device::cpu);
-  if (type == MLX_GPU) return mx::Device(mx::Device::gpu);
+  if (type == PTLM_CPU) return mx::Device(mx::Device::cpu);
+  if (type == PTLM_GPU) return mx::Device(mx::Device::gpu);
   throw std::invalid_argument("unknown device type " + std::to_string(type));
 }
 
-int mlx_device_available(int type, bool* out) { PTLM_TRY(*out = mx::is_available(device_of(type))) }
-int mlx_set_default_device(int type) { PTLM_TRY(mx::set_default_device(device_of(type))) }
-int mlx_get_default_device(int* type) {
-  PTLM_TRY(*type = mx::default_device().type == mx::Device::gpu ? MLX_GPU : MLX_CPU)
+int ptlm_device_available(int type, bool* out) { PTLM_TRY(*out = mx::is_available(device_of(type))) }
+int ptlm_set_default_device(int type) { PTLM_TRY(mx::set_default_device(device_of(type))) }
+int ptlm_get_default_device(int* type) {
+  PTLM_TRY(*type = mx::default_device().type == mx::Device::gpu ? PTLM_GPU : PTLM_CPU)
 }
-int mlx_synchronize(void) { PTLM_TRY(mx::synchronize()) }
+int ptlm_synchronize(void) { PTLM_TRY(mx::synchronize()) }
 
-int mlx_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
-int mlx_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
-int mlx_memory_cache(size_t* out) { PTLM_TRY(*out = mx::get_cache_memory()) }
-int mlx_memory_reset_peak(void) { PTLM_TRY(mx::reset_peak_memory()) }
-int mlx_memory_set_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_memory_limit(limit)) }
-int mlx_memory_set_cache_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_cache_limit(limit)) }
-int mlx_memory_clear_cache(void) { PTLM_TRY(mx::clear_cache()) }
+int ptlm_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
+int ptlm_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
+int ptlm_memory_cache(size_t* out) { PTLM_TRY(*out = mx::get_cache_memory()) }
+int ptlm_memory_reset_peak(void) { PTLM_TRY(mx::reset_peak_memory()) }
+int ptlm_memory_set_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_memory_limit(limit)) }
+int ptlm_memory_set_cache_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_cache_limit(limit)) }
+int ptlm_memory_clear_cache(void) { PTLM_TRY(mx::clear_cache()) }
 
 }  // extern "C"
 
@@ -288,7 +288,7 @@ struct SafeTensors {
   std::vector<std::pair<std::string, mx::array>> arrays;
   std::vector<std::pair<std::string, std::string>> meta;
 };
-SafeTensors& ST(mlx_st st) {
+SafeTensors& ST(ptlm_st st) {
   if (st == nullptr) throw std::invalid_argument("nil safetensors handle");
   return *reinterpret_cast<SafeTensors*>(st);
 }
@@ -296,7 +296,7 @@ SafeTensors& ST(mlx_st st) {
 
 extern "C" {
 
-int mlx_save_safetensors(const char* path, const char** names, const mlx_array* arrs, size_t n,
+int ptlm_save_safetensors(const char* path, const char** names, const ptlm_array* arrs, size_t n,
                          const char** meta_keys, const char** meta_vals, size_t nmeta) {
   PTLM_TRY({
     std::unordered_map<std::string, mx::array> m;
@@ -309,27 +309,27 @@ int mlx_save_safetensors(const char* path, const char** names, const mlx_array* 
   })
 }
 
-int mlx_load_safetensors(const char* path, mlx_st* out) {
+int ptlm_load_safetensors(const char* path, ptlm_st* out) {
   PTLM_TRY({
     auto [arrs, meta] = mx::load_safetensors(std::string(path));
     auto st = std::make_unique<SafeTensors>();
     for (auto& kv : arrs) st->arrays.emplace_back(kv.first, kv.second);
     for (auto& kv : meta) st->meta.emplace_back(kv.first, kv.second);
-    *out = reinterpret_cast<mlx_st>(st.release());
+    *out = reinterpret_cast<ptlm_st>(st.release());
   })
 }
 
-int mlx_st_free(mlx_st st) { PTLM_TRY(delete reinterpret_cast<SafeTensors*>(st)) }
-size_t mlx_st_num_arrays(mlx_st st) { return ST(st).arrays.size(); }
-size_t mlx_st_num_meta(mlx_st st) { return ST(st).meta.size(); }
-int mlx_st_array(mlx_st st, size_t i, const char** name, mlx_array* out) {
+int ptlm_st_free(ptlm_st st) { PTLM_TRY(delete reinterpret_cast<SafeTensors*>(st)) }
+size_t ptlm_st_num_arrays(ptlm_st st) { return ST(st).arrays.size(); }
+size_t ptlm_st_num_meta(ptlm_st st) { return ST(st).meta.size(); }
+int ptlm_st_array(ptlm_st st, size_t i, const char** name, ptlm_array* out) {
   PTLM_TRY({
     auto& e = ST(st).arrays.at(i);
     *name = e.first.c_str();
     *out = wrap(e.second);
   })
 }
-int mlx_st_meta(mlx_st st, size_t i, const char** key, const char** val) {
+int ptlm_st_meta(ptlm_st st, size_t i, const char** key, const char** val) {
   PTLM_TRY({
     auto& e = ST(st).meta.at(i);
     *key = e.first.c_str();

@@ -17,24 +17,24 @@ namespace ptlm {
 
 void set_error(const std::string& msg);
 
-inline mx::array& A(mlx_array a) {
+inline mx::array& A(ptlm_array a) {
   if (a == nullptr) throw std::invalid_argument("nil array handle");
   return *reinterpret_cast<mx::array*>(a);
 }
-inline mlx_array wrap(mx::array a) {
-  return reinterpret_cast<mlx_array>(new mx::array(std::move(a)));
+inline ptlm_array wrap(mx::array a) {
+  return reinterpret_cast<ptlm_array>(new mx::array(std::move(a)));
 }
-inline std::optional<mx::array> opt(mlx_array a) {
+inline std::optional<mx::array> opt(ptlm_array a) {
   if (a == nullptr) return std::nullopt;
   return A(a);
 }
-inline std::vector<mx::array>& V(mlx_vec v) {
+inline std::vector<mx::array>& V(ptlm_vec v) {
   return *reinterpret_cast<std::vector<mx::array>*>(v);
 }
-inline mlx_vec wrap_vec(std::vector<mx::array> v) {
-  return reinterpret_cast<mlx_vec>(new std::vector<mx::array>(std::move(v)));
+inline ptlm_vec wrap_vec(std::vector<mx::array> v) {
+  return reinterpret_cast<ptlm_vec>(new std::vector<mx::array>(std::move(v)));
 }
-inline std::vector<mx::array> arrays(const mlx_array* a, size_t n) {
+inline std::vector<mx::array> arrays(const ptlm_array* a, size_t n) {
   std::vector<mx::array> out;
   out.reserve(n);
   for (size_t i = 0; i < n; i++) out.push_back(A(a[i]));

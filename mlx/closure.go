@@ -3,16 +3,16 @@ package mlx
 /*
 #include "bridge.h"
 
-extern int ptlmClosureCall(uintptr_t payload, mlx_array* inputs, size_t n, mlx_vec outputs);
+extern int ptlmClosureCall(uintptr_t payload, ptlm_array* inputs, size_t n, ptlm_vec outputs);
 extern void ptlmClosureFree(uintptr_t payload);
-extern int ptlmVJPCall(uintptr_t payload, mlx_array* in, size_t n_primals, size_t n_outputs, mlx_vec outputs);
+extern int ptlmVJPCall(uintptr_t payload, ptlm_array* in, size_t n_primals, size_t n_outputs, ptlm_vec outputs);
 
-static int ptlm_closure_new_go(uintptr_t payload, mlx_closure* out) {
-	return mlx_closure_new((mlx_closure_fn)ptlmClosureCall, payload, ptlmClosureFree, out);
+static int ptlm_closure_new_go(uintptr_t payload, ptlm_closure* out) {
+	return ptlm_closure_new((ptlm_closure_fn)ptlmClosureCall, payload, ptlmClosureFree, out);
 }
 
-static int ptlm_custom_vjp_go(mlx_closure fun, uintptr_t payload, mlx_closure* out) {
-	return mlx_custom_vjp(fun, (mlx_vjp_fn)ptlmVJPCall, payload, ptlmClosureFree, out);
+static int ptlm_custom_vjp_go(ptlm_closure fun, uintptr_t payload, ptlm_closure* out) {
+	return ptlm_custom_vjp(fun, (ptlm_vjp_fn)ptlmVJPCall, payload, ptlmClosureFree, out);
 }
 */
 import "C"
@@ -34,14 +34,14 @@ type Func func(inputs []*Array) ([]*Array, error)
 // result of Compile. Free it when done; a compiled Closure's trace cache
 // lives until then.
 type Closure struct {
-	h       C.mlx_closure
+	h       C.ptlm_closure
 	cleanup runtime.Cleanup
 }
 
 // NewClosure wraps fn for MLX's transforms.
 func NewClosure(fn Func) (*Closure, error) {
 	handle := cgo.NewHandle(fn)
-	var h C.mlx_closure
+	var h C.ptlm_closure
 	if C.ptlm_closure_new_go(C.uintptr_t(handle), &h) != 0 {
 		handle.Delete()
 		return nil, &Error{Op: "closure", Msg: lastError()}
@@ -49,9 +49,9 @@ func NewClosure(fn Func) (*Closure, error) {
 	return wrapClosure(h), nil
 }
 
-func wrapClosure(h C.mlx_closure) *Closure {
+func wrapClosure(h C.ptlm_closure) *Closure {
 	c := &Closure{h: h}
-	c.cleanup = runtime.AddCleanup(c, func(h C.mlx_closure) { C.mlx_closure_free(h) }, h)
+	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { C.ptlm_closure_free(h) }, h)
 	return c
 }
 
@@ -61,7 +61,7 @@ func (c *Closure) Free() {
 		return
 	}
 	c.cleanup.Stop()
-	C.mlx_closure_free(c.h)
+	C.ptlm_closure_free(c.h)
 	c.h = nil
 }
 
@@ -74,8 +74,8 @@ func (c *Closure) Call(inputs ...*Array) ([]*Array, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out C.mlx_vec
-	if C.mlx_closure_apply(c.h, &hs[0], C.size_t(len(inputs)), &out) != 0 {
+	var out C.ptlm_vec
+	if C.ptlm_closure_apply(c.h, &hs[0], C.size_t(len(inputs)), &out) != 0 {
 		return nil, &Error{Op: "call", Msg: lastError()}
 	}
 	return takeVec(out), nil
@@ -84,7 +84,7 @@ func (c *Closure) Call(inputs ...*Array) ([]*Array, error) {
 // ptlmClosureCall is the C callback behind every Go closure.
 //
 //export ptlmClosureCall
-func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outputs C.mlx_vec) C.int {
+func ptlmClosureCall(payload C.uintptr_t, inputs *C.ptlm_array, n C.size_t, outputs C.ptlm_vec) C.int {
 	return callGo(unsafe.Slice(inputs, int(n)), outputs, cgo.Handle(payload).Value().(Func))
 }
 
@@ -92,7 +92,7 @@ func ptlmClosureCall(payload C.uintptr_t, inputs *C.mlx_array, n C.size_t, outpu
 // primals, the output cotangents and the outputs, in that order.
 //
 //export ptlmVJPCall
-func ptlmVJPCall(payload C.uintptr_t, in *C.mlx_array, nPrimals, nOutputs C.size_t, outputs C.mlx_vec) C.int {
+func ptlmVJPCall(payload C.uintptr_t, in *C.ptlm_array, nPrimals, nOutputs C.size_t, outputs C.ptlm_vec) C.int {
 	vjp := cgo.Handle(payload).Value().(VJPFunc)
 	np, no := int(nPrimals), int(nOutputs)
 	return callGo(unsafe.Slice(in, np+2*no), outputs, func(a []*Array) ([]*Array, error) {
@@ -103,12 +103,12 @@ func ptlmVJPCall(payload C.uintptr_t, in *C.mlx_array, nPrimals, nOutputs C.size
 // callGo runs fn on borrowed input handles inside a scope, hands its
 // outputs to MLX, and turns Go errors and panics into a failure status: a Go
 // panic must never unwind through C++.
-func callGo(hs []C.mlx_array, outputs C.mlx_vec, fn Func) (rc C.int) {
+func callGo(hs []C.ptlm_array, outputs C.ptlm_vec, fn Func) (rc C.int) {
 	scope := NewScope()
 	defer scope.Close()
 	defer func() {
 		if r := recover(); r != nil {
-			C.mlx_set_error(cstr(fmt.Sprintf("panic in traced Go function: %v\n%s", r, debug.Stack())))
+			C.ptlm_set_error(cstr(fmt.Sprintf("panic in traced Go function: %v\n%s", r, debug.Stack())))
 			rc = 1
 		}
 	}()
@@ -122,11 +122,11 @@ func callGo(hs []C.mlx_array, outputs C.mlx_vec, fn Func) (rc C.int) {
 		err = firstErr(out...)
 	}
 	if err != nil {
-		C.mlx_set_error(cstr(err.Error()))
+		C.ptlm_set_error(cstr(err.Error()))
 		return 1
 	}
 	for _, a := range out {
-		if C.mlx_vec_push(outputs, a.h) != 0 {
+		if C.ptlm_vec_push(outputs, a.h) != 0 {
 			return 1
 		}
 	}
@@ -152,7 +152,7 @@ func CustomVJP(fn Func, vjp VJPFunc) (*Closure, error) {
 		return nil, err
 	}
 	defer c.Free()
-	var h C.mlx_closure
+	var h C.ptlm_closure
 	if C.ptlm_custom_vjp_go(c.h, C.uintptr_t(cgo.NewHandle(vjp)), &h) != 0 {
 		return nil, &Error{Op: "custom_vjp", Msg: lastError()} // the bridge released the handle
 	}

@@ -12,8 +12,8 @@ type Device int
 
 // The devices MLX offers; GPU is CUDA on Linux builds of MLX.
 const (
-	CPU Device = C.MLX_CPU
-	GPU Device = C.MLX_GPU
+	CPU Device = C.PTLM_CPU
+	GPU Device = C.PTLM_GPU
 )
 
 // String returns "cpu" or "gpu", the names ParseDevice accepts.
@@ -38,7 +38,7 @@ func ParseDevice(name string) (Device, error) {
 // Available reports whether this MLX build can run on d.
 func (d Device) Available() bool {
 	var ok C.bool
-	if C.mlx_device_available(C.int(d), &ok) != 0 {
+	if C.ptlm_device_available(C.int(d), &ok) != 0 {
 		return false
 	}
 	return bool(ok)
@@ -49,18 +49,18 @@ func SetDefaultDevice(d Device) error {
 	if !d.Available() {
 		return fmt.Errorf("mlx: device %s is not available in this MLX build (libmlx from mlx-cpu has no GPU; install mlx-cuda-13)", d)
 	}
-	return check(C.mlx_set_default_device(C.int(d)), "set_default_device")
+	return check(C.ptlm_set_default_device(C.int(d)), "set_default_device")
 }
 
 // DefaultDevice returns the calling thread's default device.
 func DefaultDevice() Device {
 	var t C.int
-	C.mlx_get_default_device(&t)
+	C.ptlm_get_default_device(&t)
 	return Device(t)
 }
 
 // Synchronize waits for all scheduled work on the default stream to finish.
-func Synchronize() error { return check(C.mlx_synchronize(), "synchronize") }
+func Synchronize() error { return check(C.ptlm_synchronize(), "synchronize") }
 
 // UseDevice parses a device name ("cpu" or "gpu") and makes it the calling
 // thread's default device: what every command that takes --device does.

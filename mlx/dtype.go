@@ -12,19 +12,19 @@ type Dtype int
 
 // The element types posttrainllm uses; values match MLX's Dtype::Val.
 const (
-	Bool     Dtype = C.MLX_BOOL
-	Uint8    Dtype = C.MLX_UINT8
-	Uint16   Dtype = C.MLX_UINT16
-	Uint32   Dtype = C.MLX_UINT32
-	Uint64   Dtype = C.MLX_UINT64
-	Int8     Dtype = C.MLX_INT8
-	Int16    Dtype = C.MLX_INT16
-	Int32    Dtype = C.MLX_INT32
-	Int64    Dtype = C.MLX_INT64
-	Float16  Dtype = C.MLX_FLOAT16
-	Float32  Dtype = C.MLX_FLOAT32
-	Float64  Dtype = C.MLX_FLOAT64
-	BFloat16 Dtype = C.MLX_BFLOAT16
+	Bool     Dtype = C.PTLM_BOOL
+	Uint8    Dtype = C.PTLM_UINT8
+	Uint16   Dtype = C.PTLM_UINT16
+	Uint32   Dtype = C.PTLM_UINT32
+	Uint64   Dtype = C.PTLM_UINT64
+	Int8     Dtype = C.PTLM_INT8
+	Int16    Dtype = C.PTLM_INT16
+	Int32    Dtype = C.PTLM_INT32
+	Int64    Dtype = C.PTLM_INT64
+	Float16  Dtype = C.PTLM_FLOAT16
+	Float32  Dtype = C.PTLM_FLOAT32
+	Float64  Dtype = C.PTLM_FLOAT64
+	BFloat16 Dtype = C.PTLM_BFLOAT16
 )
 
 var dtypeInfo = map[Dtype]struct {

@@ -27,7 +27,7 @@ func (e *Error) Error() string {
 }
 
 // lastError reads the bridge's thread-local error message.
-func lastError() string { return C.GoString(C.mlx_last_error()) }
+func lastError() string { return C.GoString(C.ptlm_last_error()) }
 
 // opError builds an *Error for op with the bridge's last message and a
 // description of the operands.

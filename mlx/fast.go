@@ -10,7 +10,7 @@ import "unsafe"
 
 // handleOrNil returns a's handle, or NULL for a nil array (an absent
 // optional operand).
-func handleOrNil(a *Array) C.mlx_array {
+func handleOrNil(a *Array) C.ptlm_array {
 	if a == nil {
 		return nil
 	}
@@ -38,8 +38,8 @@ func RMSNorm(x, weight *Array, eps float32) *Array {
 	if err := optionalErr(x, weight); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
-	if C.mlx_fast_rms_norm(x.h, handleOrNil(weight), C.float(eps), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_fast_rms_norm(x.h, handleOrNil(weight), C.float(eps), &h) != 0 {
 		return errArray(opError("rms_norm", x))
 	}
 	return newArray(h)
@@ -54,8 +54,8 @@ func LayerNorm(x, weight, bias *Array, eps float32) *Array {
 	if err := optionalErr(x, weight, bias); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
-	if C.mlx_fast_layer_norm(x.h, handleOrNil(weight), handleOrNil(bias), C.float(eps), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_fast_layer_norm(x.h, handleOrNil(weight), handleOrNil(bias), C.float(eps), &h) != 0 {
 		return errArray(opError("layer_norm", x))
 	}
 	return newArray(h)
@@ -64,8 +64,8 @@ func LayerNorm(x, weight, bias *Array, eps float32) *Array {
 // RoPE applies rotary position embeddings to the first dims features of the
 // last axis of x ([..., T, D]), positions starting at offset.
 func RoPE(x *Array, dims int, traditional bool, base, scale float32, offset int) *Array {
-	return unary("rope", x, func(a C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_fast_rope(a, C.int(dims), C.bool(traditional), C.float(base), C.float(scale), C.int(offset), o)
+	return unary("rope", x, func(a C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_fast_rope(a, C.int(dims), C.bool(traditional), C.float(base), C.float(scale), C.int(offset), o)
 	})
 }
 
@@ -90,8 +90,8 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask
 	}
 	cmode := C.CString(string(mask))
 	defer C.free(unsafe.Pointer(cmode))
-	var h C.mlx_array
-	if C.mlx_fast_sdpa(q.h, k.h, v.h, C.float(scale), cmode, handleOrNil(maskArr), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_fast_sdpa(q.h, k.h, v.h, C.float(scale), cmode, handleOrNil(maskArr), &h) != 0 {
 		return errArray(opError("scaled_dot_product_attention", q, k, v))
 	}
 	return newArray(h)
@@ -100,7 +100,7 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask
 // CrossEntropy returns the per-position cross-entropy of logits [..., V]
 // against integer targets [...], with MLX's fused kernel.
 func CrossEntropy(logits, targets *Array) *Array {
-	return binary("cross_entropy", logits, targets, func(l, t C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_fast_cross_entropy(l, t, o)
+	return binary("cross_entropy", logits, targets, func(l, t C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_fast_cross_entropy(l, t, o)
 	})
 }

@@ -15,20 +15,20 @@ type MemoryStats struct {
 // Memory returns the allocator's current figures.
 func Memory() MemoryStats {
 	var a, p, c C.size_t
-	C.mlx_memory_active(&a)
-	C.mlx_memory_peak(&p)
-	C.mlx_memory_cache(&c)
+	C.ptlm_memory_active(&a)
+	C.ptlm_memory_peak(&p)
+	C.ptlm_memory_cache(&c)
 	return MemoryStats{Active: uint64(a), Peak: uint64(p), Cache: uint64(c)}
 }
 
 // ResetPeakMemory sets the peak figure to zero (not to the current active
 // memory): it rises again with the next allocation.
-func ResetPeakMemory() { C.mlx_memory_reset_peak() }
+func ResetPeakMemory() { C.ptlm_memory_reset_peak() }
 
 // SetMemoryLimit sets MLX's memory guideline and returns the previous one.
 func SetMemoryLimit(bytes uint64) uint64 {
 	var prev C.size_t
-	C.mlx_memory_set_limit(C.size_t(bytes), &prev)
+	C.ptlm_memory_set_limit(C.size_t(bytes), &prev)
 	return uint64(prev)
 }
 
@@ -36,9 +36,9 @@ func SetMemoryLimit(bytes uint64) uint64 {
 // previous limit.
 func SetCacheLimit(bytes uint64) uint64 {
 	var prev C.size_t
-	C.mlx_memory_set_cache_limit(C.size_t(bytes), &prev)
+	C.ptlm_memory_set_cache_limit(C.size_t(bytes), &prev)
 	return uint64(prev)
 }
 
 // ClearCache returns cached buffers to the system.
-func ClearCache() { C.mlx_memory_clear_cache() }
+func ClearCache() { C.ptlm_memory_clear_cache() }

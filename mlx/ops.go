@@ -8,11 +8,11 @@ import "C"
 import "fmt"
 
 // unary runs a one-input bridge call, propagating carried errors.
-func unary(op string, a *Array, f func(C.mlx_array, *C.mlx_array) C.int) *Array {
+func unary(op string, a *Array, f func(C.ptlm_array, *C.ptlm_array) C.int) *Array {
 	if err := firstErr(a); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
+	var h C.ptlm_array
 	if f(a.h, &h) != 0 {
 		return errArray(opError(op, a))
 	}
@@ -20,33 +20,33 @@ func unary(op string, a *Array, f func(C.mlx_array, *C.mlx_array) C.int) *Array 
 }
 
 // binary runs a two-input bridge call, propagating carried errors.
-func binary(op string, a, b *Array, f func(C.mlx_array, C.mlx_array, *C.mlx_array) C.int) *Array {
+func binary(op string, a, b *Array, f func(C.ptlm_array, C.ptlm_array, *C.ptlm_array) C.int) *Array {
 	if err := firstErr(a, b); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
+	var h C.ptlm_array
 	if f(a.h, b.h, &h) != 0 {
 		return errArray(opError(op, a, b))
 	}
 	return newArray(h)
 }
 
-type reduceFn func(C.mlx_array, *C.int, C.int, C.bool, *C.mlx_array) C.int
+type reduceFn func(C.ptlm_array, *C.int, C.int, C.bool, *C.ptlm_array) C.int
 
 func reduce(op string, a *Array, axes []int, keep bool, f reduceFn) *Array {
 	ax := cInts(axes)
-	return unary(op, a, func(x C.mlx_array, o *C.mlx_array) C.int {
+	return unary(op, a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
 		return f(x, &ax[0], C.int(len(axes)), C.bool(keep), o)
 	})
 }
 
 // nary runs a bridge call over a list of arrays.
-func nary(op string, arrs []*Array, f func(*C.mlx_array, C.size_t, *C.mlx_array) C.int) *Array {
+func nary(op string, arrs []*Array, f func(*C.ptlm_array, C.size_t, *C.ptlm_array) C.int) *Array {
 	hs, err := handles(arrs)
 	if err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
+	var h C.ptlm_array
 	if f(&hs[0], C.size_t(len(arrs)), &h) != 0 {
 		return errArray(opError(op, arrs...))
 	}
@@ -54,11 +54,11 @@ func nary(op string, arrs []*Array, f func(*C.mlx_array, C.size_t, *C.mlx_array)
 }
 
 // takeVec moves a bridge vector's arrays into Go arrays and frees the vector.
-func takeVec(v C.mlx_vec) []*Array {
-	n := int(C.mlx_vec_size(v))
-	hs := make([]C.mlx_array, n+1)
-	C.mlx_vec_move_all(v, &hs[0])
-	C.mlx_vec_free(v)
+func takeVec(v C.ptlm_vec) []*Array {
+	n := int(C.ptlm_vec_size(v))
+	hs := make([]C.ptlm_array, n+1)
+	C.ptlm_vec_move_all(v, &hs[0])
+	C.ptlm_vec_free(v)
 	out := make([]*Array, n)
 	for i := range out {
 		out[i] = newArray(hs[i])
@@ -100,8 +100,8 @@ func Where(cond, x, y *Array) *Array {
 	if err := firstErr(cond, x, y); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
-	if C.mlx_where(cond.h, x.h, y.h, &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_where(cond.h, x.h, y.h, &h) != 0 {
 		return errArray(opError("where", cond, x, y))
 	}
 	return newArray(h)
@@ -113,8 +113,8 @@ func AddMM(c, a, b *Array, alpha, beta float32) *Array {
 	if err := firstErr(c, a, b); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
-	if C.mlx_addmm(c.h, a.h, b.h, C.float(alpha), C.float(beta), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_addmm(c.h, a.h, b.h, C.float(alpha), C.float(beta), &h) != 0 {
 		return errArray(opError("addmm", c, a, b))
 	}
 	return newArray(h)
@@ -122,19 +122,19 @@ func AddMM(c, a, b *Array, alpha, beta float32) *Array {
 
 // Matmul returns the matrix product a @ b (batched over leading dims).
 func Matmul(a, b *Array) *Array {
-	return binary("matmul", a, b, func(x, y C.mlx_array, o *C.mlx_array) C.int { return C.mlx_matmul(x, y, o) })
+	return binary("matmul", a, b, func(x, y C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_matmul(x, y, o) })
 }
 
 // Argmax returns the indices of the maxima along axis.
 func Argmax(a *Array, axis int, keepdims bool) *Array {
-	return unary("argmax", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_argmax(x, C.int(axis), C.bool(keepdims), o)
+	return unary("argmax", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_argmax(x, C.int(axis), C.bool(keepdims), o)
 	})
 }
 
 // ArgmaxAll returns the index of the maximum of the flattened array.
 func ArgmaxAll(a *Array) *Array {
-	return unary("argmax", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_argmax_all(x, false, o) })
+	return unary("argmax", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_argmax_all(x, false, o) })
 }
 
 // Softmax returns exp(a)/sum(exp(a)) over the axes (all axes when none are
@@ -146,8 +146,8 @@ func SoftmaxPrecise(a *Array, axes ...int) *Array { return softmax(a, axes, true
 
 func softmax(a *Array, axes []int, precise bool) *Array {
 	ax := cInts(axes)
-	return unary("softmax", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_softmax(x, &ax[0], C.int(len(axes)), C.bool(precise), o)
+	return unary("softmax", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_softmax(x, &ax[0], C.int(len(axes)), C.bool(precise), o)
 	})
 }
 
@@ -156,21 +156,21 @@ func softmax(a *Array, axes []int, precise bool) *Array {
 // graph (the step casts every gradient, and the loss its logits, to
 // float32; with float32 models those casts used to add copies).
 func AsType(a *Array, dtype Dtype) *Array {
-	return unary("astype", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_astype(x, C.int(dtype), o) })
+	return unary("astype", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_astype(x, C.int(dtype), o) })
 }
 
 // Arange returns [start, start+step, …) up to stop, exclusive.
 func Arange(start, stop, step float64, dtype Dtype) *Array {
-	var h C.mlx_array
-	if C.mlx_arange(C.double(start), C.double(stop), C.double(step), C.int(dtype), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_arange(C.double(start), C.double(stop), C.double(step), C.int(dtype), &h) != 0 {
 		return errArray(&Error{Op: "arange", Operands: fmt.Sprintf("%g, %g, %g, %s", start, stop, step, dtype), Msg: lastError()})
 	}
 	return newArray(h)
 }
 
-func filled(op string, shape []int, dtype Dtype, f func(*C.int, C.int, C.int, *C.mlx_array) C.int) *Array {
+func filled(op string, shape []int, dtype Dtype, f func(*C.int, C.int, C.int, *C.ptlm_array) C.int) *Array {
 	sh := cInts(shape)
-	var h C.mlx_array
+	var h C.ptlm_array
 	if f(&sh[0], C.int(len(shape)), C.int(dtype), &h) != 0 {
 		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: lastError()})
 	}
@@ -179,12 +179,12 @@ func filled(op string, shape []int, dtype Dtype, f func(*C.int, C.int, C.int, *C
 
 // Zeros returns an array of zeros.
 func Zeros(shape []int, dtype Dtype) *Array {
-	return filled("zeros", shape, dtype, func(s *C.int, n, d C.int, o *C.mlx_array) C.int { return C.mlx_zeros(s, n, d, o) })
+	return filled("zeros", shape, dtype, func(s *C.int, n, d C.int, o *C.ptlm_array) C.int { return C.ptlm_zeros(s, n, d, o) })
 }
 
 // Ones returns an array of ones.
 func Ones(shape []int, dtype Dtype) *Array {
-	return filled("ones", shape, dtype, func(s *C.int, n, d C.int, o *C.mlx_array) C.int { return C.mlx_ones(s, n, d, o) })
+	return filled("ones", shape, dtype, func(s *C.int, n, d C.int, o *C.ptlm_array) C.int { return C.ptlm_ones(s, n, d, o) })
 }
 
 // ZerosLike returns zeros with a's shape and dtype.
@@ -202,22 +202,22 @@ func Full(shape []int, v float64, dtype Dtype) *Array {
 	if err := firstErr(val); err != nil {
 		return errArray(err)
 	}
-	return filled("full", shape, dtype, func(s *C.int, n, d C.int, o *C.mlx_array) C.int {
-		return C.mlx_full(s, n, val.h, d, o)
+	return filled("full", shape, dtype, func(s *C.int, n, d C.int, o *C.ptlm_array) C.int {
+		return C.ptlm_full(s, n, val.h, d, o)
 	})
 }
 
 // Tril keeps the elements on and below the k-th diagonal, zeroing the rest.
 func Tril(a *Array, k int) *Array {
-	return unary("tril", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_tril(x, C.int(k), o) })
+	return unary("tril", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_tril(x, C.int(k), o) })
 }
 
 // Triu keeps the elements on and above the k-th diagonal, zeroing the rest.
 func Triu(a *Array, k int) *Array {
-	return unary("triu", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_triu(x, C.int(k), o) })
+	return unary("triu", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_triu(x, C.int(k), o) })
 }
 
 // TopK returns the k largest elements along axis (in no particular order).
 func TopK(a *Array, k, axis int) *Array {
-	return unary("topk", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_topk(x, C.int(k), C.int(axis), o) })
+	return unary("topk", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_topk(x, C.int(k), C.int(axis), o) })
 }

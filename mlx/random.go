@@ -10,8 +10,8 @@ import "fmt"
 // RandomKey returns a PRNG key for seed. Random functions take explicit keys
 // so runs are reproducible and traceable into compiled functions.
 func RandomKey(seed uint64) *Array {
-	var h C.mlx_array
-	if C.mlx_random_key(C.uint64_t(seed), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_random_key(C.uint64_t(seed), &h) != 0 {
 		return errArray(&Error{Op: "random.key", Msg: lastError()})
 	}
 	return newArray(h)
@@ -19,8 +19,8 @@ func RandomKey(seed uint64) *Array {
 
 // RandomSplit splits key into num independent keys.
 func RandomSplit(key *Array, num int) []*Array {
-	keys := unary("random.split", key, func(k C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_random_split(k, C.int(num), o)
+	keys := unary("random.split", key, func(k C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_random_split(k, C.int(num), o)
 	})
 	defer keys.Free()
 	if err := keys.Err(); err != nil {
@@ -35,12 +35,12 @@ func RandomSplit(key *Array, num int) []*Array {
 	return out
 }
 
-func random(op string, shape []int, dtype Dtype, key *Array, f func(*C.int, C.int, C.int, C.mlx_array, *C.mlx_array) C.int) *Array {
+func random(op string, shape []int, dtype Dtype, key *Array, f func(*C.int, C.int, C.int, C.ptlm_array, *C.ptlm_array) C.int) *Array {
 	if err := optionalErr(key); err != nil {
 		return errArray(err)
 	}
 	sh := cInts(shape)
-	var h C.mlx_array
+	var h C.ptlm_array
 	if f(&sh[0], C.int(len(shape)), C.int(dtype), handleOrNil(key), &h) != 0 {
 		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: lastError()})
 	}
@@ -50,8 +50,8 @@ func random(op string, shape []int, dtype Dtype, key *Array, f func(*C.int, C.in
 // RandomNormal samples N(loc, scale²) with the given key (nil uses MLX's
 // global key sequence).
 func RandomNormal(shape []int, dtype Dtype, loc, scale float32, key *Array) *Array {
-	return random("random.normal", shape, dtype, key, func(s *C.int, n, d C.int, k C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_random_normal(s, n, d, C.float(loc), C.float(scale), k, o)
+	return random("random.normal", shape, dtype, key, func(s *C.int, n, d C.int, k C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_random_normal(s, n, d, C.float(loc), C.float(scale), k, o)
 	})
 }
 
@@ -60,8 +60,8 @@ func RandomUniform(shape []int, dtype Dtype, low, high float32, key *Array) *Arr
 	if !(low < high) {
 		return errArray(&Error{Op: "random.uniform", Msg: fmt.Sprintf("low %g must be below high %g", low, high)})
 	}
-	return random("random.uniform", shape, dtype, key, func(s *C.int, n, d C.int, k C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_random_uniform(s, n, d, C.float(low), C.float(high), k, o)
+	return random("random.uniform", shape, dtype, key, func(s *C.int, n, d C.int, k C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_random_uniform(s, n, d, C.float(low), C.float(high), k, o)
 	})
 }
 
@@ -71,7 +71,7 @@ func RandomCategorical(logits *Array, axis int, key *Array) *Array {
 	if err := optionalErr(key); err != nil {
 		return errArray(err)
 	}
-	return unary("random.categorical", logits, func(l C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_random_categorical(l, C.int(axis), handleOrNil(key), o)
+	return unary("random.categorical", logits, func(l C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_random_categorical(l, C.int(axis), handleOrNil(key), o)
 	})
 }

@@ -66,7 +66,7 @@ func SaveSafetensors(path string, arrays map[string]*Array, metadata map[string]
 	cv := cArray(cstrs(vals), &toFree)
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	if C.mlx_save_safetensors(cpath, cn, &hs[0], C.size_t(len(arrs)), ck, cv, C.size_t(len(keys))) != 0 {
+	if C.ptlm_save_safetensors(cpath, cn, &hs[0], C.size_t(len(arrs)), ck, cv, C.size_t(len(keys))) != 0 {
 		return &Error{Op: "save_safetensors", Operands: path, Msg: lastError()}
 	}
 	return nil
@@ -274,17 +274,17 @@ func LoadSafetensors(path string) (map[string]*Array, map[string]string, error) 
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	var st C.mlx_st
-	if C.mlx_load_safetensors(cpath, &st) != 0 {
+	var st C.ptlm_st
+	if C.ptlm_load_safetensors(cpath, &st) != 0 {
 		return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
 	}
-	defer C.mlx_st_free(st)
+	defer C.ptlm_st_free(st)
 	arrays := map[string]*Array{}
-	list := make([]*Array, 0, int(C.mlx_st_num_arrays(st)))
-	for i := 0; i < int(C.mlx_st_num_arrays(st)); i++ {
+	list := make([]*Array, 0, int(C.ptlm_st_num_arrays(st)))
+	for i := 0; i < int(C.ptlm_st_num_arrays(st)); i++ {
 		var name *C.char
-		var h C.mlx_array
-		if C.mlx_st_array(st, C.size_t(i), &name, &h) != 0 {
+		var h C.ptlm_array
+		if C.ptlm_st_array(st, C.size_t(i), &name, &h) != 0 {
 			Free(list...)
 			return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
 		}
@@ -293,9 +293,9 @@ func LoadSafetensors(path string) (map[string]*Array, map[string]string, error) 
 		list = append(list, a)
 	}
 	meta := map[string]string{}
-	for i := 0; i < int(C.mlx_st_num_meta(st)); i++ {
+	for i := 0; i < int(C.ptlm_st_num_meta(st)); i++ {
 		var k, v *C.char
-		if C.mlx_st_meta(st, C.size_t(i), &k, &v) == 0 {
+		if C.ptlm_st_meta(st, C.size_t(i), &k, &v) == 0 {
 			meta[C.GoString(k)] = C.GoString(v)
 		}
 	}

@@ -8,62 +8,62 @@ import "C"
 // Reshape returns a with a new shape of the same size; one dimension may be -1.
 func Reshape(a *Array, shape ...int) *Array {
 	sh := cInts(shape)
-	return unary("reshape", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_reshape(x, &sh[0], C.int(len(shape)), o)
+	return unary("reshape", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_reshape(x, &sh[0], C.int(len(shape)), o)
 	})
 }
 
 // Transpose permutes a's axes (reverses them when none are given).
 func Transpose(a *Array, axes ...int) *Array {
 	ax := cInts(axes)
-	return unary("transpose", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_transpose(x, &ax[0], C.int(len(axes)), o)
+	return unary("transpose", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_transpose(x, &ax[0], C.int(len(axes)), o)
 	})
 }
 
 // SwapAxes exchanges two axes.
 func SwapAxes(a *Array, axis1, axis2 int) *Array {
-	return unary("swapaxes", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_swapaxes(x, C.int(axis1), C.int(axis2), o)
+	return unary("swapaxes", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_swapaxes(x, C.int(axis1), C.int(axis2), o)
 	})
 }
 
 // BroadcastTo broadcasts a to shape.
 func BroadcastTo(a *Array, shape ...int) *Array {
 	sh := cInts(shape)
-	return unary("broadcast_to", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_broadcast_to(x, &sh[0], C.int(len(shape)), o)
+	return unary("broadcast_to", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_broadcast_to(x, &sh[0], C.int(len(shape)), o)
 	})
 }
 
 // ExpandDims inserts a size-1 axis at axis.
 func ExpandDims(a *Array, axis int) *Array {
-	return unary("expand_dims", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_expand_dims(x, C.int(axis), o) })
+	return unary("expand_dims", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_expand_dims(x, C.int(axis), o) })
 }
 
 // Squeeze removes the size-1 axis at axis.
 func Squeeze(a *Array, axis int) *Array {
-	return unary("squeeze", a, func(x C.mlx_array, o *C.mlx_array) C.int { return C.mlx_squeeze(x, C.int(axis), o) })
+	return unary("squeeze", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_squeeze(x, C.int(axis), o) })
 }
 
 // Flatten merges axes start..end (inclusive; negative counts from the end).
 func Flatten(a *Array, start, end int) *Array {
-	return unary("flatten", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_flatten(x, C.int(start), C.int(end), o)
+	return unary("flatten", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_flatten(x, C.int(start), C.int(end), o)
 	})
 }
 
 // Concatenate joins arrays along axis.
 func Concatenate(arrs []*Array, axis int) *Array {
-	return nary("concatenate", arrs, func(h *C.mlx_array, n C.size_t, o *C.mlx_array) C.int {
-		return C.mlx_concatenate(h, n, C.int(axis), o)
+	return nary("concatenate", arrs, func(h *C.ptlm_array, n C.size_t, o *C.ptlm_array) C.int {
+		return C.ptlm_concatenate(h, n, C.int(axis), o)
 	})
 }
 
 // Stack joins arrays of one shape along a new axis.
 func Stack(arrs []*Array, axis int) *Array {
-	return nary("stack", arrs, func(h *C.mlx_array, n C.size_t, o *C.mlx_array) C.int {
-		return C.mlx_stack(h, n, C.int(axis), o)
+	return nary("stack", arrs, func(h *C.ptlm_array, n C.size_t, o *C.ptlm_array) C.int {
+		return C.ptlm_stack(h, n, C.int(axis), o)
 	})
 }
 
@@ -72,8 +72,8 @@ func Split(a *Array, num, axis int) []*Array {
 	if err := firstErr(a); err != nil {
 		return errArrays(num, err)
 	}
-	var v C.mlx_vec
-	if C.mlx_split_sections(a.h, C.int(num), C.int(axis), &v) != 0 {
+	var v C.ptlm_vec
+	if C.ptlm_split_sections(a.h, C.int(num), C.int(axis), &v) != 0 {
 		return errArrays(num, opError("split", a))
 	}
 	return takeVec(v)
@@ -85,8 +85,8 @@ func SplitAt(a *Array, indices []int, axis int) []*Array {
 		return errArrays(len(indices)+1, err)
 	}
 	ix := cInts(indices)
-	var v C.mlx_vec
-	if C.mlx_split_indices(a.h, &ix[0], C.int(len(indices)), C.int(axis), &v) != 0 {
+	var v C.ptlm_vec
+	if C.ptlm_split_indices(a.h, &ix[0], C.int(len(indices)), C.int(axis), &v) != 0 {
 		return errArrays(len(indices)+1, opError("split", a))
 	}
 	return takeVec(v)
@@ -108,8 +108,8 @@ func SliceStrided(a *Array, start, stop, strides []int) *Array {
 		return errArray(&Error{Op: "slice", Operands: a.describe(), Msg: "start, stop and strides need one entry per axis"})
 	}
 	s, e, st := cInts(start), cInts(stop), cInts(strides)
-	return unary("slice", a, func(x C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_slice(x, &s[0], &e[0], &st[0], C.int(len(start)), o)
+	return unary("slice", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_slice(x, &s[0], &e[0], &st[0], C.int(len(start)), o)
 	})
 }
 
@@ -123,23 +123,23 @@ func SliceUpdate(src, update *Array, start, stop []int) *Array {
 		strides[i] = 1
 	}
 	s, e, st := cInts(start), cInts(stop), cInts(strides)
-	return binary("slice_update", src, update, func(x, u C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_slice_update(x, u, &s[0], &e[0], &st[0], C.int(len(start)), o)
+	return binary("slice_update", src, update, func(x, u C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_slice_update(x, u, &s[0], &e[0], &st[0], C.int(len(start)), o)
 	})
 }
 
 // Take gathers slices of a at indices along axis.
 func Take(a, indices *Array, axis int) *Array {
-	return binary("take", a, indices, func(x, i C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_take(x, i, C.int(axis), o)
+	return binary("take", a, indices, func(x, i C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_take(x, i, C.int(axis), o)
 	})
 }
 
 // TakeAlongAxis gathers a's elements at indices along axis (indices
 // broadcast against a).
 func TakeAlongAxis(a, indices *Array, axis int) *Array {
-	return binary("take_along_axis", a, indices, func(x, i C.mlx_array, o *C.mlx_array) C.int {
-		return C.mlx_take_along_axis(x, i, C.int(axis), o)
+	return binary("take_along_axis", a, indices, func(x, i C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_take_along_axis(x, i, C.int(axis), o)
 	})
 }
 
@@ -148,8 +148,8 @@ func PutAlongAxis(a, indices, values *Array, axis int) *Array {
 	if err := firstErr(a, indices, values); err != nil {
 		return errArray(err)
 	}
-	var h C.mlx_array
-	if C.mlx_put_along_axis(a.h, indices.h, values.h, C.int(axis), &h) != 0 {
+	var h C.ptlm_array
+	if C.ptlm_put_along_axis(a.h, indices.h, values.h, C.int(axis), &h) != 0 {
 		return errArray(opError("put_along_axis", a, indices, values))
 	}
 	return newArray(h)

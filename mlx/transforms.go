@@ -21,8 +21,8 @@ func Compile(fn Func, shapeless bool) (*Closure, error) {
 		return nil, err
 	}
 	defer c.Free()
-	var h C.mlx_closure
-	if C.mlx_compile(c.h, C.bool(shapeless), &h) != 0 {
+	var h C.ptlm_closure
+	if C.ptlm_compile(c.h, C.bool(shapeless), &h) != 0 {
 		return nil, &Error{Op: "compile", Msg: lastError()}
 	}
 	return wrapClosure(h), nil
@@ -33,13 +33,13 @@ func Compile(fn Func, shapeless bool) (*Closure, error) {
 // call, even after compilation is turned back on; closures compiled while
 // it was on keep replaying their traces.
 func SetCompileEnabled(enabled bool) error {
-	return check(C.mlx_set_compile_enabled(C.bool(enabled)), "set_compile_enabled")
+	return check(C.ptlm_set_compile_enabled(C.bool(enabled)), "set_compile_enabled")
 }
 
 // ValueAndGradFunc computes a function's outputs and the gradients of its
 // first output (a scalar) with respect to the chosen inputs.
 type ValueAndGradFunc struct {
-	h       C.mlx_vag
+	h       C.ptlm_vag
 	argnums []int
 	cleanup runtime.Cleanup
 }
@@ -57,12 +57,12 @@ func ValueAndGrad(fn Func, argnums ...int) (*ValueAndGradFunc, error) {
 	}
 	defer c.Free()
 	an := cInts(argnums)
-	var h C.mlx_vag
-	if C.mlx_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) != 0 {
+	var h C.ptlm_vag
+	if C.ptlm_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) != 0 {
 		return nil, &Error{Op: "value_and_grad", Msg: lastError()}
 	}
 	v := &ValueAndGradFunc{h: h, argnums: append([]int(nil), argnums...)}
-	v.cleanup = runtime.AddCleanup(v, func(h C.mlx_vag) { C.mlx_vag_free(h) }, h)
+	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { C.ptlm_vag_free(h) }, h)
 	return v, nil
 }
 
@@ -80,8 +80,8 @@ func (v *ValueAndGradFunc) Call(inputs ...*Array) (values, grads []*Array, err e
 	if err != nil {
 		return nil, nil, err
 	}
-	var vals, gs C.mlx_vec
-	if C.mlx_vag_apply(v.h, &hs[0], C.size_t(len(inputs)), &vals, &gs) != 0 {
+	var vals, gs C.ptlm_vec
+	if C.ptlm_vag_apply(v.h, &hs[0], C.size_t(len(inputs)), &vals, &gs) != 0 {
 		return nil, nil, &Error{Op: "value_and_grad", Msg: lastError()}
 	}
 	return takeVec(vals), takeVec(gs), nil
@@ -93,6 +93,6 @@ func (v *ValueAndGradFunc) Free() {
 		return
 	}
 	v.cleanup.Stop()
-	C.mlx_vag_free(v.h)
+	C.ptlm_vag_free(v.h)
 	v.h = nil
 }

@@ -34,7 +34,7 @@ type Array struct {
 // current thread's open scope, if any.
 func newArray(h C.ptlm_array) *Array {
 	a := &Array{h: h, dtype: -1}
-	a.cleanup = runtime.AddCleanup(a, func(h C.ptlm_array) { C.ptlm_array_free(h) }, h)
+	a.cleanup = runtime.AddCleanup(a, func(h C.ptlm_array) { releaseLater(func() { C.ptlm_array_free(h) }) }, h)
 	registerInScope(a)
 	return a
 }
@@ -337,6 +337,9 @@ func handles(arrs []*Array) ([]C.ptlm_array, error) {
 
 // Eval computes the arrays (and everything they depend on) now.
 func Eval(arrs ...*Array) error {
+	if onMLXThread() {
+		releasePending()
+	}
 	hs, err := handles(arrs)
 	if err != nil {
 		return err
@@ -381,6 +384,9 @@ func GraphOps(arrs ...*Array) (map[string]int, error) {
 // AsyncEval schedules the arrays' computation and returns without waiting,
 // so the host can prepare the next step while the device works.
 func AsyncEval(arrs ...*Array) error {
+	if onMLXThread() {
+		releasePending()
+	}
 	hs, err := handles(arrs)
 	if err != nil {
 		return err

@@ -31,6 +31,12 @@ enum { PTLM_CPU = 0, PTLM_GPU = 1 };
 const char* ptlm_last_error(void);
 void ptlm_set_error(const char* msg);
 
+// The MLX thread: the one OS thread that runs every MLX call (see the Go
+// package doc). ptlm_claim_thread marks the calling thread as it;
+// ptlm_on_mlx_thread reports whether the calling thread is it.
+void ptlm_claim_thread(void);
+int ptlm_on_mlx_thread(void);
+
 // Arrays.
 int ptlm_array_free(ptlm_array a);
 int ptlm_array_from_data(const void* data, int dtype, const int* shape, int ndim, ptlm_array* out);

@@ -15,6 +15,7 @@ using namespace ptlm;
 namespace ptlm {
 
 static thread_local std::string last_error;
+static thread_local bool mlx_thread = false;
 
 void set_error(const std::string& msg) { last_error = msg; }
 
@@ -46,6 +47,8 @@ extern "C" {
 
 const char* ptlm_last_error(void) { return last_error.c_str(); }
 void ptlm_set_error(const char* msg) { set_error(msg ? msg : ""); }
+void ptlm_claim_thread(void) { mlx_thread = true; }
+int ptlm_on_mlx_thread(void) { return mlx_thread ? 1 : 0; }
 
 int ptlm_array_free(ptlm_array a) { PTLM_TRY(delete reinterpret_cast<mx::array*>(a)) }
 

@@ -51,7 +51,7 @@ func NewClosure(fn Func) (*Closure, error) {
 
 func wrapClosure(h C.ptlm_closure) *Closure {
 	c := &Closure{h: h}
-	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { C.ptlm_closure_free(h) }, h)
+	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { releaseLater(func() { C.ptlm_closure_free(h) }) }, h)
 	return c
 }
 

@@ -62,7 +62,7 @@ func ValueAndGrad(fn Func, argnums ...int) (*ValueAndGradFunc, error) {
 		return nil, &Error{Op: "value_and_grad", Msg: lastError()}
 	}
 	v := &ValueAndGradFunc{h: h, argnums: append([]int(nil), argnums...)}
-	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { C.ptlm_vag_free(h) }, h)
+	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { releaseLater(func() { C.ptlm_vag_free(h) }) }, h)
 	return v, nil
 }
 

@@ -1,0 +1,117 @@
+package mlx
+
+/*
+#include "bridge.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+)
+
+// mlxThread is the one OS thread that runs MLX work: a goroutine locked to
+// its thread for the life of the process, started on first use. MLX 0.32
+// keeps streams, the compile cache, command encoders and the random key per
+// OS thread, so running every call on one thread is what makes arrays,
+// compiled functions and keys valid wherever they are used next.
+var mlxThread struct {
+	once sync.Once
+	jobs chan func()
+	wake chan struct{} // a handle was queued for release (see releaseLater)
+
+	mu      sync.Mutex
+	pending []func() // releases queued by cleanups, run on the thread
+}
+
+func startMLXThread() {
+	mlxThread.jobs = make(chan func())
+	mlxThread.wake = make(chan struct{}, 1)
+	ready := make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread stays MLX's
+		C.ptlm_claim_thread()
+		close(ready)
+		for {
+			select {
+			case job := <-mlxThread.jobs:
+				job()
+			case <-mlxThread.wake:
+			}
+			releasePending()
+		}
+	}()
+	<-ready
+}
+
+// onMLXThread reports whether the caller runs on the MLX thread. Only the
+// goroutine that owns the thread can: it is locked to it.
+func onMLXThread() bool { return C.ptlm_on_mlx_thread() != 0 }
+
+// Do runs fn on the MLX thread and returns its error. Called on the MLX
+// thread (from inside another Do, a traced function or a training step) it
+// runs fn directly. Calls from different goroutines run one after another.
+//
+// Every function of this package hands itself to the MLX thread when called
+// from elsewhere, one call at a time; Do hands a whole computation over at
+// once, which is what entry points that run many operations (a training
+// step, a checkpoint load, sampling) use. A panic in fn is recovered on the
+// MLX thread and raised again in the caller.
+//
+// fn must not wait for another goroutine that itself does MLX work: that
+// goroutine's calls queue behind fn, which never returns.
+func Do(fn func() error) error {
+	if onMLXThread() {
+		return fn()
+	}
+	mlxThread.once.Do(startMLXThread)
+	type result struct {
+		err      error
+		panicked bool
+		value    any
+		stack    []byte
+	}
+	done := make(chan result, 1)
+	mlxThread.jobs <- func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- result{panicked: true, value: r, stack: debug.Stack()}
+			}
+		}()
+		done <- result{err: fn()}
+	}
+	r := <-done
+	if r.panicked {
+		panic(fmt.Sprintf("%v\n\n[recovered on the MLX thread]\n%s", r.value, r.stack))
+	}
+	return r.err
+}
+
+// releaseLater queues a release for the MLX thread. Cleanups attached to
+// arrays, closures and transforms run on the runtime's cleanup goroutine,
+// never on the MLX thread, so they queue their release instead of calling
+// into MLX there.
+func releaseLater(release func()) {
+	mlxThread.mu.Lock()
+	mlxThread.pending = append(mlxThread.pending, release)
+	mlxThread.mu.Unlock()
+	mlxThread.once.Do(startMLXThread)
+	select {
+	case mlxThread.wake <- struct{}{}:
+	default: // a wake-up is already queued
+	}
+}
+
+// releasePending runs the queued releases; it runs on the MLX thread, between
+// jobs and at each Eval.
+func releasePending() {
+	mlxThread.mu.Lock()
+	pending := mlxThread.pending
+	mlxThread.pending = nil
+	mlxThread.mu.Unlock()
+	for _, release := range pending {
+		release()
+	}
+}

@@ -58,6 +58,26 @@ func TestSpecsNamesAndCount(t *testing.T) {
 	}
 }
 
+// ParamCount, computed from the shapes, agrees with the parameter list
+// Specs builds, whatever the options that add or drop parameters.
+func TestParamCountMatchesSpecs(t *testing.T) {
+	for _, c := range []Config{
+		smallConfig(),
+		{VocabSize: 61, DModel: 32, Layers: 2, Heads: 4, Context: 16, EmbedNorm: true},
+		{VocabSize: 61, DModel: 32, Layers: 3, Heads: 4, Context: 16, TiedEmbeddings: true, EmbedNorm: true},
+		{VocabSize: 61, PadVocabTo: 64, DModel: 32, Layers: 1, Heads: 4, Context: 16, MLPRatio: 2.5},
+	} {
+		c = c.WithDefaults()
+		n := 0
+		for _, s := range c.Specs() {
+			n += s.Size()
+		}
+		if got := c.ParamCount(); got != float64(n) || c.NumParams() != n {
+			t.Errorf("%+v: ParamCount %g, NumParams %d; the specs hold %d", c, got, c.NumParams(), n)
+		}
+	}
+}
+
 func TestHugeShapeHas22MParams(t *testing.T) {
 	c := Config{VocabSize: 50257, DModel: 256, Layers: 12, Heads: 8, Context: 512, TiedEmbeddings: true}.WithDefaults()
 	n := c.NumParams()

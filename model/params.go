@@ -1,6 +1,9 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Kind says what a parameter is, which decides its initialisation and how
 // optimizers treat it (weight decay, Muon).
@@ -41,9 +44,6 @@ func (p ParamSpec) Size() int {
 	return n
 }
 
-// blockParams is the order of one block's parameters in the flat list.
-const blockParams = 8
-
 // Specs lists every parameter in the model's fixed order: the flat order of
 // the parameter slices that Forward and Loss take.
 func (c Config) Specs() []ParamSpec {
@@ -73,10 +73,21 @@ func (c Config) Specs() []ParamSpec {
 }
 
 // NumParams counts the model's parameters.
-func (c Config) NumParams() int {
-	n := 0
-	for _, s := range c.Specs() {
-		n += s.Size()
+func (c Config) NumParams() int { return int(c.ParamCount()) }
+
+// ParamCount counts the model's parameters from the shapes Specs lays out,
+// without building the list, in float64: instant for any configuration,
+// and sizes too large for an int (which memory checks must refuse) do not
+// overflow.
+func (c Config) ParamCount() float64 {
+	d, h, v := float64(c.DModel), math.Round(c.MLPRatio*float64(c.DModel)), float64(c.PaddedVocab())
+	n := v*d + d // token embeddings, final norm
+	if c.EmbedNorm {
+		n += d
+	}
+	n += float64(c.Layers) * (2*d + 4*d*d + 2*d*h) // two norms, wq wk wv wo, w1 w2
+	if !c.TiedEmbeddings {
+		n += v * d
 	}
 	return n
 }

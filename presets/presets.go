@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/train"
@@ -23,12 +24,12 @@ var files embed.FS
 var names = []string{"tiny", "small", "medium", "large", "huge", "mega", "behemoth"}
 
 // Names returns the preset names ordered by model size.
-func Names() []string { return append([]string(nil), names...) }
+func Names() []string { return slices.Clone(names) }
 
 // Load returns the preset called name with defaults filled in.
 func Load(name string) (train.Config, error) {
 	b, err := files.ReadFile(name + ".json")
-	if err != nil || !isName(name) {
+	if err != nil || !slices.Contains(names, name) {
 		return train.Config{}, fmt.Errorf("unknown preset %q: want one of %s", name, strings.Join(names, ", "))
 	}
 	cfg, err := Parse(b)
@@ -36,15 +37,6 @@ func Load(name string) (train.Config, error) {
 		return train.Config{}, fmt.Errorf("preset %s: %w", name, err)
 	}
 	return cfg, nil
-}
-
-func isName(name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // Parse decodes a preset: one JSON object holding a train.Config, with no

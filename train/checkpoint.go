@@ -1,13 +1,14 @@
 package train
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -221,7 +222,7 @@ func ListCheckpoints(root string) ([]string, error) {
 	for _, c := range byStep {
 		cks = append(cks, c)
 	}
-	sort.Slice(cks, func(i, j int) bool { return cks[i].step < cks[j].step })
+	slices.SortFunc(cks, func(a, b ck) int { return cmp.Compare(a.step, b.step) })
 	dirs := make([]string, len(cks))
 	for i, c := range cks {
 		dirs[i] = c.dir
@@ -336,22 +337,10 @@ func ordered(what string, m map[string]*mlx.Array, names []string, shapes [][]in
 		if !ok {
 			return nil, fmt.Errorf("%s lacks %q", what, n)
 		}
-		if shapes != nil && !equalInts(a.Shape(), shapes[i]) {
+		if shapes != nil && !slices.Equal(a.Shape(), shapes[i]) {
 			return nil, fmt.Errorf("%s: %q has shape %v, this model needs %v", what, n, a.Shape(), shapes[i])
 		}
 		out[i] = a
 	}
 	return out, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

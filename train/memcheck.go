@@ -44,8 +44,8 @@ func (n MemoryNeed) Total() float64 { return n.Weights + n.Logits + n.Tokens }
 // so absurd sizes cannot overflow.
 func (c Config) MinMemory() MemoryNeed {
 	m := c.Model
-	v := paddedVocab(m)
-	params := paramCount(m)
+	v := float64(m.PaddedVocab())
+	params := m.ParamCount()
 	paramBytes := float64(m.ParamDtype().Size())
 	perBatch := float64(c.Batch) * float64(m.Context)
 	return MemoryNeed{
@@ -56,37 +56,16 @@ func (c Config) MinMemory() MemoryNeed {
 	}
 }
 
-// paramCount is m.NumParams in float64, without building the parameter
-// list, so it is instant and cannot overflow for any configuration.
-func paramCount(m model.Config) float64 {
-	d, v, l := float64(m.DModel), paddedVocab(m), float64(m.Layers)
-	heads := 2.0
-	if m.TiedEmbeddings {
-		heads = 1
-	}
-	return v*d*heads + l*(4*d*d+2*d*m.MLPRatio*d+2*d) + d
-}
-
-// paddedVocab is m.PaddedVocab in float64, safe for any configuration.
-func paddedVocab(m model.Config) float64 {
-	v := float64(m.VocabSize)
-	if m.PadVocabTo > 1 {
-		p := float64(m.PadVocabTo)
-		v = math.Ceil(v/p) * p
-	}
-	return v
-}
-
 // checkModelMemory refuses to build a model (for sampling) whose
 // parameters alone exceed this machine's memory.
 func checkModelMemory(m model.Config) error {
 	total := physicalMemory()
-	need := paramCount(m) * float64(m.ParamDtype().Size())
+	need := m.ParamCount() * float64(m.ParamDtype().Size())
 	if total == 0 || need <= float64(total) {
 		return nil
 	}
 	return fmt.Errorf("its model of %.3g parameters (vocab_size %d, d_model %d, layers %d) needs %s, more than the %s of this machine",
-		paramCount(m), m.VocabSize, m.DModel, m.Layers, gib(need), gib(float64(total)))
+		m.ParamCount(), m.VocabSize, m.DModel, m.Layers, gib(need), gib(float64(total)))
 }
 
 // CheckMemory refuses a run whose MinMemory exceeds this machine's

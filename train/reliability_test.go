@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -115,7 +117,7 @@ func checkWriterCheckpoint(t *testing.T, dir string) int {
 	}{{ck.Params, "w", wantP}, {ck.OptState, "m", wantO}} {
 		a, ok := c.arrays[c.name]
 		if !ok || len(c.arrays) != 1 {
-			t.Fatalf("checkpoint %s: arrays %v, want exactly %q", dir, keys(c.arrays), c.name)
+			t.Fatalf("checkpoint %s: arrays %v, want exactly %q", dir, slices.Sorted(maps.Keys(c.arrays)), c.name)
 		}
 		got, err := a.Float32s()
 		if err != nil {
@@ -131,14 +133,6 @@ func checkWriterCheckpoint(t *testing.T, dir string) int {
 		}
 	}
 	return step
-}
-
-func keys(m map[string]*mlx.Array) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // kill -9 at random moments of a process that writes checkpoints in a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -90,7 +91,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	}
 	base, err := presets.Load(opts.preset)
 	if err != nil {
-		return usageError("invalid --preset %s: want one of %s", opts.preset, joinNames(presets.Names()))
+		return usageError("invalid --preset %s: want one of %s", opts.preset, strings.Join(presets.Names(), ", "))
 	}
 	// The bench runs warm-up + timed steps: validate the config as such a run.
 	base.Steps = opts.warmup + opts.steps

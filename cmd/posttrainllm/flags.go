@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -32,14 +33,7 @@ type overrides struct {
 // except those named in skip (a command that gives a name another meaning).
 func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	o := &overrides{fs: fs}
-	skipped := func(name string) bool {
-		for _, s := range skip {
-			if s == name {
-				return true
-			}
-		}
-		return false
-	}
+	skipped := func(name string) bool { return slices.Contains(skip, name) }
 	intF := func(name, field string, model bool, usage string, p func(*train.Config) *int) {
 		if skipped(name) {
 			return

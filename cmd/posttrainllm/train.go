@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -112,7 +114,7 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	} else {
 		cfg, err := presets.Load(opts.preset)
 		if err != nil {
-			return p, usageError("invalid --preset %s: want one of %s", opts.preset, joinNames(presets.Names()))
+			return p, usageError("invalid --preset %s: want one of %s", opts.preset, strings.Join(presets.Names(), ", "))
 		}
 		base, p.label = cfg, opts.preset
 		if opts.out == "" {
@@ -339,15 +341,13 @@ func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset
 func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) {
 	fmt.Fprintf(w, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f",
 		sum.StartStep+1, sum.Step, cfg.Steps, sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
-	if !isNaN(sum.ValLoss) {
+	if !math.IsNaN(sum.ValLoss) {
 		fmt.Fprintf(w, ", held-out loss %.4f", sum.ValLoss)
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)
 	fmt.Fprintf(w, "metrics:    %s\n", filepath.Join(out, train.MetricsFile))
 }
-
-func isNaN(f float64) bool { return f != f }
 
 // humanBytes writes n in KiB, MiB or GiB.
 func humanBytes(n uint64) string {
@@ -360,15 +360,4 @@ func humanBytes(n uint64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-func joinNames(names []string) string {
-	s := ""
-	for i, n := range names {
-		if i > 0 {
-			s += ", "
-		}
-		s += n
-	}
-	return s
 }

@@ -141,7 +141,7 @@ func TestTrainTinyResumeAndSample(t *testing.T) {
 	if _, err := train.ReadRunState(filepath.Join(ck, train.StateFile)); err != nil {
 		t.Fatal(err)
 	}
-	checkPNG(t, filepath.Join(out, train.PlotFile))
+	checkPNG(t, filepath.Join(out, plotFile))
 
 	// --resume continues from step 200 to 230 with the checkpoint's settings.
 	r = mustRun(t, "train", "--resume", out, "--steps", "230", "--no-progress")

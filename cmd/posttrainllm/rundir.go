@@ -24,7 +24,7 @@ func runFolderOf(resumePath, checkpointDir string) string {
 }
 
 // runFiles are what a run writes into its folder; --overwrite removes them.
-var runFiles = []string{"checkpoints", train.MetricsFile, train.PlotFile}
+var runFiles = []string{"checkpoints", train.MetricsFile, plotFile}
 
 // checkOut checks, without creating anything, that out can be a run
 // folder: a directory (or a path that can become one) that this process may

@@ -39,7 +39,7 @@ func newTrainCmd() *cobra.Command {
 		Long: `train runs a preset (default tiny), with any preset field overridden by a
 flag, and writes into the run folder --out: metrics.jsonl (one JSON line per
 logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
-optimizer.safetensors, state.json) and, at the end, loss.png.
+optimizer.safetensors, state.json) and loss.png, drawn at every checkpoint.
 
 Without --corpus it trains on the Go standard library sources under GOROOT.
 --resume RUN continues a run folder (or one checkpoint directory) from its
@@ -243,17 +243,14 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	defer stopSignals()
 
 	prog := newProgress(out, opts.noProgress)
-	tr.Hooks = prog.hooks()
+	// The plot is drawn at checkpoints: a run that fails before its first
+	// one leaves the folder as it was.
+	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params · %d tokens/step", p.label,
+		humanCount(cfg.Model.NumParams()), cfg.TokensPerStep())}
+	tr.Hooks = plot.hook(prog.hooks())
 	sum, runErr := tr.Run(ctx, p.checkpoint)
 	prog.finish()
 
-	// A run that failed before its first step leaves the folder as it was.
-	var plot string
-	var plotErr error
-	if runErr == nil || sum.Step > sum.StartStep {
-		plot, plotErr = train.PlotRun(p.out, fmt.Sprintf("%s · %s params · %d tokens/step", p.label,
-			humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()))
-	}
 	switch {
 	case errors.Is(runErr, train.ErrInterrupted):
 		sig := <-signalled
@@ -270,10 +267,10 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 		return runErr
 	}
 	printSummary(out, sum, cfg, p.out)
-	if plotErr != nil {
-		return fmt.Errorf("the run finished but its plot failed: %w", plotErr)
+	if plot.err != nil {
+		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)
 	}
-	fmt.Fprintf(out, "plot:       %s\n", plot)
+	fmt.Fprintf(out, "plot:       %s\n", plot.path)
 	return nil
 }
 

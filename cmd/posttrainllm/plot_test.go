@@ -1,4 +1,4 @@
-package train
+package main
 
 import (
 	"bytes"
@@ -7,17 +7,19 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 func TestPlotLossWritesDecodablePNG(t *testing.T) {
 	v0, v1 := 5.0, 2.5
-	ms := []Metrics{{Step: 0, ValLoss: &v0}}
+	ms := []train.Metrics{{Step: 0, ValLoss: &v0}}
 	for s := 1; s <= 50; s++ {
-		ms = append(ms, Metrics{Step: s, Loss: 5 / math.Sqrt(float64(s))})
+		ms = append(ms, train.Metrics{Step: s, Loss: 5 / math.Sqrt(float64(s))})
 	}
 	ms[len(ms)-1].ValLoss = &v1
-	path := filepath.Join(t.TempDir(), PlotFile)
-	if err := PlotLoss(ms, "test run", path); err != nil {
+	path := filepath.Join(t.TempDir(), plotFile)
+	if err := plotLoss(ms, "test run", path); err != nil {
 		t.Fatal(err)
 	}
 	b, err := os.ReadFile(path)
@@ -47,13 +49,13 @@ func TestPlotLossWritesDecodablePNG(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(filepath.Dir(path))
 	if len(entries) != 1 {
-		t.Fatalf("plot left %d files behind, want only %s", len(entries), PlotFile)
+		t.Fatalf("plot left %d files behind, want only %s", len(entries), plotFile)
 	}
 }
 
 func TestPlotLossRejectsEmptyMetrics(t *testing.T) {
-	path := filepath.Join(t.TempDir(), PlotFile)
-	if err := PlotLoss([]Metrics{{Step: 1, Loss: math.NaN()}}, "x", path); err == nil {
+	path := filepath.Join(t.TempDir(), plotFile)
+	if err := plotLoss([]train.Metrics{{Step: 1, Loss: math.NaN()}}, "x", path); err == nil {
 		t.Fatal("a plot without a finite loss was accepted")
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
@@ -67,10 +69,10 @@ func TestPlotRunReadsMetrics(t *testing.T) {
 {"step":10,"loss":4.1,"lr":0.001,"grad_norm":1,"steps_per_s":3,"tokens_per_s":300,"elapsed_s":1}
 {"step":20,"loss":3.2,"val_loss":3.4,"lr":0.001,"grad_norm":1,"steps_per_s":3,"tokens_per_s":300,"elapsed_s":2}
 `
-	if err := os.WriteFile(filepath.Join(dir, MetricsFile), []byte(lines), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, train.MetricsFile), []byte(lines), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	path, err := PlotRun(dir, "run")
+	path, err := plotRun(dir, "run")
 	if err != nil {
 		t.Fatal(err)
 	}

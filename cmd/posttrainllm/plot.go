@@ -1,4 +1,4 @@
-package train
+package main
 
 import (
 	"errors"
@@ -12,15 +12,17 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// PlotFile is the name of the loss plot inside a run folder.
-const PlotFile = "loss.png"
+// plotFile is the name of the loss plot inside a run folder.
+const plotFile = "loss.png"
 
-// PlotLoss draws the training loss (a line over steps) and, where measured,
+// plotLoss draws the training loss (a line over steps) and, where measured,
 // the held-out loss (points) of ms into a PNG at path, replacing it
 // atomically. title heads the plot.
-func PlotLoss(ms []Metrics, title, path string) error {
+func plotLoss(ms []train.Metrics, title, path string) error {
 	var trainXY, valXY plotter.XYs
 	for _, m := range ms {
 		// The step-0 line carries only the initial held-out loss.
@@ -82,15 +84,36 @@ func PlotLoss(ms []Metrics, title, path string) error {
 	return nil
 }
 
-// PlotRun draws a run folder's metrics.jsonl into its loss.png and returns
+// plotRun draws a run folder's metrics.jsonl into its loss.png and returns
 // the plot's path.
-func PlotRun(runDir, title string) (string, error) {
-	ms, err := ReadMetrics(filepath.Join(runDir, MetricsFile))
+func plotRun(runDir, title string) (string, error) {
+	ms, err := train.ReadMetrics(filepath.Join(runDir, train.MetricsFile))
 	if err != nil {
 		return "", fmt.Errorf("plot: %w", err)
 	}
-	path := filepath.Join(runDir, PlotFile)
-	return path, PlotLoss(ms, title, path)
+	path := filepath.Join(runDir, plotFile)
+	return path, plotLoss(ms, title, path)
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// lossPlot redraws a run's loss.png whenever the trainer writes a
+// checkpoint, so the plot of a run stopped early (interrupted, diverged)
+// shows it up to its last checkpoint.
+type lossPlot struct {
+	runDir, title string
+	path          string // the plot, once drawn
+	err           error  // the last drawing's error
+}
+
+// hook returns h with the plot chained after its OnCheckpoint.
+func (p *lossPlot) hook(h train.Hooks) train.Hooks {
+	prev := h.OnCheckpoint
+	h.OnCheckpoint = func(dir string, step int) {
+		if prev != nil {
+			prev(dir, step)
+		}
+		p.path, p.err = plotRun(p.runDir, p.title)
+	}
+	return h
+}

@@ -104,12 +104,18 @@ func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transp
 
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
+// Like Loss and Init it builds its graph on the MLX thread (mlx.Do), so it
+// may be called from any goroutine.
 func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
-	logits := m.rowLogits(params, tokens)
-	if logits.Err() != nil {
-		return logits
-	}
-	return mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
+	var out *mlx.Array
+	mlx.Do(func() error {
+		logits := m.rowLogits(params, tokens)
+		if out = logits; logits.Err() == nil {
+			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
+		}
+		return nil
+	})
+	return out
 }
 
 // rowLogits is Logits over the flattened positions: [B·T, V].
@@ -229,7 +235,12 @@ func mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
 // MLX's CPU version of that kernel computes in the logits' dtype, so the
 // CPU keeps the explicit float32 path.
 func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-	return m.loss(params, x, y, m.Config.ZLoss == 0 && mlx.DefaultDevice() == mlx.GPU)
+	var out *mlx.Array
+	mlx.Do(func() error {
+		out = m.loss(params, x, y, m.Config.ZLoss == 0 && mlx.DefaultDevice() == mlx.GPU)
+		return nil
+	})
+	return out
 }
 
 // loss is Loss with the choice of cross-entropy kernel made by the caller.
@@ -259,6 +270,17 @@ func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Ar
 // everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
 // The same seed gives the same parameters.
 func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
+	var params []*mlx.Array
+	err := mlx.Do(func() error {
+		var err error
+		params, err = m.init(seed)
+		return err
+	})
+	return params, err
+}
+
+// init is Init on the MLX thread.
+func (m *TinyGPT) init(seed uint64) ([]*mlx.Array, error) {
 	c := m.Config
 	s := mlx.NewScope()
 	defer s.Close()

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -47,7 +48,7 @@ func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array 
 }
 
 // lossAndGrads returns loss(params, x, y) and its gradients as float64s.
-func lossAndGrads(t *testing.T, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+func lossAndGrads(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
 	params []*mlx.Array, x, y *mlx.Array) (float64, [][]float64) {
 	t.Helper()
 	n := len(params)
@@ -79,126 +80,129 @@ func lossAndGrads(t *testing.T, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.
 }
 
 func TestLossAndGradientsMatchThePlainFormulation(t *testing.T) {
-	lockThread(t)
-	for _, variant := range []struct {
-		name  string
-		tweak func(*Config)
-	}{
-		{"tied", func(c *Config) {}},
-		{"untied with embedding norm", func(c *Config) { c.TiedEmbeddings = false; c.EmbedNorm = true }},
-	} {
-		c := smallConfig()
-		c.TiedEmbeddings = true
-		variant.tweak(&c)
-		m, err := New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		params, err := m.Init(3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		x, y := tokens(t, 2, 12, c.VocabSize, 0), tokens(t, 2, 12, c.VocabSize, 5)
-		wantLoss, wantGrads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-			return referenceLoss(m, p, x, y)
-		}, params, x, y)
-		for _, fused := range []bool{false, true} {
-			name := fmt.Sprintf("%s, fused cross-entropy %v", variant.name, fused)
-			loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-				return m.loss(p, x, y, fused)
-			}, params, x, y)
-			if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
-				t.Fatalf("%s: loss %.7f, plain formulation %.7f", name, loss, wantLoss)
+	mlxtest.Run(t, func(t testing.TB) {
+		for _, variant := range []struct {
+			name  string
+			tweak func(*Config)
+		}{
+			{"tied", func(c *Config) {}},
+			{"untied with embedding norm", func(c *Config) { c.TiedEmbeddings = false; c.EmbedNorm = true }},
+		} {
+			c := smallConfig()
+			c.TiedEmbeddings = true
+			variant.tweak(&c)
+			m, err := New(c)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for i, g := range grads {
-				scale := 0.0
-				for _, v := range wantGrads[i] {
-					scale = math.Max(scale, math.Abs(v))
+			params, err := m.Init(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, y := tokens(t, 2, 12, c.VocabSize, 0), tokens(t, 2, 12, c.VocabSize, 5)
+			wantLoss, wantGrads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+				return referenceLoss(m, p, x, y)
+			}, params, x, y)
+			for _, fused := range []bool{false, true} {
+				name := fmt.Sprintf("%s, fused cross-entropy %v", variant.name, fused)
+				loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+					return m.loss(p, x, y, fused)
+				}, params, x, y)
+				if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
+					t.Fatalf("%s: loss %.7f, plain formulation %.7f", name, loss, wantLoss)
 				}
-				for j := range g {
-					if d := math.Abs(g[j] - wantGrads[i][j]); d > 1e-5*math.Max(scale, 1e-3) {
-						t.Fatalf("%s: d loss/d %s[%d] = %g, plain formulation %g", name, m.Specs[i].Name, j, g[j], wantGrads[i][j])
+				for i, g := range grads {
+					scale := 0.0
+					for _, v := range wantGrads[i] {
+						scale = math.Max(scale, math.Abs(v))
+					}
+					for j := range g {
+						if d := math.Abs(g[j] - wantGrads[i][j]); d > 1e-5*math.Max(scale, 1e-3) {
+							t.Fatalf("%s: d loss/d %s[%d] = %g, plain formulation %g", name, m.Specs[i].Name, j, g[j], wantGrads[i][j])
+						}
 					}
 				}
 			}
 		}
-	}
+	})
 }
 
 // TestPaddedVocabularyChangesNothing pads a 61-token vocabulary to 64 rows:
 // the padding logits are −∞, and loss and gradients equal those of the
 // unpadded model with the same weights, the padding rows getting none.
 func TestPaddedVocabularyChangesNothing(t *testing.T) {
-	lockThread(t)
-	c := smallConfig()
-	c.TiedEmbeddings = true
-	padded := c
-	padded.PadVocabTo = 32
-	if got := padded.PaddedVocab(); got != 64 {
-		t.Fatalf("PaddedVocab of 61 to a multiple of 32 = %d, want 64", got)
-	}
-	m, _ := New(c)
-	mp, err := New(padded)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := mp.Specs[0].Shape, []int{64, c.DModel}; got[0] != want[0] || got[1] != want[1] {
-		t.Fatalf("padded embedding shape %v, want %v", got, want)
-	}
-	params, _ := m.Init(4)
-	pparams, _ := mp.Init(4)
-	// The padded model's real rows are the unpadded model's embedding.
-	pparams[0] = mlx.Concatenate([]*mlx.Array{params[0], mlx.Slice(pparams[0], []int{61, 0}, []int{64, c.DModel})}, 0)
-	for i := 1; i < len(params); i++ {
-		pparams[i] = params[i]
-	}
-	x, y := tokens(t, 2, 12, c.VocabSize, 2), tokens(t, 2, 12, c.VocabSize, 3)
-	logits := values(t, mp.Logits(pparams, x))
-	for row := 0; row < len(logits)/64; row++ {
-		for v := 61; v < 64; v++ {
-			if l := logits[row*64+v]; !math.IsInf(l, -1) {
-				t.Fatalf("padding logit %d of position %d = %g, want -Inf", v, row, l)
+	mlxtest.Run(t, func(t testing.TB) {
+		c := smallConfig()
+		c.TiedEmbeddings = true
+		padded := c
+		padded.PadVocabTo = 32
+		if got := padded.PaddedVocab(); got != 64 {
+			t.Fatalf("PaddedVocab of 61 to a multiple of 32 = %d, want 64", got)
+		}
+		m, _ := New(c)
+		mp, err := New(padded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := mp.Specs[0].Shape, []int{64, c.DModel}; got[0] != want[0] || got[1] != want[1] {
+			t.Fatalf("padded embedding shape %v, want %v", got, want)
+		}
+		params, _ := m.Init(4)
+		pparams, _ := mp.Init(4)
+		// The padded model's real rows are the unpadded model's embedding.
+		pparams[0] = mlx.Concatenate([]*mlx.Array{params[0], mlx.Slice(pparams[0], []int{61, 0}, []int{64, c.DModel})}, 0)
+		for i := 1; i < len(params); i++ {
+			pparams[i] = params[i]
+		}
+		x, y := tokens(t, 2, 12, c.VocabSize, 2), tokens(t, 2, 12, c.VocabSize, 3)
+		logits := values(t, mp.Logits(pparams, x))
+		for row := 0; row < len(logits)/64; row++ {
+			for v := 61; v < 64; v++ {
+				if l := logits[row*64+v]; !math.IsInf(l, -1) {
+					t.Fatalf("padding logit %d of position %d = %g, want -Inf", v, row, l)
+				}
 			}
 		}
-	}
-	wantLoss, wantGrads := lossAndGrads(t, m.Loss, params, x, y)
-	for _, fused := range []bool{false, true} {
-		loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return mp.loss(p, x, y, fused) }, pparams, x, y)
-		if math.Abs(loss-wantLoss) > 1e-6*wantLoss {
-			t.Fatalf("fused %v: padded loss %.7f, unpadded %.7f", fused, loss, wantLoss)
-		}
-		emb := grads[0]
-		for j, g := range emb {
-			want := 0.0
-			if j < len(wantGrads[0]) {
-				want = wantGrads[0][j]
+		wantLoss, wantGrads := lossAndGrads(t, m.Loss, params, x, y)
+		for _, fused := range []bool{false, true} {
+			loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return mp.loss(p, x, y, fused) }, pparams, x, y)
+			if math.Abs(loss-wantLoss) > 1e-6*wantLoss {
+				t.Fatalf("fused %v: padded loss %.7f, unpadded %.7f", fused, loss, wantLoss)
 			}
-			if math.Abs(g-want) > 1e-6 {
-				t.Fatalf("fused %v: embedding gradient [%d] = %g, want %g", fused, j, g, want)
+			emb := grads[0]
+			for j, g := range emb {
+				want := 0.0
+				if j < len(wantGrads[0]) {
+					want = wantGrads[0][j]
+				}
+				if math.Abs(g-want) > 1e-6 {
+					t.Fatalf("fused %v: embedding gradient [%d] = %g, want %g", fused, j, g, want)
+				}
 			}
 		}
-	}
+	})
 }
 
 func TestPaddingBiasInEveryComputeDtype(t *testing.T) {
-	lockThread(t)
-	for _, d := range []mlx.Dtype{mlx.Float32, mlx.BFloat16, mlx.Float16} {
-		b := paddingBias(3, 5, d)
-		if b.Dtype() != d {
-			t.Fatalf("bias dtype %v, want %v", b.Dtype(), d)
-		}
-		got := values(t, b)
-		want := []float64{0, 0, 0, math.Inf(-1), math.Inf(-1)}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Fatalf("%v bias %v, want %v", d, got, want)
+	mlxtest.Run(t, func(t testing.TB) {
+		for _, d := range []mlx.Dtype{mlx.Float32, mlx.BFloat16, mlx.Float16} {
+			b := paddingBias(3, 5, d)
+			if b.Dtype() != d {
+				t.Fatalf("bias dtype %v, want %v", b.Dtype(), d)
+			}
+			got := values(t, b)
+			want := []float64{0, 0, 0, math.Inf(-1), math.Inf(-1)}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%v bias %v, want %v", d, got, want)
+				}
 			}
 		}
-	}
+	})
 }
 
 // values returns a's elements as float64s.
-func values(t *testing.T, a *mlx.Array) []float64 {
+func values(t testing.TB, a *mlx.Array) []float64 {
 	t.Helper()
 	f, err := mlx.AsType(a, mlx.Float32).Float32s()
 	if err != nil {

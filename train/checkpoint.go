@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 )
 
 // CheckpointFormat is the version of the checkpoint layout written here.
@@ -51,12 +52,49 @@ type Checkpoint struct {
 
 // Free releases the checkpoint's arrays.
 func (c *Checkpoint) Free() {
-	for _, a := range c.Params {
-		a.Free()
+	mlx.Do(func() error {
+		for _, m := range []map[string]*mlx.Array{c.Params, c.OptState} {
+			for _, a := range m {
+				a.Free()
+			}
+		}
+		return nil
+	})
+}
+
+// OrderedParams returns the checkpoint's parameters in m's order (its
+// Specs), checking that each is there with m's shape and parameter dtype:
+// a parameter list ready for m.Logits, Generate or NewState. The checkpoint
+// still owns the arrays; they stay valid until Free.
+func (c *Checkpoint) OrderedParams(m *model.TinyGPT) ([]*mlx.Array, error) {
+	var params []*mlx.Array
+	err := mlx.Do(func() error {
+		var err error
+		params, err = orderParams(filepath.Join(c.Dir, ModelFile), c.Params, m)
+		return err
+	})
+	return params, err
+}
+
+// orderParams picks m's parameters by name from the arrays of file,
+// checking their shapes and dtype.
+func orderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]*mlx.Array, error) {
+	names := make([]string, len(m.Specs))
+	shapes := make([][]int, len(m.Specs))
+	for i, s := range m.Specs {
+		names[i], shapes[i] = s.Name, s.Shape
 	}
-	for _, a := range c.OptState {
-		a.Free()
+	params, err := ordered(file, named, names, shapes)
+	if err != nil {
+		return nil, err
 	}
+	want := m.Config.ParamDtype()
+	for i, p := range params {
+		if p.Dtype() != want {
+			return nil, fmt.Errorf("%s: %q is %v, this model keeps parameters in %v", file, names[i], p.Dtype(), want)
+		}
+	}
+	return params, nil
 }
 
 // CheckpointRoot is where a run folder keeps its checkpoints.
@@ -67,8 +105,21 @@ func stepDirName(step int) string { return fmt.Sprintf("%s%08d", stepPrefix, ste
 // SaveCheckpoint writes a checkpoint for st.Step under root atomically: the
 // files go into a temporary directory, each is fsynced, the directory is
 // renamed into place and root is fsynced. A crash at any moment leaves either
-// the complete new checkpoint or none, never a partial one.
+// the complete new checkpoint or none, never a partial one. It returns the
+// checkpoint's directory.
 func SaveCheckpoint(root string, st RunState, paramNames []string, params []*mlx.Array,
+	stateNames []string, optState []*mlx.Array) (string, error) {
+	var dir string
+	err := mlx.Do(func() error {
+		var err error
+		dir, err = saveCheckpoint(root, st, paramNames, params, stateNames, optState)
+		return err
+	})
+	return dir, err
+}
+
+// saveCheckpoint is SaveCheckpoint on the MLX thread.
+func saveCheckpoint(root string, st RunState, paramNames []string, params []*mlx.Array,
 	stateNames []string, optState []*mlx.Array) (string, error) {
 	if len(paramNames) != len(params) || len(stateNames) != len(optState) {
 		return "", fmt.Errorf("checkpoint: %d names for %d params, %d names for %d state arrays",
@@ -308,6 +359,17 @@ func ParseRunState(b []byte) (RunState, error) {
 
 // LoadCheckpoint reads a checkpoint directory, validating every file.
 func LoadCheckpoint(dir string) (*Checkpoint, error) {
+	var c *Checkpoint
+	err := mlx.Do(func() error {
+		var err error
+		c, err = loadCheckpoint(dir)
+		return err
+	})
+	return c, err
+}
+
+// loadCheckpoint is LoadCheckpoint on the MLX thread.
+func loadCheckpoint(dir string) (*Checkpoint, error) {
 	st, err := ReadRunState(filepath.Join(dir, StateFile))
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)

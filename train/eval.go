@@ -24,20 +24,29 @@ func NewEvaluator(loss LossFunc, view data.View, batch, context, batches int, se
 	if err != nil {
 		return nil, fmt.Errorf("validation data: %w", err)
 	}
+	if batch < 1 || batches < 1 {
+		return nil, fmt.Errorf("validation data: %d batches of %d sequences, want >= 1 of >= 1", batches, batch)
+	}
 	e := &Evaluator{loss: loss, compiled: compile}
 	xs := make([]int32, batch*context)
 	ys := make([]int32, batch*context)
-	for i := 0; i < batches; i++ {
-		s.Fill(xs, ys)
-		e.x = append(e.x, mlx.FromSlice(xs, batch, context))
-		e.y = append(e.y, mlx.FromSlice(ys, batch, context))
-	}
-	if compile {
-		e.fn, err = mlx.Compile(e.body, false)
-		if err != nil {
-			e.Free()
-			return nil, err
+	err = mlx.Do(func() error {
+		for i := 0; i < batches; i++ {
+			s.Fill(xs, ys)
+			e.x = append(e.x, mlx.FromSlice(xs, batch, context))
+			e.y = append(e.y, mlx.FromSlice(ys, batch, context))
 		}
+		if compile {
+			var err error
+			if e.fn, err = mlx.Compile(e.body, false); err != nil {
+				return fmt.Errorf("eval: compiling: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		e.Free()
+		return nil, err
 	}
 	return e, nil
 }
@@ -49,6 +58,17 @@ func (e *Evaluator) body(in []*mlx.Array) ([]*mlx.Array, error) {
 
 // Loss returns the mean loss of params over the validation batches.
 func (e *Evaluator) Loss(params []*mlx.Array) (float64, error) {
+	var loss float64
+	err := mlx.Do(func() error {
+		var err error
+		loss, err = e.meanLoss(params)
+		return err
+	})
+	return loss, err
+}
+
+// meanLoss is Loss on the MLX thread.
+func (e *Evaluator) meanLoss(params []*mlx.Array) (float64, error) {
 	s := mlx.NewScope()
 	defer s.Close()
 	var total float64
@@ -75,7 +95,10 @@ func (e *Evaluator) Loss(params []*mlx.Array) (float64, error) {
 
 // Free releases the validation batches and the compiled function.
 func (e *Evaluator) Free() {
-	mlx.Free(e.x...)
-	mlx.Free(e.y...)
-	e.fn.Free()
+	mlx.Do(func() error {
+		mlx.Free(e.x...)
+		mlx.Free(e.y...)
+		e.fn.Free()
+		return nil
+	})
 }

@@ -13,63 +13,55 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-func requireGPU(t *testing.T) {
+func requireGPU(t testing.TB) {
 	t.Helper()
 	if !mlx.GPU.Available() {
 		t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible (run with LD_LIBRARY_PATH at mlx-cuda-13's mlx/lib)")
 	}
 }
 
-// TestGPUBenchMatchesCPU runs the same short bench (same seed, same
-// batches of learnable text) on the CPU and the GPU, compiled and interpreted, with
+// TestGPUStepMatchesCPU runs the same updates (same seed, same batches of
+// learnable text) on the CPU and the GPU, compiled and interpreted, with
 // cosine and accum 2: the GPU's losses must follow the CPU's and the
 // compiled step must trace once.
-func TestGPUBenchMatchesCPU(t *testing.T) {
-	lockThread(t)
+func TestGPUStepMatchesCPU(t *testing.T) {
 	requireGPU(t)
 	cfg := tinyConfig()
-	cfg.Accum = 2
-	opts := BenchOptions{Label: "gpu-test", Warmup: 1, Steps: 4,
-		Data: memoryDataset(t, syntheticText(20_000), cfg.Model.Context)}
+	cfg.Accum, cfg.Steps = 2, 5
+	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
 	// The CPU reference runs interpreted: the same losses as compiled (the
 	// CPU suite checks that), without JIT-compiling kernels with g++ first.
 	ref := cfg
 	ref.Compile = false
-	cpu, err := Bench(ref, opts)
-	if err != nil {
-		t.Fatalf("CPU bench: %v", err)
-	}
+	cpu, _ := setupLosses(t, ref, ds)
 	for _, compile := range []bool{true, false} {
 		c := cfg
 		c.Device, c.Compile = "gpu", compile
-		got, err := Bench(c, opts)
-		if err != nil {
-			t.Fatalf("GPU bench (compile=%t): %v", compile, err)
-		}
-		if got.Device != "gpu" {
-			t.Fatalf("bench reports device %q, want gpu", got.Device)
+		mlx.ResetPeakMemory()
+		got, traces := setupLosses(t, c, ds)
+		var dev mlx.Device
+		mlx.Do(func() error { dev = mlx.DefaultDevice(); return nil }) // the MLX thread's device
+		if dev != mlx.GPU {
+			t.Fatalf("compile=%t: the updates ran on %v, want the GPU", compile, dev)
 		}
 		wantTraces := 1
 		if !compile {
-			wantTraces = opts.Warmup + opts.Steps
+			wantTraces = cfg.Steps
 		}
-		if got.Traces != wantTraces {
-			t.Fatalf("compile=%t: %d traces, want %d", compile, got.Traces, wantTraces)
+		if traces != wantTraces {
+			t.Fatalf("compile=%t: %d traces, want %d", compile, traces, wantTraces)
 		}
 		// float32 on the GPU may use TF32 matrix units; five updates of a
 		// tiny model stay within 1e-2 of the CPU's loss.
-		for _, p := range []struct {
-			name      string
-			got, want float64
-		}{{"first loss", got.LossFirst, cpu.LossFirst}, {"last loss", got.LossLast, cpu.LossLast}} {
-			if math.Abs(p.got-p.want) > 1e-2*math.Abs(p.want) {
-				t.Fatalf("compile=%t: GPU %s %.5f, CPU %.5f: differ by more than 1%%", compile, p.name, p.got, p.want)
+		for i := range got {
+			if math.Abs(got[i]-cpu[i]) > 1e-2*math.Abs(cpu[i]) {
+				t.Fatalf("compile=%t: update %d: GPU loss %.5f, CPU %.5f: differ by more than 1%%", compile, i+1, got[i], cpu[i])
 			}
 		}
-		if got.LossLast >= got.LossFirst {
-			t.Fatalf("compile=%t: loss rose from %.4f to %.4f over %d updates", compile, got.LossFirst, got.LossLast, opts.Warmup+opts.Steps)
+		if got[len(got)-1] >= got[0] {
+			t.Fatalf("compile=%t: loss rose from %.4f to %.4f over %d updates", compile, got[0], got[len(got)-1], len(got))
 		}
-		if got.PeakMemoryBytes == 0 {
+		if mlx.Memory().Peak == 0 {
 			t.Fatalf("compile=%t: peak memory 0, want the GPU allocator's figure", compile)
 		}
 	}

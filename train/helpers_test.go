@@ -1,18 +1,12 @@
 package train
 
 import (
-	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/model"
 )
-
-func lockThread(t testing.TB) {
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-}
 
 // syntheticText is deterministic, learnable text: repeated phrases with
 // some variety, enough for a tiny model's loss to fall quickly.
@@ -55,4 +49,39 @@ func tinyConfig() Config {
 		GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 1, EvalBatches: 2,
 	}
+}
+
+// setupLosses runs cfg.Steps updates of a fresh setup of cfg on windows of
+// ds drawn with cfg.Seed, following cfg's schedule, and returns their
+// losses and how often the step was traced.
+func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int) {
+	t.Helper()
+	cfg, m, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSetup(cfg, m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	sampler, err := data.NewSampler(ds.Train, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < cfg.Steps; i++ {
+		if err := sampler.FillBatch(batch); err != nil {
+			t.Fatal(err)
+		}
+		loss, err := s.State.Update(s.Schedule.LR(i), BatchOf(batch))
+		if err != nil {
+			t.Fatalf("update %d: %v", i+1, err)
+		}
+		losses = append(losses, loss)
+	}
+	return losses, s.Step.Traces()
 }

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -61,7 +62,12 @@ func TestHelperCheckpointWriter(t *testing.T) {
 	if root == "" {
 		return
 	}
-	runtime.LockOSThread()
+	mlxtest.Run(t, func(testing.TB) { writeCheckpointsForever(root) })
+}
+
+// writeCheckpointsForever is the writer TestHelperCheckpointWriter runs,
+// on the MLX thread.
+func writeCheckpointsForever(root string) {
 	step := 1
 	if dir, err := LatestCheckpoint(root); err == nil {
 		st, err := ReadRunState(filepath.Join(dir, StateFile))
@@ -92,7 +98,14 @@ func TestHelperCheckpointWriter(t *testing.T) {
 
 // checkWriterCheckpoint loads dir and checks that every array and the
 // state hold what the writer saved for the step its name says.
-func checkWriterCheckpoint(t *testing.T, dir string) int {
+func checkWriterCheckpoint(t *testing.T, dir string) (step int) {
+	t.Helper()
+	mlxtest.Run(t, func(t testing.TB) { step = checkWriterArrays(t, dir) })
+	return step
+}
+
+// checkWriterArrays is checkWriterCheckpoint on the MLX thread.
+func checkWriterArrays(t testing.TB, dir string) int {
 	t.Helper()
 	base := strings.TrimSuffix(filepath.Base(dir), oldSuffix)
 	step, err := strconv.Atoi(strings.TrimPrefix(base, stepPrefix))
@@ -140,7 +153,6 @@ func checkWriterCheckpoint(t *testing.T, dir string) int {
 // the latest) loads and holds the data of its own step, leftovers of the
 // interrupted write are ignored, and the next process resumes from it.
 func TestKillDuringCheckpointWrites(t *testing.T) {
-	lockThread(t)
 	const kills = 50
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -226,17 +238,18 @@ func TestKillDuringCheckpointWrites(t *testing.T) {
 // before the new one took its name, leaves the old copy as the latest
 // checkpoint; the next save and prune clean up after it.
 func TestCheckpointResaveCrashKeepsOldCopy(t *testing.T) {
-	lockThread(t)
 	dir := t.TempDir()
 	root := CheckpointRoot(dir)
-	save := func(step int) string {
-		p, o := writerArrays(step)
-		pa, oa := mlx.FromSlice(p, writerElems), mlx.FromSlice(o, writerElems)
-		defer mlx.Free(pa, oa)
-		d, err := SaveCheckpoint(root, writerState(step), []string{"w"}, []*mlx.Array{pa}, []string{"m"}, []*mlx.Array{oa})
-		if err != nil {
-			t.Fatal(err)
-		}
+	save := func(step int) (d string) {
+		mlxtest.Run(t, func(t testing.TB) {
+			p, o := writerArrays(step)
+			pa, oa := mlx.FromSlice(p, writerElems), mlx.FromSlice(o, writerElems)
+			defer mlx.Free(pa, oa)
+			var err error
+			if d, err = SaveCheckpoint(root, writerState(step), []string{"w"}, []*mlx.Array{pa}, []string{"m"}, []*mlx.Array{oa}); err != nil {
+				t.Fatal(err)
+			}
+		})
 		return d
 	}
 	save(4)

@@ -5,7 +5,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -35,8 +34,7 @@ func (o SampleOptions) Validate() error {
 }
 
 // Generate extends prompt by opts.MaxTokens tokens, feeding the model at
-// most its context of preceding tokens each time. The caller's goroutine
-// must be locked to its OS thread.
+// most its context of preceding tokens each time.
 func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -44,6 +42,17 @@ func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt; give at least one token")
 	}
+	var out []int32
+	err := mlx.Do(func() error {
+		var err error
+		out, err = generate(m, params, prompt, opts)
+		return err
+	})
+	return out, err
+}
+
+// generate is Generate on the MLX thread.
+func generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	key := mlx.RandomKey(opts.Seed)
 	defer func() { key.Free() }()
 	out := append([]int32(nil), prompt...)
@@ -88,8 +97,17 @@ func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 // SampleCheckpoint loads the model of a checkpoint directory (or the newest
 // checkpoint of a run folder) and continues prompt with generated text.
 func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	var text string
+	err := mlx.Do(func() error {
+		var err error
+		text, err = sampleCheckpoint(path, prompt, device, opts)
+		return err
+	})
+	return text, err
+}
+
+// sampleCheckpoint is SampleCheckpoint on the MLX thread.
+func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, error) {
 	if err := opts.Validate(); err != nil {
 		return "", err
 	}
@@ -115,7 +133,8 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err != nil {
 		return "", err
 	}
-	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
+	file := filepath.Join(dir, ModelFile)
+	arrays, _, err := mlx.LoadSafetensors(file)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -124,12 +143,7 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 			a.Free()
 		}
 	}()
-	names := make([]string, len(m.Specs))
-	shapes := make([][]int, len(m.Specs))
-	for i, s := range m.Specs {
-		names[i], shapes[i] = s.Name, s.Shape
-	}
-	params, err := ordered(filepath.Join(dir, ModelFile), arrays, names, shapes)
+	params, err := orderParams(file, arrays, m)
 	if err != nil {
 		return "", err
 	}

@@ -1,10 +1,18 @@
 // Package train runs TinyGPT training: a whole optimizer step compiled into
-// one MLX function (Step), and a Trainer around it with schedules, data,
+// one MLX function (Step), the arrays it updates (State), the setup every
+// run starts from (Setup), and a Trainer around them with schedules, data,
 // evaluation, checkpoints and resume.
+//
+// MLX keeps per-thread state, so the package's entry points that build or
+// evaluate arrays (NewStep, State's methods, Trainer.Run, the Evaluator,
+// checkpoints, sampling) run their work on the MLX thread with mlx.Do and
+// may be called from any goroutine.
 package train
 
 import (
 	"fmt"
+	"math"
+	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -25,20 +33,16 @@ type StepOptions struct {
 	// Compile traces the step once and replays it; false runs it eagerly
 	// every call (the interpreted mode, for A/B comparisons).
 	Compile bool
-	// ComputeCopies makes the step carry copies of the parameters cast to
-	// ComputeDtype from one update to the next: the loss is called with, and
+	// ComputeCopies makes the step take copies of the parameters cast to
+	// ComputeDtype as inputs of their own: the loss is called with, and
 	// differentiated with respect to, the copies, and the step emits the
 	// next update's copies, cast from the new parameters inside the traced
-	// function. The parameters themselves (the float32 masters) feed only
-	// the optimizer. Why: on a GPU a small model's step is bound by kernel
-	// launches, and a loss that casts its masters costs one cast kernel per
-	// parameter per step; emitted from the step instead, each cast fuses
-	// into the optimizer's elementwise update kernel, which already writes
-	// the new parameter. The numbers do not change: the gradient with
-	// respect to a copy is the one the cast's VJP would pass to the master,
-	// before the step's cast of every gradient to float32. Casting a
-	// parameter that already has ComputeDtype is free (a new handle to the
-	// same array). The copies cost parameters × ComputeDtype.Size() bytes.
+	// function; the parameters (float32 masters) feed only the optimizer.
+	// Why: on a GPU a small model's step is bound by kernel launches, and a
+	// loss that casts its masters costs a cast kernel per parameter per
+	// step, which the emitted casts fuse into the optimizer's update. The
+	// numbers do not change. A State carries the copies from one update to
+	// the next; Step.Run alone casts the parameters itself every call.
 	ComputeCopies bool
 	// ComputeDtype is the dtype of the copies (a float type); it is read
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real
@@ -69,8 +73,7 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 // The learning rate is an input array, never a captured float, and N is
 // fixed, so a run with a schedule and accumulation traces exactly once.
-// Run keeps the copies between calls (see Run), so callers see the first
-// form either way.
+// A State applies a Step to the arrays it owns; Run is the bare function.
 type Step struct {
 	opt      optim.Optimizer
 	opts     StepOptions
@@ -79,11 +82,7 @@ type Step struct {
 	nCopies  int // nParams with ComputeCopies, else 0
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
-	traces   int
-	// copies are the compute-dtype copies the last Run emitted, valid for
-	// the parameters copiesOf (that Run's StepResult.Params, by pointer).
-	copies   []*mlx.Array
-	copiesOf []*mlx.Array
+	traces   int // written on the MLX thread, read after mlx.Do returns
 }
 
 // StepResult holds a step's outputs. The caller owns them.
@@ -92,13 +91,25 @@ type StepResult struct {
 	Loss, GradNorm *mlx.Array
 }
 
+// stepOutputs are everything one update emits, copies included.
+type stepOutputs struct {
+	params, copies, state []*mlx.Array
+	loss, gradNorm        *mlx.Array
+}
+
+// all lists the outputs, for evaluating or freeing them together.
+func (o stepOutputs) all() []*mlx.Array {
+	out := make([]*mlx.Array, 0, len(o.params)+len(o.copies)+len(o.state)+2)
+	return append(append(append(append(out, o.params...), o.copies...), o.state...), o.loss, o.gradNorm)
+}
+
 // NewStep builds the step for a loss over nParams parameters and an
-// optimizer whose state has nState arrays.
+// optimizer whose state has nState arrays (len(opt.StateNames())).
 func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
 	if opts.Accum < 1 {
 		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
 	}
-	if opts.GradClip < 0 {
+	if opts.GradClip < 0 || math.IsNaN(opts.GradClip) {
 		return nil, fmt.Errorf("train: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
 	}
 	if opts.ComputeCopies && !opts.ComputeDtype.IsFloat() {
@@ -106,6 +117,9 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	}
 	if !opts.ComputeCopies && opts.ComputeDtype != 0 {
 		return nil, fmt.Errorf("train: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
+	}
+	if nParams < 1 || nState < 0 {
+		return nil, fmt.Errorf("train: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
 	}
 	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState}
 	if opts.ComputeCopies {
@@ -115,19 +129,24 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	for i := range argnums {
 		argnums[i] = i
 	}
-	vag, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}, nil
-	}, argnums...)
-	if err != nil {
-		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
-	}
-	s.vag = vag
-	if opts.Compile {
-		s.compiled, err = mlx.Compile(s.body, false)
+	err := mlx.Do(func() error {
+		vag, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+			return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}, nil
+		}, argnums...)
 		if err != nil {
-			vag.Free()
-			return nil, fmt.Errorf("train: compiling the step: %w", err)
+			return fmt.Errorf("train: building value_and_grad: %w", err)
 		}
+		s.vag = vag
+		if opts.Compile {
+			if s.compiled, err = mlx.Compile(s.body, false); err != nil {
+				vag.Free()
+				return fmt.Errorf("train: compiling the step: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -140,40 +159,13 @@ func (s *Step) Traces() int { return s.traces }
 // Compiled reports whether the step is compiled.
 func (s *Step) Compiled() bool { return s.compiled != nil }
 
-// Copies returns the compute-dtype parameter copies the last Run emitted
-// (nil without ComputeCopies or before the first Run). The Step owns them:
-// do not free them, but evaluate them with the step's results (e.g. in the
-// same mlx.AsyncEval) so the next step's inputs are computed in this one.
-func (s *Step) Copies() []*mlx.Array { return s.copies }
-
-// Free releases the step's MLX functions, trace cache and parameter copies.
+// Free releases the step's MLX functions and trace cache.
 func (s *Step) Free() {
-	s.compiled.Free()
-	s.vag.Free()
-	s.dropCopies()
-}
-
-// dropCopies frees the cached copies.
-func (s *Step) dropCopies() {
-	mlx.Free(s.copies...)
-	s.copies, s.copiesOf = nil, nil
-}
-
-// cachedCopies returns the copies of the last Run if params are exactly
-// that Run's output parameters, all still live, and nil otherwise. Pointer
-// identity is sound because an mlx.Array is immutable: only Free changes
-// it, and Valid sees that; a cached pointer also keeps its Array from being
-// collected and its address reused.
-func (s *Step) cachedCopies(params []*mlx.Array) []*mlx.Array {
-	if len(s.copiesOf) != len(params) {
+	mlx.Do(func() error {
+		s.compiled.Free()
+		s.vag.Free()
 		return nil
-	}
-	for i, p := range params {
-		if p != s.copiesOf[i] || !p.Valid() || !s.copies[i].Valid() {
-			return nil
-		}
-	}
-	return s.copies
+	})
 }
 
 // microbatch returns a[i] of an [N, B, T] array as [B, T].
@@ -243,38 +235,47 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 // Run applies one update. x and y are [Accum, B, T] int32; lr is a 0-D
 // float32 array. Inputs are not freed: the caller releases the old arrays
 // once it has the new ones. Outputs are lazy; evaluate them (mlx.AsyncEval)
-// before the next call to keep the graph short.
+// before the next call to keep the graph short. A State does all of this.
 //
-// With ComputeCopies, Run keeps the copies it emits (see Copies) together
-// with the result's Params. Called next with exactly those Params (the same
-// *mlx.Array values, still live) it passes the kept copies; called with
-// any other parameters it casts them itself, outside the compiled function
-// (same input dtypes, so no new trace), which costs the kernels the copies
-// save. Either way the previous copies are freed once replaced. Copies
-// created inside an mlx.Scope are freed with it, so a Run inside a scope
-// that closes before the next Run always takes the casting path.
+// With ComputeCopies, Run casts the parameters to the compute dtype itself
+// (outside the compiled function, so without a new trace) and drops the
+// copies the step emits: the cast kernels the copies save are spent here.
+// A State carries the emitted copies into its next update instead.
 func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult, error) {
+	var res StepResult
+	err := mlx.Do(func() error {
+		out, err := s.apply(params, nil, state, lr, x, y)
+		if err != nil {
+			return err
+		}
+		mlx.Free(out.copies...)
+		res = StepResult{Params: out.params, State: out.state, Loss: out.loss, GradNorm: out.gradNorm}
+		return nil
+	})
+	return res, err
+}
+
+// apply checks the inputs and runs the step on the MLX thread. copies are
+// the compute-dtype copies of params; nil casts them here. Inputs are not
+// freed.
+func (s *Step) apply(params, copies, state []*mlx.Array, lr, x, y *mlx.Array) (stepOutputs, error) {
 	if len(params) != s.nParams || len(state) != s.nState {
-		return StepResult{}, fmt.Errorf("train: step got %d params and %d state arrays, built for %d and %d",
+		return stepOutputs{}, fmt.Errorf("train: step got %d params and %d state arrays, built for %d and %d",
 			len(params), len(state), s.nParams, s.nState)
 	}
-	for _, a := range []*mlx.Array{x, y} {
-		if err := a.Err(); err != nil {
-			return StepResult{}, err
-		}
-		if a.Ndim() != 3 || a.Dim(0) != s.opts.Accum {
-			return StepResult{}, fmt.Errorf("train: batch shape %v, want [accum=%d, batch, context]", a.Shape(), s.opts.Accum)
-		}
+	if err := s.checkInputs(lr, x, y); err != nil {
+		return stepOutputs{}, err
 	}
-	var copies, cast []*mlx.Array
-	if s.nCopies > 0 {
-		if copies = s.cachedCopies(params); copies == nil {
-			cast = make([]*mlx.Array, len(params))
-			for i, p := range params {
-				cast[i] = mlx.AsType(p, s.opts.ComputeDtype)
-			}
-			copies = cast
+	var cast []*mlx.Array
+	if s.nCopies > 0 && copies == nil {
+		cast = make([]*mlx.Array, len(params))
+		for i, p := range params {
+			cast[i] = mlx.AsType(p, s.opts.ComputeDtype)
 		}
+		copies = cast
+	}
+	if len(copies) != s.nCopies {
+		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
 	}
 	in := make([]*mlx.Array, 0, s.nParams+s.nCopies+s.nState+3)
 	in = append(append(append(append(in, params...), copies...), state...), lr, x, y)
@@ -282,16 +283,42 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 	// The outputs' graph holds what it needs of the inputs.
 	mlx.Free(cast...)
 	if err != nil {
-		return StepResult{}, fmt.Errorf("train: step: %w", err)
+		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
 	}
 	P, C, S := s.nParams, s.nCopies, s.nState
-	res := StepResult{Params: out[:P:P], State: out[P+C : P+C+S : P+C+S], Loss: out[P+C+S], GradNorm: out[P+C+S+1]}
-	if C > 0 {
-		s.dropCopies()
-		s.copies = out[P : P+C : P+C]
-		s.copiesOf = append([]*mlx.Array(nil), res.Params...)
+	return stepOutputs{params: out[:P:P], copies: out[P : P+C : P+C], state: out[P+C : P+C+S : P+C+S],
+		loss: out[P+C+S], gradNorm: out[P+C+S+1]}, nil
+}
+
+// checkInputs refuses a learning rate or batch that would fail inside the
+// traced function or trace it again: lr must be a 0-D float32 array, x and
+// y int32 arrays of one [Accum, B, T] shape.
+func (s *Step) checkInputs(lr, x, y *mlx.Array) error {
+	if err := lr.Err(); err != nil {
+		return fmt.Errorf("train: lr: %w", err)
 	}
-	return res, nil
+	if lr.Dtype() != mlx.Float32 || lr.Ndim() != 0 {
+		return fmt.Errorf("train: lr is a %v array of shape %v, want a 0-D float32 array (mlx.Scalar(lr, mlx.Float32))",
+			lr.Dtype(), lr.Shape())
+	}
+	for _, a := range []struct {
+		name string
+		a    *mlx.Array
+	}{{"x", x}, {"y", y}} {
+		if err := a.a.Err(); err != nil {
+			return fmt.Errorf("train: batch %s: %w", a.name, err)
+		}
+		if a.a.Ndim() != 3 || a.a.Dim(0) != s.opts.Accum {
+			return fmt.Errorf("train: batch %s has shape %v, want [accum=%d, batch, context]", a.name, a.a.Shape(), s.opts.Accum)
+		}
+		if a.a.Dtype() != mlx.Int32 {
+			return fmt.Errorf("train: batch %s is %v, want int32 token ids", a.name, a.a.Dtype())
+		}
+	}
+	if !slices.Equal(x.Shape(), y.Shape()) {
+		return fmt.Errorf("train: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
+	}
+	return nil
 }
 
 // call runs the body, compiled or interpreted, on the flat inputs.

@@ -5,121 +5,89 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
 
-const copiesAccum, copiesB, copiesT = 2, 4, 16
+const copiesAccum, copiesB, copiesT, copiesSeed = 2, 4, 16, 5
 
-// mixedSetup builds a tiny model computing in bfloat16 on float32 masters,
-// its initial parameters, and a loss that records the dtype of the
-// parameters it was last called with.
-func mixedSetup(t *testing.T) (*model.TinyGPT, []*mlx.Array, LossFunc, *mlx.Dtype) {
+// mixedModel is a tiny model computing in bfloat16 on float32 masters.
+func mixedModel(t testing.TB) *model.TinyGPT {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: copiesT,
 		Dtype: "bfloat16", MasterFP32: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	params, err := m.Init(5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mlx.Free(params...) })
-	if params[0].Dtype() != mlx.Float32 {
-		t.Fatalf("masters are %v, want float32", params[0].Dtype())
-	}
-	seen := new(mlx.Dtype)
-	loss := func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-		*seen = p[0].Dtype()
-		return m.Loss(p, x, y)
-	}
-	return m, params, loss, seen
+	return m
 }
 
 // copiesBatch returns step i's [accum, B, T] inputs and targets.
-func copiesBatch(t *testing.T, ds *Dataset, i int) (x, y *mlx.Array) {
-	t.Helper()
+func copiesBatch(ds *Dataset, i int) Batch {
 	n := copiesAccum * copiesB
-	xs, ys := make([]int32, n*copiesT), make([]int32, n*copiesT)
+	b := Batch{X: make([]int32, n*copiesT), Y: make([]int32, n*copiesT), N: copiesAccum, B: copiesB, T: copiesT}
 	for r := 0; r < n; r++ {
 		off := (i*n + r) * 53 % (ds.Train.Len() - copiesT - 1)
-		ds.Train.CopyInto(xs[r*copiesT:(r+1)*copiesT], off)
-		ds.Train.CopyInto(ys[r*copiesT:(r+1)*copiesT], off+1)
+		ds.Train.CopyInto(b.X[r*copiesT:(r+1)*copiesT], off)
+		ds.Train.CopyInto(b.Y[r*copiesT:(r+1)*copiesT], off+1)
 	}
-	return mlx.FromSlice(xs, copiesAccum, copiesB, copiesT), mlx.FromSlice(ys, copiesAccum, copiesB, copiesT)
+	return b
 }
 
-// copiesRun holds a Step with AdamW state and runs updates on it.
+// copiesRun is a State of an AdamW step over a mixed-precision model,
+// with a loss that records the dtype of the parameters it was last called
+// with.
 type copiesRun struct {
-	t      *testing.T
+	t      testing.TB
 	step   *Step
-	state  []*mlx.Array
+	state  *State
 	ds     *Dataset
+	seen   mlx.Dtype
 	losses []float64
 }
 
-func newCopiesRun(t *testing.T, m *model.TinyGPT, loss LossFunc, opts StepOptions) *copiesRun {
+func newCopiesRun(t testing.TB, m *model.TinyGPT, opts StepOptions) *copiesRun {
 	t.Helper()
-	oc := optim.DefaultConfig()
-	opt, err := optim.New("adamw", OptimizerParams(m.Specs), oc)
+	opt, err := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := opt.Init()
-	if err != nil {
-		t.Fatal(err)
+	r := &copiesRun{t: t, ds: memoryDataset(t, syntheticText(20_000), copiesT)}
+	loss := func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+		r.seen = p[0].Dtype()
+		return m.Loss(p, x, y)
 	}
 	opts.Accum, opts.GradClip = copiesAccum, 1
-	s, err := NewStep(loss, opt, len(m.Specs), len(state), opts)
-	if err != nil {
+	if r.step, err = NewStep(loss, opt, len(m.Specs), len(opt.StateNames()), opts); err != nil {
 		t.Fatal(err)
 	}
-	r := &copiesRun{t: t, step: s, state: state, ds: memoryDataset(t, syntheticText(20_000), copiesT)}
+	if r.state, err = InitState(r.step, m, copiesSeed); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
-		mlx.Free(r.state...)
+		r.state.Free()
 		r.step.Free()
 	})
 	return r
 }
 
-// run applies n updates starting from params (not freed) with data steps
-// first..first+n-1, feeding each result's Params into the next update, and
-// returns the final parameters, owned by the caller.
-func (r *copiesRun) run(params []*mlx.Array, first, n int) []*mlx.Array {
+// run applies n updates with data steps first..first+n-1.
+func (r *copiesRun) run(first, n int) {
 	r.t.Helper()
-	cur := params
 	for i := first; i < first+n; i++ {
-		x, y := copiesBatch(r.t, r.ds, i)
-		lr := mlx.Scalar(1e-2, mlx.Float32)
-		res, err := r.step.Run(cur, r.state, lr, x, y)
-		mlx.Free(x, y, lr)
+		loss, err := r.state.Update(1e-2, copiesBatch(r.ds, i))
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if i > first {
-			mlx.Free(cur...)
-		}
-		mlx.Free(r.state...)
-		cur, r.state = res.Params, res.State
-		pending := append(append(append([]*mlx.Array{}, cur...), r.state...), res.GradNorm)
-		if err := mlx.Eval(append(pending, r.step.Copies()...)...); err != nil {
-			r.t.Fatal(err)
-		}
-		l, err := res.Loss.Item()
-		if err != nil {
-			r.t.Fatal(err)
-		}
-		r.losses = append(r.losses, l)
-		mlx.Free(res.Loss, res.GradNorm)
+		r.losses = append(r.losses, loss)
 	}
-	return cur
 }
 
 // assertSame fails unless a and b agree within 1e-6 relative, element by
 // element, and reports whether they are bit-identical.
-func assertSame(t *testing.T, what string, a, b []*mlx.Array) (identical bool) {
+func assertSame(t testing.TB, what string, a, b []*mlx.Array) (identical bool) {
 	t.Helper()
 	identical = true
 	for i := range a {
@@ -151,7 +119,7 @@ func maxAbs(v []float32) float64 {
 	return m
 }
 
-func assertSameLosses(t *testing.T, what string, a, b []float64) {
+func assertSameLosses(t testing.TB, what string, a, b []float64) {
 	t.Helper()
 	if len(a) != len(b) {
 		t.Fatalf("%s: %d losses vs %d", what, len(a), len(b))
@@ -163,166 +131,167 @@ func assertSameLosses(t *testing.T, what string, a, b []float64) {
 	}
 }
 
-// Differentiating with respect to bfloat16 copies carried by the step gives
-// the updates of a loss that casts the float32 masters itself, compiled and
-// interpreted.
+// Differentiating with respect to bfloat16 copies carried by the state
+// gives the updates of a loss that casts the float32 masters itself,
+// compiled and interpreted.
 func TestComputeCopiesMatchMasterCasts(t *testing.T) {
-	lockThread(t)
 	const steps = 6
 	for _, compile := range []bool{true, false} {
 		t.Run(fmt.Sprintf("compile=%v", compile), func(t *testing.T) {
-			lockThread(t)
-			m, params, loss, seen := mixedSetup(t)
-			base := newCopiesRun(t, m, loss, StepOptions{Compile: compile})
-			want := base.run(params, 0, steps)
-			defer mlx.Free(want...)
-			if *seen != mlx.Float32 {
-				t.Fatalf("without copies the loss saw %v parameters, want the float32 masters", *seen)
-			}
-			cp := newCopiesRun(t, m, loss, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
-			got := cp.run(params, 0, steps)
-			defer mlx.Free(got...)
-			if *seen != mlx.BFloat16 {
-				t.Fatalf("with copies the loss saw %v parameters, want bfloat16", *seen)
-			}
-			for i, c := range cp.step.Copies() {
-				if c.Dtype() != mlx.BFloat16 || got[i].Dtype() != mlx.Float32 {
-					t.Fatalf("param %d: copy %v, master %v; want bfloat16 and float32", i, c.Dtype(), got[i].Dtype())
+			mlxtest.Run(t, func(t testing.TB) {
+				m := mixedModel(t)
+				base := newCopiesRun(t, m, StepOptions{Compile: compile})
+				base.run(0, steps)
+				if base.seen != mlx.Float32 {
+					t.Fatalf("without copies the loss saw %v parameters, want the float32 masters", base.seen)
 				}
-			}
-			if d, _ := mlx.Subtract(want[2], params[2]).Float32s(); maxAbs(d) == 0 {
-				t.Fatal("the parameters did not move; the comparison tells nothing")
-			}
-			assertSameLosses(t, "with vs without copies", base.losses, cp.losses)
-			identical := assertSame(t, "with vs without copies", want, got)
-			t.Logf("%d steps: bit-identical params: %v", steps, identical)
-			if want := map[bool]int{true: 1, false: steps}[compile]; cp.step.Traces() != want {
-				t.Fatalf("step body ran %d times, want %d", cp.step.Traces(), want)
-			}
+				cp := newCopiesRun(t, m, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+				cp.run(0, steps)
+				if cp.seen != mlx.BFloat16 {
+					t.Fatalf("with copies the loss saw %v parameters, want bfloat16", cp.seen)
+				}
+				got := cp.state.Params()
+				for i, c := range cp.state.copies {
+					if c.Dtype() != mlx.BFloat16 || got[i].Dtype() != mlx.Float32 {
+						t.Fatalf("param %d: copy %v, master %v; want bfloat16 and float32", i, c.Dtype(), got[i].Dtype())
+					}
+				}
+				initial, err := m.Init(copiesSeed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer mlx.Free(initial...)
+				if d, _ := mlx.Subtract(got[2], initial[2]).Float32s(); maxAbs(d) == 0 {
+					t.Fatal("the parameters did not move; the comparison tells nothing")
+				}
+				assertSameLosses(t, "with vs without copies", base.losses, cp.losses)
+				identical := assertSame(t, "with vs without copies", base.state.Params(), got)
+				t.Logf("%d steps: bit-identical params: %v", steps, identical)
+				if want := map[bool]int{true: 1, false: steps}[compile]; cp.step.Traces() != want {
+					t.Fatalf("step body ran %d times, want %d", cp.step.Traces(), want)
+				}
+			})
 		})
 	}
 }
 
-// Fed back its own results the step reuses its copies and traces once;
-// given other parameters (a restart from the initial ones) it casts them
-// itself, still without tracing again, and gives the same numbers as a
-// fresh step.
-func TestComputeCopiesCacheHitAndMiss(t *testing.T) {
-	lockThread(t)
-	const steps = 10
-	m, params, loss, _ := mixedSetup(t)
-	ref := newCopiesRun(t, m, loss, StepOptions{Compile: true})
-	want := ref.run(params, 0, steps)
-	defer mlx.Free(want...)
+// The state feeds each update the copies the previous one emitted and
+// releases the copies it replaces; the step traces once. Step.Run alone,
+// which casts the parameters itself, gives the same update without
+// tracing again.
+func TestComputeCopiesCarriedByState(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		const steps = 10
+		m := mixedModel(t)
+		ref := newCopiesRun(t, m, StepOptions{Compile: true})
+		ref.run(0, steps)
 
-	cp := newCopiesRun(t, m, loss, StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
-	cur := params
-	for i := 0; i < steps; i++ {
-		prev := cp.step.Copies()
-		if hit := cp.step.cachedCopies(cur) != nil; hit != (i > 0) {
-			t.Fatalf("step %d: cache hit %v, want %v", i, hit, i > 0)
-		}
-		next := cp.run(cur, i, 1)
-		if i > 0 {
-			mlx.Free(cur...)
+		cp := newCopiesRun(t, m, StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+		for i := 0; i < steps; i++ {
+			prev := cp.state.copies
+			cp.run(i, 1)
 			for j, c := range prev {
 				if c.Valid() {
-					t.Fatalf("step %d: the previous copy of param %d is still live", i, j)
+					t.Fatalf("update %d: the previous copy of param %d is still live", i, j)
 				}
 			}
 		}
-		cur = next
-	}
-	if cp.step.Traces() != 1 {
-		t.Fatalf("traced %d times over %d fed-back steps, want 1", cp.step.Traces(), steps)
-	}
-	assertSameLosses(t, "fed back", ref.losses, cp.losses)
-	assertSame(t, "fed back", want, cur)
-	mlx.Free(cur...)
+		if cp.step.Traces() != 1 {
+			t.Fatalf("traced %d times over %d updates, want 1", cp.step.Traces(), steps)
+		}
+		assertSameLosses(t, "carried copies", ref.losses, cp.losses)
+		assertSame(t, "carried copies", ref.state.Params(), cp.state.Params())
 
-	// Restart from the initial parameters with fresh optimizer state: a miss.
-	if cp.step.cachedCopies(params) != nil {
-		t.Fatal("cache hit for parameters the step did not produce")
-	}
-	mlx.Free(cp.state...)
-	opt, _ := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
-	cp.state, _ = opt.Init()
-	cp.losses = nil
-	again := cp.run(params, 0, steps)
-	defer mlx.Free(again...)
-	if cp.step.Traces() != 1 {
-		t.Fatalf("traced %d times after a restart, want 1", cp.step.Traces())
-	}
-	assertSameLosses(t, "restarted", ref.losses, cp.losses)
-	assertSame(t, "restarted", want, again)
-}
-
-// Many steps with the cache keep MLX's active memory flat: each update
-// frees the copies it replaces.
-func TestComputeCopiesMemoryIsFlat(t *testing.T) {
-	lockThread(t)
-	const warm, steps = 10, 200
-	m, params, loss, _ := mixedSetup(t)
-	cp := newCopiesRun(t, m, loss, StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
-	cur := cp.run(params, 0, warm)
-	atWarm := mlx.Memory().Active
-	for i := warm; i < steps; i++ {
-		next := cp.run(cur, i, 1)
-		mlx.Free(cur...)
-		cur = next
-	}
-	after := mlx.Memory().Active
-	mlx.Free(cur...)
-	// One leaked copy of the smallest parameter (a norm, 32 bfloat16) per
-	// step would add 64 B × 190.
-	const slack = 1 << 10
-	if after > atWarm+slack {
-		t.Fatalf("active memory %d B after %d steps, %d B after %d: the copies leak", after, steps, atWarm, warm)
-	}
-	t.Logf("active memory %d B after %d steps, %d B after %d", after, steps, atWarm, warm)
-}
-
-// Free releases the copies the step holds.
-func TestComputeCopiesFreedWithStep(t *testing.T) {
-	lockThread(t)
-	m, params, loss, _ := mixedSetup(t)
-	for _, compile := range []bool{true, false} {
-		cp := newCopiesRun(t, m, loss, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
-		got := cp.run(params, 0, 2)
-		copies := cp.step.Copies()
-		if len(copies) != len(params) {
-			t.Fatalf("compile=%v: step holds %d copies, want %d", compile, len(copies), len(params))
-		}
-		var bytes uint64
-		for _, c := range copies {
-			bytes += uint64(c.Nbytes())
-		}
-		before := mlx.Memory().Active
-		cp.step.Free()
-		after := mlx.Memory().Active
-		for i, c := range copies {
-			if c.Valid() {
-				t.Fatalf("compile=%v: copy %d still live after Free", compile, i)
-			}
-		}
-		if cp.step.Copies() != nil {
-			t.Fatalf("compile=%v: Copies() after Free = %v", compile, cp.step.Copies())
-		}
-		if before < after+bytes {
-			t.Fatalf("compile=%v: Free released %d B of active memory, the copies hold %d B", compile, int64(before)-int64(after), bytes)
-		}
-		// The masters are untouched and still usable.
-		if _, err := got[0].Float32s(); err != nil {
+		// One update through Step.Run from fresh parameters and state.
+		params, err := m.Init(copiesSeed)
+		if err != nil {
 			t.Fatal(err)
 		}
-		mlx.Free(got...)
-	}
+		defer mlx.Free(params...)
+		opt, err := cp.step.opt.Init()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mlx.Free(opt...)
+		b := copiesBatch(cp.ds, 0)
+		lr := mlx.Scalar(1e-2, mlx.Float32)
+		res, err := cp.step.Run(params, opt, lr, mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mlx.Free(append(append(res.Params, res.State...), res.Loss, res.GradNorm)...)
+		loss, err := res.Loss.Item()
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertSameLosses(t, "Step.Run casting its own copies", ref.losses[:1], []float64{loss})
+		if cp.step.Traces() != 1 {
+			t.Fatalf("Step.Run traced the step again (%d traces)", cp.step.Traces())
+		}
+	})
+}
+
+// Many updates keep MLX's active memory flat: each update frees the
+// copies it replaces.
+func TestComputeCopiesMemoryIsFlat(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		const warm, steps = 10, 200
+		cp := newCopiesRun(t, mixedModel(t), StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+		cp.run(0, warm)
+		atWarm := mlx.Memory().Active
+		cp.run(warm, steps-warm)
+		after := mlx.Memory().Active
+		// One leaked copy of the smallest parameter (a norm, 32 bfloat16) per
+		// step would add 64 B × 190.
+		const slack = 1 << 10
+		if after > atWarm+slack {
+			t.Fatalf("active memory %d B after %d steps, %d B after %d: the copies leak", after, steps, atWarm, warm)
+		}
+		t.Logf("active memory %d B after %d steps, %d B after %d", after, steps, atWarm, warm)
+	})
+}
+
+// Free releases the copies with the rest of the state.
+func TestComputeCopiesFreedWithState(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		m := mixedModel(t)
+		for _, compile := range []bool{true, false} {
+			cp := newCopiesRun(t, m, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+			cp.run(0, 2)
+			copies, params := cp.state.copies, cp.state.Params()
+			if len(copies) != len(m.Specs) {
+				t.Fatalf("compile=%v: state holds %d copies, want %d", compile, len(copies), len(m.Specs))
+			}
+			var bytes uint64
+			for _, a := range append(append([]*mlx.Array{}, copies...), params...) {
+				bytes += uint64(a.Nbytes())
+			}
+			before := mlx.Memory().Active
+			cp.state.Free()
+			after := mlx.Memory().Active
+			for i, c := range copies {
+				if c.Valid() || params[i].Valid() {
+					t.Fatalf("compile=%v: copy or parameter %d still live after Free", compile, i)
+				}
+			}
+			if before < after+bytes {
+				t.Fatalf("compile=%v: Free released %d B of active memory, the parameters and copies hold %d B",
+					compile, int64(before)-int64(after), bytes)
+			}
+			if _, err := cp.state.Update(1e-2, copiesBatch(cp.ds, 2)); err == nil {
+				t.Fatalf("compile=%v: a freed state updated", compile)
+			}
+		}
+	})
 }
 
 // Copies of parameters already in the compute dtype are the parameters
 // themselves: the option is harmless there and changes no numbers.
 func TestComputeCopiesOfSameDtype(t *testing.T) {
-	lockThread(t)
+	mlxtest.Run(t, testComputeCopiesOfSameDtype)
+}
+
+func testComputeCopiesOfSameDtype(t testing.TB) {
 	m, params, xs, ys := stepSetup(t)
 	defer mlx.Free(params...)
 	var deltas [2][]float32
@@ -354,7 +323,10 @@ func TestComputeCopiesOfSameDtype(t *testing.T) {
 }
 
 func TestComputeCopiesOptions(t *testing.T) {
-	lockThread(t)
+	mlxtest.Run(t, testComputeCopiesOptions)
+}
+
+func testComputeCopiesOptions(t testing.TB) {
 	m, params, _, _ := stepSetup(t)
 	defer mlx.Free(params...)
 	opt := plainSGD(t, m)

@@ -7,13 +7,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
-	"github.com/posttrainllm/posttrainllm/optim"
 )
 
 // ErrInterrupted is returned (wrapped) when the run's context was cancelled:
@@ -26,7 +24,10 @@ var ErrInterrupted = errors.New("training interrupted")
 // intact.
 var ErrNonFinite = errors.New("values are not finite")
 
-// Hooks let a caller observe a run (progress bars, logs). Each may be nil.
+// Hooks let a caller observe a run (progress bars, logs, plots). Each may
+// be nil. They are called on the MLX thread, inside Run: they may use MLX,
+// but must not wait for another goroutine that does, and the run waits for
+// them.
 type Hooks struct {
 	OnStart      func(Start)
 	OnLog        func(Metrics)
@@ -72,238 +73,298 @@ func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
 	if cfg.Model.VocabSize == 0 {
 		cfg.Model.VocabSize = ds.Tokenizer.VocabSize()
 	}
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	if err := cfg.CheckMemory(); err != nil {
+	cfg, m, err := Prepare(cfg)
+	if err != nil {
 		return nil, err
 	}
 	if ds.Tokenizer.Name() != cfg.Tokenizer {
 		return nil, fmt.Errorf("the dataset was tokenised with %s, the config says tokenizer %q",
 			ds.Tokenizer.Name(), cfg.Tokenizer)
 	}
-	m, err := model.New(cfg.Model)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Model = m.Config
 	return &Trainer{Config: cfg, Model: m, Data: ds, RunDir: runDir}, nil
 }
 
-// loopState is what the training loop carries from step to step.
-type loopState struct {
-	params, opt  []*mlx.Array
-	step         int
+// Run trains from scratch, or from the checkpoint directory resumeFrom,
+// until Config.Steps updates are done or ctx is cancelled. It runs on the
+// MLX thread (mlx.Do), and so do the Hooks it calls: they may use MLX, but
+// must not wait for another goroutine that does.
+func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
+	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
+	err := mlx.Do(func() error {
+		r, err := t.open(resumeFrom, &sum)
+		if err != nil {
+			return err
+		}
+		defer r.close()
+		return r.train(ctx)
+	})
+	return sum, err
+}
+
+// run is one Trainer.Run in progress: what it set up and what it carries
+// from step to step.
+type run struct {
+	t          *Trainer
+	cfg        Config
+	resumeFrom string
+	setup      *Setup
+	eval       *Evaluator
+	prefetch   *data.Prefetcher
+	metrics    *os.File
+	sum        *Summary
+
+	step         int // updates completed
 	samplerState []byte
 	tokensSeen   int64
-	elapsed      time.Duration
+	before       time.Duration // training time of the run before it was resumed
+	start        time.Time     // this process's first update
+	lastLog      time.Time
+	lastLogStep  int
 }
 
-func (s *loopState) free() {
-	mlx.Free(s.params...)
-	mlx.Free(s.opt...)
-}
-
-// Run trains from scratch, or from the checkpoint directory resumeFrom,
-// until Config.Steps updates are done or ctx is cancelled. It locks its
-// goroutine to one OS thread: MLX state is per thread.
-func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+// open prepares a run: the run folder, the setup (fresh or resumed), the
+// evaluator, the data and the metrics log; then it calls Hooks.OnStart.
+func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	cfg := t.Config
-	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
-
-	if err := mlx.UseDevice(cfg.Device); err != nil {
-		return sum, err
-	}
+	r := &run{t: t, cfg: cfg, resumeFrom: resumeFrom, sum: sum}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
 	if err := os.MkdirAll(t.RunDir, 0o755); err != nil {
-		return sum, fmt.Errorf("run folder: %w", err)
+		return nil, fmt.Errorf("run folder: %w", err)
 	}
-	opt, err := NewOptimizer(cfg, t.Model.Specs)
+	if r.setup, err = NewSetup(cfg, t.Model, resumeFrom); err != nil {
+		return nil, err
+	}
+	if rs := r.setup.Resumed; rs != nil {
+		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
+		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
+	}
+	sum.StartStep, sum.Step = r.step, r.step
+	r.eval, err = NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches, cfg.Seed+1, cfg.Compile)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
-	st, err := t.initialState(opt, resumeFrom)
-	if err != nil {
-		return sum, err
-	}
-	defer func() { st.free() }()
-	sum.StartStep, sum.Step = st.step, st.step
-
-	sched, err := NewSchedule(cfg)
-	if err != nil {
-		return sum, err
-	}
-	step, err := NewStep(t.Model.Loss, opt, len(st.params), len(st.opt),
-		RunStepOptions(cfg))
-	if err != nil {
-		return sum, err
-	}
-	defer step.Free()
-	eval, err := NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches, cfg.Seed+1, cfg.Compile)
-	if err != nil {
-		return sum, err
-	}
-	defer eval.Free()
-
 	sampler, err := data.NewSampler(t.Data.Train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
-	if st.samplerState != nil {
-		if err := sampler.SetState(st.samplerState); err != nil {
-			return sum, fmt.Errorf("resume: sampler state: %w", err)
+	if r.samplerState != nil {
+		if err := sampler.SetState(r.samplerState); err != nil {
+			return nil, fmt.Errorf("resume: sampler state: %w", err)
 		}
 	}
-	pf, err := data.NewPrefetcher(sampler, cfg.Accum, cfg.Batch, cfg.Model.Context, cfg.PrefetchDepth)
-	if err != nil {
-		return sum, err
+	if r.prefetch, err = data.NewPrefetcher(sampler, cfg.Accum, cfg.Batch, cfg.Model.Context, cfg.PrefetchDepth); err != nil {
+		return nil, err
 	}
-	defer pf.Stop()
-
-	metrics, err := openMetrics(filepath.Join(t.RunDir, MetricsFile), st.step, resumeFrom != "")
-	if err != nil {
-		return sum, fmt.Errorf("metrics: %w", err)
+	if r.metrics, err = openMetrics(filepath.Join(t.RunDir, MetricsFile), r.step, resumeFrom != ""); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	defer metrics.Close()
-
 	if t.Hooks.OnStart != nil {
-		t.Hooks.OnStart(Start{Step: st.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
+		t.Hooks.OnStart(Start{Step: r.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
 			TokensPerStep: cfg.TokensPerStep(), Resumed: resumeFrom})
 	}
+	return r, nil
+}
+
+// close releases what open set up.
+func (r *run) close() {
+	if r.metrics != nil {
+		r.metrics.Close()
+	}
+	if r.prefetch != nil {
+		r.prefetch.Stop()
+	}
+	if r.eval != nil {
+		r.eval.Free()
+	}
+	if r.setup != nil {
+		r.setup.Free()
+	}
+}
+
+// train runs the updates, logging, evaluating and checkpointing as the
+// config says, until the last step or until ctx is cancelled.
+func (r *run) train(ctx context.Context) error {
 	mlx.ResetPeakMemory()
-	if cfg.EvalEvery > 0 && st.step == 0 {
-		if sum.InitialValLoss, err = eval.Loss(st.params); err != nil {
-			return sum, err
-		}
-		sum.ValLoss = sum.InitialValLoss
-		v := sum.InitialValLoss
-		m := Metrics{Step: 0, Loss: math.NaN(), ValLoss: &v, LR: sched.LR(0)}
-		if err := writeMetrics(metrics, metricsForJSON(m)); err != nil {
-			return sum, err
-		}
+	if err := r.initialEval(); err != nil {
+		return err
 	}
-
-	start := time.Now()
-	runStart := st.elapsed
-	lastLog, lastLogStep := start, st.step
-	checkpoint := func() error {
-		// The loss checked so far was computed before the last update; an
-		// update that overflowed shows only in the arrays about to be saved.
-		if bad, err := nonFiniteArrays(t.Model.Specs, opt.StateNames(), st.params, st.opt); err != nil {
-			return err
-		} else if bad != "" {
-			sum.Elapsed = time.Since(start)
-			return fmt.Errorf("step %d: %s is not finite; stopping without a checkpoint, the last good one is %s: %w",
-				st.step, bad, lastGood(sum.LastCheckpoint, resumeFrom), ErrNonFinite)
-		}
-		st.elapsed = runStart + time.Since(start)
-		dir, err := t.saveCheckpoint(opt, st)
-		if err != nil {
-			return err
-		}
-		sum.LastCheckpoint = dir
-		if t.Hooks.OnCheckpoint != nil {
-			t.Hooks.OnCheckpoint(dir, st.step)
-		}
-		return nil
-	}
-
-	for st.step < cfg.Steps {
+	r.start = time.Now()
+	r.lastLog, r.lastLogStep = r.start, r.step
+	for r.step < r.cfg.Steps {
 		if ctx.Err() != nil {
-			if err := checkpoint(); err != nil {
-				return sum, err
+			if err := r.checkpoint(); err != nil {
+				return err
 			}
-			sum.Elapsed = time.Since(start)
-			return sum, fmt.Errorf("at step %d: %w", st.step, ErrInterrupted)
+			r.sum.Elapsed = time.Since(r.start)
+			return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
 		}
-		batch, err := pf.Next()
+		lr, err := r.update()
 		if err != nil {
-			return sum, err
+			return err
 		}
-		x := mlx.FromSlice(batch.X, batch.N, batch.B, batch.T)
-		y := mlx.FromSlice(batch.Y, batch.N, batch.B, batch.T)
-		st.samplerState = append(st.samplerState[:0], batch.State...)
-		pf.Release(batch)
-		lrValue := sched.LR(st.step)
-		lr := mlx.Scalar(lrValue, mlx.Float32)
-		res, err := step.Run(st.params, st.opt, lr, x, y)
-		mlx.Free(x, y, lr)
-		if err != nil {
-			return sum, err
-		}
-		mlx.Free(st.params...)
-		mlx.Free(st.opt...)
-		st.params, st.opt = res.Params, res.State
-		st.step++
-		st.tokensSeen += int64(cfg.TokensPerStep())
-		pending := append(append(append([]*mlx.Array{}, st.params...), st.opt...), res.Loss, res.GradNorm)
-		if err := mlx.AsyncEval(append(pending, step.Copies()...)...); err != nil {
-			mlx.Free(res.Loss, res.GradNorm)
-			return sum, err
-		}
-
-		logNow := st.step%cfg.LogEvery == 0 || st.step == cfg.Steps
-		evalNow := cfg.EvalEvery > 0 && (st.step%cfg.EvalEvery == 0 || st.step == cfg.Steps)
-		ckptNow := (cfg.CheckpointEvery > 0 && st.step%cfg.CheckpointEvery == 0) || st.step == cfg.Steps
+		logNow, evalNow, ckptNow := r.due()
 		if logNow || evalNow || ckptNow {
-			loss, lerr := res.Loss.Item()
-			gnorm, _ := res.GradNorm.Item()
-			mlx.Free(res.Loss, res.GradNorm)
-			if lerr != nil {
-				return sum, lerr
+			if err := r.log(lr, evalNow); err != nil {
+				return err
 			}
-			if bad := nonFinite(loss, gnorm); bad != "" {
-				sum.Elapsed = time.Since(start)
-				return sum, fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint, the last good one is %s: %w",
-					st.step, bad, lrValue, lastGood(sum.LastCheckpoint, resumeFrom), ErrNonFinite)
-			}
-			if math.IsNaN(sum.FirstLoss) {
-				sum.FirstLoss = loss
-			}
-			sum.Loss = loss
-			now := time.Now()
-			dt := now.Sub(lastLog).Seconds()
-			m := Metrics{Step: st.step, Loss: loss, LR: lrValue, GradNorm: gnorm,
-				ElapsedS: (runStart + now.Sub(start)).Seconds()}
-			if dt > 0 {
-				m.StepsPerS = float64(st.step-lastLogStep) / dt
-				m.TokensPerS = m.StepsPerS * float64(cfg.TokensPerStep())
-			}
-			lastLog, lastLogStep = now, st.step
-			if evalNow {
-				v, err := eval.Loss(st.params)
-				if err != nil {
-					return sum, err
-				}
-				m.ValLoss, sum.ValLoss = &v, v
-			}
-			sum.TokensPerS = m.TokensPerS
-			if err := writeMetrics(metrics, m); err != nil {
-				return sum, fmt.Errorf("metrics: %w", err)
-			}
-			if t.Hooks.OnLog != nil {
-				t.Hooks.OnLog(m)
-			}
-		} else {
-			mlx.Free(res.Loss, res.GradNorm)
 		}
 		if ckptNow {
-			if err := checkpoint(); err != nil {
-				return sum, err
+			if err := r.checkpoint(); err != nil {
+				return err
 			}
 		}
-		sum.Step = st.step
+		r.sum.Step = r.step
 	}
-	sum.Step = st.step
-	sum.Traces = step.Traces()
-	sum.Elapsed = time.Since(start)
+	r.finish()
+	return nil
+}
+
+// initialEval measures and logs the held-out loss of a fresh run's initial
+// parameters, as step 0.
+func (r *run) initialEval() error {
+	if r.cfg.EvalEvery == 0 || r.step != 0 {
+		return nil
+	}
+	v, err := r.eval.Loss(r.setup.State.Params())
+	if err != nil {
+		return err
+	}
+	r.sum.InitialValLoss, r.sum.ValLoss = v, v
+	m := Metrics{Step: 0, Loss: math.NaN(), ValLoss: &v, LR: r.setup.Schedule.LR(0)}
+	return writeMetrics(r.metrics, metricsForJSON(m))
+}
+
+// update schedules the next optimizer update on the next prefetched batch
+// and returns its learning rate; it does not wait for the device.
+func (r *run) update() (float64, error) {
+	batch, err := r.prefetch.Next()
+	if err != nil {
+		return 0, err
+	}
+	lr := r.setup.Schedule.LR(r.step)
+	err = r.setup.State.UpdateAsync(lr, BatchOf(batch))
+	r.samplerState = append(r.samplerState[:0], batch.State...)
+	r.prefetch.Release(batch)
+	if err != nil {
+		return 0, err
+	}
+	r.step++
+	r.tokensSeen += int64(r.cfg.TokensPerStep())
+	return lr, nil
+}
+
+// due says whether the step just completed is logged, evaluated and
+// checkpointed; the last step is all three (evaluated when evaluation is on).
+func (r *run) due() (log, eval, checkpoint bool) {
+	cfg, last := r.cfg, r.step == r.cfg.Steps
+	log = r.step%cfg.LogEvery == 0 || last
+	eval = cfg.EvalEvery > 0 && (r.step%cfg.EvalEvery == 0 || last)
+	checkpoint = (cfg.CheckpointEvery > 0 && r.step%cfg.CheckpointEvery == 0) || last
+	return log, eval, checkpoint
+}
+
+// log reads the step's loss and gradient norm back, stops on a value that
+// is not finite, evaluates when asked, and writes the metrics line.
+func (r *run) log(lr float64, eval bool) error {
+	st, err := r.setup.State.Stats()
+	if err != nil {
+		return err
+	}
+	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
+		r.sum.Elapsed = time.Since(r.start)
+		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint, the last good one is %s: %w",
+			r.step, bad, lr, r.lastGood(), ErrNonFinite)
+	}
+	if math.IsNaN(r.sum.FirstLoss) {
+		r.sum.FirstLoss = st.Loss
+	}
+	r.sum.Loss = st.Loss
+	now := time.Now()
+	m := Metrics{Step: r.step, Loss: st.Loss, LR: lr, GradNorm: st.GradNorm,
+		ElapsedS: (r.before + now.Sub(r.start)).Seconds()}
+	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
+		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
+		m.TokensPerS = m.StepsPerS * float64(r.cfg.TokensPerStep())
+	}
+	r.lastLog, r.lastLogStep = now, r.step
+	if eval {
+		v, err := r.eval.Loss(r.setup.State.Params())
+		if err != nil {
+			return err
+		}
+		m.ValLoss, r.sum.ValLoss = &v, v
+	}
+	r.sum.TokensPerS = m.TokensPerS
+	if err := writeMetrics(r.metrics, m); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if r.t.Hooks.OnLog != nil {
+		r.t.Hooks.OnLog(m)
+	}
+	return nil
+}
+
+// checkpoint saves the state after checking that it is finite: the loss
+// checked so far was computed before the last update, and an update that
+// overflowed shows only in the arrays about to be saved.
+func (r *run) checkpoint() error {
+	st := r.setup.State
+	bad, err := nonFiniteArrays(r.t.Model.Specs, r.setup.Optimizer.StateNames(), st.Params(), st.OptState())
+	if err != nil {
+		return err
+	}
+	if bad != "" {
+		r.sum.Elapsed = time.Since(r.start)
+		return fmt.Errorf("step %d: %s is not finite; stopping without a checkpoint, the last good one is %s: %w",
+			r.step, bad, r.lastGood(), ErrNonFinite)
+	}
+	names := make([]string, len(r.t.Model.Specs))
+	for i, s := range r.t.Model.Specs {
+		names[i] = s.Name
+	}
+	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
+		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
+	root := CheckpointRoot(r.t.RunDir)
+	dir, err := SaveCheckpoint(root, rs, names, st.Params(), r.setup.Optimizer.StateNames(), st.OptState())
+	if err != nil {
+		return err
+	}
+	if err := PruneCheckpoints(root, r.cfg.KeepCheckpoints); err != nil {
+		return fmt.Errorf("checkpoint: pruning: %w", err)
+	}
+	r.sum.LastCheckpoint = dir
+	if r.t.Hooks.OnCheckpoint != nil {
+		r.t.Hooks.OnCheckpoint(dir, r.step)
+	}
+	return nil
+}
+
+// lastGood names the checkpoint a diverged run falls back to.
+func (r *run) lastGood() string {
+	switch {
+	case r.sum.LastCheckpoint != "":
+		return r.sum.LastCheckpoint
+	case r.resumeFrom != "":
+		return r.resumeFrom
+	}
+	return "(none written yet)"
+}
+
+// finish completes the summary of a run that reached its last step.
+func (r *run) finish() {
+	sum := r.sum
+	sum.Step = r.step
+	sum.Traces = r.setup.Step.Traces()
+	sum.Elapsed = time.Since(r.start)
 	mem := mlx.Memory()
 	sum.PeakMemoryBytes, sum.ActiveMemoryBytes = mem.Peak, mem.Active
 	if elapsed := sum.Elapsed.Seconds(); elapsed > 0 && sum.TokensPerS == 0 {
-		sum.TokensPerS = float64(int64(st.step-sum.StartStep)*int64(cfg.TokensPerStep())) / elapsed
+		sum.TokensPerS = float64(int64(r.step-sum.StartStep)*int64(r.cfg.TokensPerStep())) / elapsed
 	}
-	return sum, nil
 }
 
 // nonFinite describes a NaN or infinite loss or gradient norm, or returns "".
@@ -351,16 +412,6 @@ func nonFiniteArrays(specs []model.ParamSpec, stateNames []string, params, state
 	return bad, err
 }
 
-func lastGood(saved, resumed string) string {
-	switch {
-	case saved != "":
-		return saved
-	case resumed != "":
-		return resumed
-	}
-	return "(none written yet)"
-}
-
 // metricsForJSON replaces a NaN loss (not measured) by zero so the JSON
 // line stays valid; the step-0 line carries only val_loss.
 func metricsForJSON(m Metrics) Metrics {
@@ -368,91 +419,4 @@ func metricsForJSON(m Metrics) Metrics {
 		m.Loss = 0
 	}
 	return m
-}
-
-// initialState initialises parameters and optimizer state, or loads them
-// from a checkpoint, checking that it belongs to this model.
-func (t *Trainer) initialState(opt optim.Optimizer, resumeFrom string) (*loopState, error) {
-	if resumeFrom == "" {
-		params, err := t.Model.Init(t.Config.Seed)
-		if err != nil {
-			return nil, err
-		}
-		state, err := opt.Init()
-		if err != nil {
-			mlx.Free(params...)
-			return nil, err
-		}
-		return &loopState{params: params, opt: state}, nil
-	}
-	ck, err := LoadCheckpoint(resumeFrom)
-	if err != nil {
-		return nil, fmt.Errorf("resume: %w", err)
-	}
-	if ck.State.Config.Model != t.Config.Model {
-		ck.Free()
-		return nil, fmt.Errorf("resume: checkpoint %s is of another model shape (%+v), this run needs %+v",
-			resumeFrom, ck.State.Config.Model, t.Config.Model)
-	}
-	names := make([]string, len(t.Model.Specs))
-	shapes := make([][]int, len(t.Model.Specs))
-	for i, s := range t.Model.Specs {
-		names[i], shapes[i] = s.Name, s.Shape
-	}
-	params, err := ordered(filepath.Join(resumeFrom, ModelFile), ck.Params, names, shapes)
-	if err != nil {
-		ck.Free()
-		return nil, fmt.Errorf("resume: %w", err)
-	}
-	for i, p := range params {
-		if want := t.Config.Model.ParamDtype(); p.Dtype() != want {
-			ck.Free()
-			return nil, fmt.Errorf("resume: %s: %q is %v, this model keeps parameters in %v",
-				filepath.Join(resumeFrom, ModelFile), names[i], p.Dtype(), want)
-		}
-	}
-	// A fresh state's arrays are lazy zeros: their shapes and dtypes are
-	// what the checkpoint must hold, and nothing is allocated.
-	fresh, err := opt.Init()
-	if err != nil {
-		ck.Free()
-		return nil, err
-	}
-	defer mlx.Free(fresh...)
-	stateShapes := make([][]int, len(fresh))
-	for i, a := range fresh {
-		stateShapes[i] = a.Shape()
-	}
-	state, err := ordered(filepath.Join(resumeFrom, OptimizerFile), ck.OptState, opt.StateNames(), stateShapes)
-	if err != nil {
-		ck.Free()
-		return nil, fmt.Errorf("resume: %w (optimizer %s)", err, t.Config.Optimizer)
-	}
-	for i, a := range state {
-		if a.Dtype() != fresh[i].Dtype() {
-			ck.Free()
-			return nil, fmt.Errorf("resume: %s: %q is %v, the %s optimizer keeps it in %v",
-				filepath.Join(resumeFrom, OptimizerFile), opt.StateNames()[i], a.Dtype(), t.Config.Optimizer, fresh[i].Dtype())
-		}
-	}
-	return &loopState{params: params, opt: state, step: ck.State.Step, samplerState: ck.State.SamplerState,
-		tokensSeen: ck.State.TokensSeen, elapsed: time.Duration(ck.State.ElapsedSeconds * float64(time.Second))}, nil
-}
-
-func (t *Trainer) saveCheckpoint(opt optim.Optimizer, st *loopState) (string, error) {
-	names := make([]string, len(t.Model.Specs))
-	for i, s := range t.Model.Specs {
-		names[i] = s.Name
-	}
-	rs := RunState{Step: st.step, Config: t.Config, SamplerState: st.samplerState,
-		TokensSeen: st.tokensSeen, ElapsedSeconds: st.elapsed.Seconds()}
-	root := CheckpointRoot(t.RunDir)
-	dir, err := SaveCheckpoint(root, rs, names, st.params, opt.StateNames(), st.opt)
-	if err != nil {
-		return "", err
-	}
-	if err := PruneCheckpoints(root, t.Config.KeepCheckpoints); err != nil {
-		return "", fmt.Errorf("checkpoint: pruning: %w", err)
-	}
-	return dir, nil
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/posttrainllm/posttrainllm/presets"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/train/bench"
 )
 
 // benchOptions are the bench command's own flags.
@@ -111,7 +111,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if opts.json {
 		status = cmd.ErrOrStderr()
 	}
-	bo := train.BenchOptions{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps}
+	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps}
 	if cfg.Corpus != "" {
 		ds, err := openDataset(status, cfg, opts.tokenCache)
 		if err != nil {
@@ -122,27 +122,27 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	}
 	fmt.Fprintln(status, describe(opts.preset, cfg))
 	if !opts.compare {
-		res, err := train.Bench(cfg, bo)
+		res, err := bench.Run(cfg, bo)
 		if err != nil {
 			return err
 		}
 		if opts.json {
 			return writeJSON(out, res)
 		}
-		return printBench(out, []train.BenchResult{res})
+		return printBench(out, []bench.Result{res})
 	}
 	// --schedule and --accum pick the matrix's schedule and accum; the
 	// tokens per update stay the preset's batch × accum.
-	copts := train.CompareOptions{Rounds: opts.rounds}
+	var schedules []string
+	var accums []int
 	if ov.isChanged("schedule") {
-		copts.Schedules = []string{cfg.Schedule}
+		schedules = []string{cfg.Schedule}
 	}
 	if ov.isChanged("accum") {
-		copts.Accums = []int{cfg.Accum}
+		accums = []int{cfg.Accum}
 		cfg.Accum = base.Accum
 	}
-	var results []train.BenchResult
-	results, err = train.BenchCompare(cfg, bo, copts, func(r train.BenchResult) {
+	results, err := bench.Compare(cfg, bo, compareMatrix(schedules, accums), opts.rounds, func(r bench.Result) {
 		fmt.Fprintf(status, "  round %d compile=%-5t schedule=%-8s accum=%d batch=%-3d %8.1f ms/step  traces %d  ops/step %d\n",
 			r.Round, r.Compile, r.Schedule, r.Accum, r.Batch, r.MsPerStepMedian, r.Traces, r.GraphOps)
 	})
@@ -169,7 +169,7 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // printBench writes results as a table.
-func printBench(w io.Writer, results []train.BenchResult) error {
+func printBench(w io.Writer, results []bench.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tsteps/s\ttokens/s\ttraces\tops/step\tpeak mem\tloss first->last\t")
 	for _, r := range results {
@@ -182,8 +182,8 @@ func printBench(w io.Writer, results []train.BenchResult) error {
 }
 
 // printSpeedup writes the interpreted/compiled ratios of a comparison.
-func printSpeedup(w io.Writer, results []train.BenchResult) error {
-	rows, err := train.Speedup(results)
+func printSpeedup(w io.Writer, results []bench.Result) error {
+	rows, err := speedups(results)
 	if err != nil {
 		return err
 	}
@@ -191,7 +191,7 @@ func printSpeedup(w io.Writer, results []train.BenchResult) error {
 	fmt.Fprintln(tw, "schedule\taccum\tbatch\trounds\tcompiled ms/step\tinterpreted ms/step\tinterpreted/compiled\trange\thost time interpreted/compiled\t")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.1f\t%.1f\t%.2fx\t%.2f–%.2fx\t%.1fx\t\n",
-			r.Schedule, r.Accum, r.Batch, r.Rounds, r.Compiled, r.Interpreted, r.Speedup, r.MinSpeedup, r.MaxSpeedup, r.HostSpeedup)
+			r.schedule, r.accum, r.batch, r.rounds, r.compiled, r.interpreted, r.speedup, r.minSpeedup, r.maxSpeedup, r.hostSpeedup)
 	}
 	return tw.Flush()
 }

@@ -16,12 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 )
-
-// MLX keeps per-thread state; the commands run MLX on the main goroutine,
-// so it stays on the main OS thread.
-func init() { runtime.LockOSThread() }
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -11,13 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -189,15 +189,20 @@ func copyDir(t *testing.T, from, to string) {
 // toFloat16 rewrites a safetensors file with every array cast to float16.
 func toFloat16(t *testing.T, path string) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	mlxtest.Run(t, func(t testing.TB) { castFile(t, path, mlx.Float16) })
+}
+
+// castFile rewrites a safetensors file with every array cast to dtype, on
+// the MLX thread.
+func castFile(t testing.TB, path string, dtype mlx.Dtype) {
+	t.Helper()
 	arrs, meta, err := mlx.LoadSafetensors(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	half := map[string]*mlx.Array{}
 	for n, a := range arrs {
-		half[n] = mlx.AsType(a, mlx.Float16)
+		half[n] = mlx.AsType(a, dtype)
 	}
 	if err := mlx.SaveSafetensors(path, half, meta); err != nil {
 		t.Fatal(err)
@@ -434,10 +439,15 @@ func copyFileT(t *testing.T, from, to string) {
 
 // loadFinite loads a checkpoint directory in this process and checks that
 // every array in it is finite; it returns the checkpoint's step.
-func loadFinite(t *testing.T, dir string) int {
+func loadFinite(t *testing.T, dir string) (step int) {
 	t.Helper()
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	mlxtest.Run(t, func(t testing.TB) { step = checkFinite(t, dir) })
+	return step
+}
+
+// checkFinite is loadFinite on the MLX thread.
+func checkFinite(t testing.TB, dir string) int {
+	t.Helper()
 	ck, err := train.LoadCheckpoint(dir)
 	if err != nil {
 		t.Fatalf("checkpoint %s does not load: %v", dir, err)

@@ -7,7 +7,8 @@
 //
 // The learning rate reaches the step as an input array each update, so the
 // step is traced once however the rate changes; the program prints the
-// number of traces at the end.
+// number of traces at the end. A train.State owns the parameters and the
+// optimizer state: the loop frees nothing.
 package main
 
 import (
@@ -17,7 +18,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"runtime"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -84,14 +84,7 @@ func run(w io.Writer, steps, accum int) error {
 	if steps < 1 || accum < 1 {
 		return fmt.Errorf("steps = %d and accum = %d, want both >= 1", steps, accum)
 	}
-	runtime.LockOSThread() // MLX state is per OS thread
-	defer runtime.UnlockOSThread()
-
 	m, err := model.New(model.Config{VocabSize: vocab, DModel: 64, Layers: 2, Heads: 4, Context: context})
-	if err != nil {
-		return err
-	}
-	params, err := m.Init(1)
 	if err != nil {
 		return err
 	}
@@ -99,39 +92,27 @@ func run(w io.Writer, steps, accum int) error {
 	if err != nil {
 		return err
 	}
-	state, err := opt.Init()
-	if err != nil {
-		return err
-	}
-	step, err := train.NewStep(smoothedLoss(m), opt, len(params), len(state),
+	// The step is built once: accum is part of the compiled function.
+	step, err := train.NewStep(smoothedLoss(m), opt, len(m.Specs), len(opt.StateNames()),
 		train.StepOptions{Accum: accum, GradClip: 1, Compile: true})
 	if err != nil {
 		return err
 	}
 	defer step.Free()
-	defer func() {
-		mlx.Free(params...)
-		mlx.Free(state...)
-	}()
+	// The state owns parameters and optimizer state; each update releases
+	// what it replaces.
+	state, err := train.InitState(step, m, 1)
+	if err != nil {
+		return err
+	}
+	defer state.Free()
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	xs := make([]int32, accum*batch*context)
-	ys := make([]int32, len(xs))
+	b := train.Batch{X: make([]int32, accum*batch*context), Y: make([]int32, accum*batch*context),
+		N: accum, B: batch, T: context}
 	for s := 0; s < steps; s++ {
-		fillBatch(rng, xs, ys)
-		x := mlx.FromSlice(xs, accum, batch, context)
-		y := mlx.FromSlice(ys, accum, batch, context)
-		lr := mlx.Scalar(lrAt(s), mlx.Float32)
-		res, err := step.Run(params, state, lr, x, y)
-		mlx.Free(x, y, lr)
-		if err != nil {
-			return err
-		}
-		mlx.Free(params...)
-		mlx.Free(state...)
-		params, state = res.Params, res.State
-		loss, err := res.Loss.Item() // evaluates the whole step
-		mlx.Free(res.Loss, res.GradNorm)
+		fillBatch(rng, b.X, b.Y)
+		loss, err := state.Update(lrAt(s), b)
 		if err != nil {
 			return err
 		}

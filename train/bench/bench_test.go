@@ -1,20 +1,25 @@
-package train
+package bench
 
 import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
-func benchConfig() Config {
-	cfg := tinyConfig()
-	cfg.Schedule, cfg.Accum, cfg.Warmup = "cosine", 2, 5
-	return cfg
+// benchConfig is a cosine, accum-2 run of a model small enough for unit
+// tests on two CPU cores.
+func benchConfig() train.Config {
+	return train.Config{Model: model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 32},
+		Tokenizer: "byte", Batch: 4, Accum: 2, Optimizer: "adamw", GradClip: 1, Compile: true, Seed: 1,
+		Schedule: "cosine", LR: 3e-3, MinLR: 3e-4, Warmup: 5, Device: "cpu"}
 }
 
-func TestBenchCompiledTracesOnce(t *testing.T) {
+func TestRunCompiledTracesOnce(t *testing.T) {
 	cfg := benchConfig()
-	res, err := Bench(cfg, BenchOptions{Label: "unit", Warmup: 2, Steps: 12})
+	res, err := Run(cfg, Options{Label: "unit", Warmup: 2, Steps: 12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +51,10 @@ func TestBenchCompiledTracesOnce(t *testing.T) {
 	}
 }
 
-func TestBenchInterpretedRunsBodyEveryStep(t *testing.T) {
+func TestRunInterpretedRunsBodyEveryStep(t *testing.T) {
 	cfg := benchConfig()
 	cfg.Compile = false
-	res, err := Bench(cfg, BenchOptions{Warmup: 1, Steps: 3})
+	res, err := Run(cfg, Options{Warmup: 1, Steps: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +64,7 @@ func TestBenchInterpretedRunsBodyEveryStep(t *testing.T) {
 	// Compiling fuses the elementwise ops (optimizer, GELU, accumulation):
 	// the compiled step evaluates fewer operations.
 	cfg.Compile = true
-	compiled, err := Bench(cfg, BenchOptions{Warmup: 1, Steps: 1})
+	compiled, err := Run(cfg, Options{Warmup: 1, Steps: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,13 +77,13 @@ func TestBenchInterpretedRunsBodyEveryStep(t *testing.T) {
 // Every step frees what it replaces: the memory held after the last step
 // does not depend on how many steps ran. MLX's own bookkeeping varies by a
 // few bytes between runs; one scalar leaked per step would add 4 B × 38.
-func TestBenchMemoryIsFlat(t *testing.T) {
+func TestRunMemoryIsFlat(t *testing.T) {
 	cfg := benchConfig()
-	short, err := Bench(cfg, BenchOptions{Warmup: 1, Steps: 2})
+	short, err := Run(cfg, Options{Warmup: 1, Steps: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := Bench(cfg, BenchOptions{Warmup: 1, Steps: 40})
+	long, err := Run(cfg, Options{Warmup: 1, Steps: 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,43 +94,34 @@ func TestBenchMemoryIsFlat(t *testing.T) {
 	}
 }
 
-func TestBenchRejectsBadOptions(t *testing.T) {
-	if _, err := Bench(benchConfig(), BenchOptions{Steps: 0}); err == nil {
+func TestRunRejectsBadOptions(t *testing.T) {
+	if _, err := Run(benchConfig(), Options{Steps: 0}); err == nil {
 		t.Fatal("0 timed steps accepted")
 	}
-	if _, err := Bench(benchConfig(), BenchOptions{Warmup: -1, Steps: 1}); err == nil {
+	if _, err := Run(benchConfig(), Options{Warmup: -1, Steps: 1}); err == nil {
 		t.Fatal("negative warm-up accepted")
 	}
 	cfg := benchConfig()
 	cfg.Optimizer = "adam"
-	if _, err := Bench(cfg, BenchOptions{Steps: 1}); err == nil {
+	if _, err := Run(cfg, Options{Steps: 1}); err == nil {
 		t.Fatal("unknown optimizer accepted")
 	}
 }
 
-func TestBenchStopsOnNonFiniteLoss(t *testing.T) {
+func TestRunStopsOnNonFiniteLoss(t *testing.T) {
 	cfg := benchConfig()
 	cfg.Optimizer, cfg.Schedule, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.GradClip = "sgd", "constant", 1e30, 0, 0, 0
-	_, err := Bench(cfg, BenchOptions{Steps: 10})
-	if !errors.Is(err, ErrNonFinite) {
-		t.Fatalf("want ErrNonFinite, got %v", err)
+	_, err := Run(cfg, Options{Steps: 10})
+	if !errors.Is(err, train.ErrNonFinite) {
+		t.Fatalf("want train.ErrNonFinite, got %v", err)
 	}
 }
 
-func TestCompareMatrixKeepsTokensPerStep(t *testing.T) {
+// A cell keeps the tokens per update: accum 4 runs a quarter of the batch.
+func TestCellApplyKeepsTokensPerStep(t *testing.T) {
 	cfg := benchConfig()
 	cfg.Batch, cfg.Accum = 8, 1
-	if got := CompareMatrix([]string{"cosine"}, []int{4}); len(got) != 2 || got[0] != (CompareCell{true, "cosine", 4}) ||
-		got[1] != (CompareCell{false, "cosine", 4}) {
-		t.Fatalf("matrix of cosine × accum 4 = %v, want compiled and interpreted cosine accum 4", got)
-	}
-	cells := CompareMatrix(nil, nil)
-	if len(cells) != 8 {
-		t.Fatalf("%d cells, want 2 compile × 2 schedules × 2 accum", len(cells))
-	}
-	seen := map[CompareCell]bool{}
-	for _, cell := range cells {
-		seen[cell] = true
+	for _, cell := range []Cell{{true, "cosine", 1}, {false, "constant", 4}, {true, "wsd", 2}} {
 		c, err := cell.Apply(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -134,57 +130,20 @@ func TestCompareMatrixKeepsTokensPerStep(t *testing.T) {
 			t.Fatalf("cell %+v gives batch %d accum %d (%d tokens/step), want %d tokens/step", cell, c.Batch, c.Accum, c.TokensPerStep(), cfg.TokensPerStep())
 		}
 	}
-	if len(seen) != 8 {
-		t.Fatalf("matrix repeats cells: %v", cells)
-	}
 	cfg.Batch = 6
-	if _, err := (CompareCell{Accum: 4}).Apply(cfg); err == nil {
+	if _, err := (Cell{Accum: 4}).Apply(cfg); err == nil {
 		t.Fatal("6 sequences split into 4 microbatches")
 	}
-}
-
-func TestSpeedupPairsCompiledAndInterpreted(t *testing.T) {
-	rs := []BenchResult{
-		{Compile: true, Schedule: "cosine", Accum: 1, MsPerStepMedian: 10, HostMsPerStep: 1},
-		{Compile: false, Schedule: "cosine", Accum: 1, MsPerStepMedian: 30, HostMsPerStep: 5},
-		{Compile: true, Schedule: "constant", Accum: 4, MsPerStepMedian: 20, HostMsPerStep: 2},
-	}
-	rows, err := Speedup(rs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != 1 || rows[0].Speedup != 3 || rows[0].HostSpeedup != 5 || rows[0].Schedule != "cosine" {
-		t.Fatalf("rows %+v, want one cosine row with speedup 3 and host speedup 5", rows)
-	}
-	if _, err := Speedup(rs[2:]); err == nil {
-		t.Fatal("speedup without a pair accepted")
+	if _, err := (Cell{Accum: 0}).Apply(cfg); err == nil {
+		t.Fatal("accum 0 accepted")
 	}
 }
 
-// TestSpeedupOverRounds takes the median of the rounds' ratios, not the
-// ratio of medians: round 2's slow interpreted run (a noisy machine) moves
-// the range, not the median.
-func TestSpeedupOverRounds(t *testing.T) {
-	var rs []BenchResult
-	for round, ms := range [][2]float64{{10, 20}, {10, 90}, {12, 30}} {
-		rs = append(rs,
-			BenchResult{Round: round + 1, Compile: true, Schedule: "cosine", Accum: 4, MsPerStepMedian: ms[0], HostMsPerStep: 1},
-			BenchResult{Round: round + 1, Compile: false, Schedule: "cosine", Accum: 4, MsPerStepMedian: ms[1], HostMsPerStep: 3})
-	}
-	rows, err := Speedup(rs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := rows[0]
-	if len(rows) != 1 || r.Rounds != 3 || r.Speedup != 2.5 || r.MinSpeedup != 2 || r.MaxSpeedup != 9 ||
-		r.Compiled != 10 || r.Interpreted != 30 || r.HostSpeedup != 3 {
-		t.Fatalf("row %+v: want 3 rounds, median ratio 2.5 in 2–9, medians 10 and 30 ms, host 3", r)
-	}
-}
-
-func TestBenchCompareRounds(t *testing.T) {
+func TestCompareRounds(t *testing.T) {
 	cfg := benchConfig()
-	rs, err := BenchCompare(cfg, BenchOptions{Warmup: 1, Steps: 1}, CompareOptions{Schedules: []string{"cosine"}, Accums: []int{2}, Rounds: 2}, nil)
+	cells := []Cell{{true, "cosine", 2}, {false, "cosine", 2}}
+	var seen []Result
+	rs, err := Compare(cfg, Options{Warmup: 1, Steps: 1}, cells, 2, func(r Result) { seen = append(seen, r) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,22 +155,28 @@ func TestBenchCompareRounds(t *testing.T) {
 			t.Fatalf("result %d: round %d compile %t schedule %s accum %d", i, r.Round, r.Compile, r.Schedule, r.Accum)
 		}
 	}
-	if _, err := BenchCompare(cfg, BenchOptions{Warmup: 1, Steps: 1}, CompareOptions{Rounds: -1}, nil); err == nil {
-		t.Fatal("rounds -1 accepted")
+	if len(seen) != len(rs) {
+		t.Fatalf("each saw %d results, Compare returned %d", len(seen), len(rs))
+	}
+	if _, err := Compare(cfg, Options{Warmup: 1, Steps: 1}, cells, 0, nil); err == nil {
+		t.Fatal("rounds 0 accepted")
+	}
+	if _, err := Compare(cfg, Options{Warmup: 1, Steps: 1}, []Cell{{true, "cosine", 3}}, 1, nil); err == nil {
+		t.Fatal("a cell whose accum does not divide the sequences per update was run")
 	}
 }
 
 func TestQuantile(t *testing.T) {
 	xs := []float64{5, 1, 4, 2, 3}
 	for _, c := range []struct{ q, want float64 }{{0, 1}, {0.5, 3}, {1, 5}, {0.1, 1.4}, {0.9, 4.6}} {
-		if got := quantile(xs, c.q); math.Abs(got-c.want) > 1e-12 {
-			t.Fatalf("quantile(%v) = %g, want %g", c.q, got, c.want)
+		if got := Quantile(xs, c.q); math.Abs(got-c.want) > 1e-12 {
+			t.Fatalf("Quantile(%v) = %g, want %g", c.q, got, c.want)
 		}
 	}
 	if xs[0] != 5 {
 		t.Fatal("quantile sorted its input")
 	}
-	if !math.IsNaN(quantile(nil, 0.5)) {
+	if !math.IsNaN(Quantile(nil, 0.5)) {
 		t.Fatal("quantile of nothing is not NaN")
 	}
 }

@@ -1,0 +1,353 @@
+// Package bench is posttrainllm's benchmark harness: it times the
+// optimizer updates of a training configuration (host and device time,
+// percentiles, memory, graph size) and runs cells of a comparison matrix,
+// on the same setup path as train.Trainer.
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// Options say how Run measures a configuration.
+type Options struct {
+	// Label names the measured configuration (a preset name) in the result.
+	Label string
+	// Warmup steps run first and are not timed: the first compiled call
+	// traces the step, and MLX's CPU backend JIT-compiles its fused kernels
+	// with the system C++ compiler on first use.
+	Warmup int
+	// Steps is the number of timed steps.
+	Steps int
+	// Data supplies real training windows; nil draws them from a seeded
+	// stream of random tokens (see syntheticStream), so a bench needs no
+	// corpus.
+	Data *train.Dataset
+}
+
+// Validate reports options that cannot run.
+func (o Options) Validate() error {
+	if o.Warmup < 0 {
+		return fmt.Errorf("bench: warm-up steps = %d, want >= 0", o.Warmup)
+	}
+	if o.Steps < 1 {
+		return fmt.Errorf("bench: steps = %d, want >= 1", o.Steps)
+	}
+	return nil
+}
+
+// Result is what Run measured. Times are per optimizer update;
+// host time runs from the start of a step (drawing the batch, uploading
+// it, calling the step, which only records the lazy graph: State.Apply) to
+// the return of that call, device time from there to the end of its
+// evaluation (State.Eval). The per-step figures are medians over the timed steps.
+type Result struct {
+	Preset        string `json:"preset"`
+	Device        string `json:"device"`
+	Compile       bool   `json:"compile"`
+	Schedule      string `json:"schedule"`
+	Optimizer     string `json:"optimizer"`
+	Dtype         string `json:"dtype"`
+	Accum         int    `json:"accum"`
+	Batch         int    `json:"batch"`
+	Context       int    `json:"context"`
+	TokensPerStep int    `json:"tokens_per_step"`
+	Params        int    `json:"params"`
+	Data          string `json:"data"` // "synthetic" or the corpus path
+	WarmupSteps   int    `json:"warmup_steps"`
+	Steps         int    `json:"steps"` // timed steps
+
+	MsPerStepMedian float64 `json:"ms_per_step_median"`
+	MsPerStepP10    float64 `json:"ms_per_step_p10"`
+	MsPerStepP90    float64 `json:"ms_per_step_p90"`
+	StepsPerS       float64 `json:"steps_per_s"` // timed steps / their total time
+	TokensPerS      float64 `json:"tokens_per_s"`
+	// Traces counts how often the step's Go body ran: 1 for a compiled
+	// step with static shapes, one per step when interpreted.
+	Traces          int     `json:"traces"`
+	HostMsPerStep   float64 `json:"host_ms_per_step"`
+	DeviceMsPerStep float64 `json:"device_ms_per_step"`
+	// PeakMemoryBytes is MLX's peak active memory over the timed steps;
+	// ActiveMemoryBytes is the active memory after the last one (parameters,
+	// optimizer state and the step's outputs).
+	PeakMemoryBytes   uint64  `json:"peak_memory_bytes"`
+	ActiveMemoryBytes uint64  `json:"active_memory_bytes"`
+	LossFirst         float64 `json:"loss_first"` // first step run, warm-up included
+	LossLast          float64 `json:"loss_last"`  // last timed step
+	// GraphOps is the number of operations one step evaluates, counted on
+	// the first step's graph before it runs, views (Reshape, Transpose,
+	// Slice, Broadcast, …: no data moved) excluded. On a GPU nearly every
+	// one is a kernel launch, and a small model's step is bound by those,
+	// so it shows what compiling fuses away. MLX expands RMSNorm, RoPE and
+	// attention into plain operations on the CPU, so counts differ by device.
+	GraphOps int `json:"graph_ops"`
+	// Round is the comparison round the result belongs to (Compare), 0 for
+	// a single run.
+	Round int `json:"round,omitempty"`
+}
+
+// viewOps are MLX primitives that produce views or bookkeeping nodes and
+// launch no kernel on a GPU.
+var viewOps = map[string]bool{
+	"Reshape": true, "Transpose": true, "Slice": true, "Broadcast": true, "BroadcastAxes": true,
+	"Squeeze": true, "ExpandDims": true, "Split": true, "Flatten": true, "Unflatten": true,
+	"AsStrided": true, "CustomTransforms": true, "StopGradient": true, "Depends": true,
+}
+
+// countOps counts the non-view operations of a count by primitive.
+func countOps(ops map[string]int) int {
+	n := 0
+	for name, c := range ops {
+		if !viewOps[name] {
+			n += c
+		}
+	}
+	return n
+}
+
+// syntheticTokens is the length of the random token stream a bench without
+// data samples its windows from.
+const syntheticTokens = 1 << 18
+
+// Run runs opts.Warmup untimed and opts.Steps timed optimizer updates of
+// cfg on fresh parameters and reports their timing. The learning rate
+// follows cfg's schedule over the bench's own steps (its warm-up shortened
+// to at most half of them), so a compiled step must keep one trace while
+// the rate changes. Every array a step replaces is freed at once, so memory
+// stays flat however many steps run. The updates run on the MLX thread
+// (mlx.Do).
+func Run(cfg train.Config, opts Options) (Result, error) {
+	if err := opts.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.WithDefaults()
+	total := opts.Warmup + opts.Steps
+	cfg.Steps, cfg.Warmup = total, min(cfg.Warmup, total/2)
+	cfg, m, err := train.Prepare(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	view, source, err := benchData(cfg, opts.Data)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Preset: opts.Label, Device: cfg.Device, Compile: cfg.Compile, Schedule: cfg.Schedule,
+		Optimizer: cfg.Optimizer, Dtype: cfg.Model.Dtype, Accum: cfg.Accum, Batch: cfg.Batch,
+		Context: cfg.Model.Context, TokensPerStep: cfg.TokensPerStep(), Params: cfg.Model.NumParams(),
+		Data: source, WarmupSteps: opts.Warmup, Steps: opts.Steps,
+	}
+	err = mlx.Do(func() error {
+		s, err := train.NewSetup(cfg, m, "")
+		if err != nil {
+			return err
+		}
+		defer mlx.ClearCache()
+		defer s.Free()
+		return measure(s, view, opts, &res)
+	})
+	return res, err
+}
+
+// measure runs the bench's updates on s and fills in res.
+func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
+	cfg := s.Config
+	sampler, err := data.NewSampler(view, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		return err
+	}
+	batch, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
+	if err != nil {
+		return err
+	}
+	total := opts.Warmup + opts.Steps
+	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
+	var timed time.Duration
+	for i := 0; i < total; i++ {
+		if i == opts.Warmup {
+			mlx.ResetPeakMemory()
+		}
+		h, d, loss, err := step(s, sampler, batch, i, &res.GraphOps)
+		if err != nil {
+			return fmt.Errorf("bench step %d: %w", i+1, err)
+		}
+		if i == 0 {
+			res.LossFirst = loss
+		}
+		res.LossLast = loss
+		if i >= opts.Warmup {
+			timed += h + d
+			all = append(all, ms(h+d))
+			host = append(host, ms(h))
+			device = append(device, ms(d))
+		}
+	}
+	mem := mlx.Memory()
+	res.PeakMemoryBytes, res.ActiveMemoryBytes = mem.Peak, mem.Active
+	res.Traces = s.Step.Traces()
+	res.MsPerStepMedian = Quantile(all, 0.5)
+	res.MsPerStepP10 = Quantile(all, 0.1)
+	res.MsPerStepP90 = Quantile(all, 0.9)
+	res.HostMsPerStep = Quantile(host, 0.5)
+	res.DeviceMsPerStep = Quantile(device, 0.5)
+	res.StepsPerS = float64(opts.Steps) / timed.Seconds()
+	res.TokensPerS = res.StepsPerS * float64(res.TokensPerStep)
+	return nil
+}
+
+// step runs update i and returns its host and device times and its loss.
+// On the first update it also counts the operations the update evaluates
+// into *ops, a count kept out of both times.
+func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, ops *int) (host, device time.Duration, loss float64, err error) {
+	start := time.Now()
+	if err := sampler.FillBatch(batch); err != nil {
+		return 0, 0, 0, err
+	}
+	if err := s.State.Apply(s.Schedule.LR(i), train.BatchOf(batch)); err != nil {
+		return 0, 0, 0, err
+	}
+	called := time.Now()
+	if i == 0 {
+		byOp, err := s.State.GraphOps()
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		*ops = countOps(byOp)
+		counting := time.Since(called)
+		start, called = start.Add(counting), called.Add(counting)
+	}
+	if err := s.State.Eval(); err != nil {
+		return 0, 0, 0, err
+	}
+	done := time.Now()
+	st, err := s.State.Stats()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
+		return 0, 0, 0, fmt.Errorf("loss is %v: %w", st.Loss, train.ErrNonFinite)
+	}
+	return called.Sub(start), done.Sub(called), st.Loss, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// benchData returns the view Run samples windows from and names it.
+func benchData(cfg train.Config, ds *train.Dataset) (data.View, string, error) {
+	if ds != nil {
+		if ds.Tokenizer.VocabSize() > cfg.Model.VocabSize {
+			return data.View{}, "", fmt.Errorf("bench: the %s tokenizer's %d ids do not fit vocab_size %d",
+				ds.Tokenizer.Name(), ds.Tokenizer.VocabSize(), cfg.Model.VocabSize)
+		}
+		name := cfg.Corpus
+		if ds.Corpus != nil && ds.Corpus.Root != "" {
+			name = ds.Corpus.Root
+		}
+		return ds.Train, name, nil
+	}
+	return data.NewTokens(syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(cfg.Model.Context+1)), cfg.Seed)).All(),
+		"synthetic", nil
+}
+
+// syntheticSuccessors is how many next tokens each token of the synthetic
+// stream chooses among, so a model can learn it down to ln 4 nats.
+const syntheticSuccessors = 4
+
+// syntheticStream returns n seeded random tokens below vocab drawn from a
+// random first-order Markov chain in which every token has
+// syntheticSuccessors equally likely successors: random, yet learnable, so a
+// bench's falling loss shows that the steps train.
+func syntheticStream(vocab, n int, seed uint64) []int32 {
+	rng := rand.New(rand.NewPCG(seed, 0x62656e6368)) // "bench"
+	next := make([]int32, vocab*syntheticSuccessors)
+	for i := range next {
+		next[i] = int32(rng.IntN(vocab))
+	}
+	ids := make([]int32, n)
+	ids[0] = int32(rng.IntN(vocab))
+	for i := 1; i < n; i++ {
+		ids[i] = next[int(ids[i-1])*syntheticSuccessors+rng.IntN(syntheticSuccessors)]
+	}
+	return ids
+}
+
+// Quantile returns the q-quantile of xs by linear interpolation between
+// order statistics (xs is not modified; NaN when xs is empty).
+func Quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(s)-1)
+	return s[lo] + (s[hi]-s[lo])*(pos-float64(lo))
+}
+
+// Cell is one configuration of a comparison: compiled or interpreted, a
+// schedule and an accumulation.
+type Cell struct {
+	Compile  bool
+	Schedule string
+	Accum    int
+}
+
+// Apply returns cfg set up for the cell, keeping the tokens per update of
+// cfg: the batch becomes cfg.Batch·cfg.Accum / cell.Accum sequences.
+func (c Cell) Apply(cfg train.Config) (train.Config, error) {
+	cfg = cfg.WithDefaults()
+	if c.Accum < 1 {
+		return cfg, fmt.Errorf("bench: cell accum = %d, want >= 1", c.Accum)
+	}
+	seqs := cfg.Batch * cfg.Accum
+	if seqs%c.Accum != 0 {
+		return cfg, fmt.Errorf("bench: %d sequences per update (batch %d × accum %d) do not split into accum %d microbatches",
+			seqs, cfg.Batch, cfg.Accum, c.Accum)
+	}
+	cfg.Compile, cfg.Schedule, cfg.Accum, cfg.Batch = c.Compile, c.Schedule, c.Accum, seqs/c.Accum
+	return cfg, nil
+}
+
+// Compare runs Run for every cell in this process, in order, rounds times
+// over, so drift of a shared machine hits every cell alike, calling each
+// (when not nil) as a cell finishes. Results carry their round (from 1).
+func Compare(cfg train.Config, opts Options, cells []Cell, rounds int, each func(Result)) ([]Result, error) {
+	if rounds < 1 {
+		return nil, fmt.Errorf("bench: rounds = %d, want >= 1", rounds)
+	}
+	if len(cells) == 0 {
+		return nil, errors.New("bench: no cells to compare")
+	}
+	configs := make([]train.Config, len(cells))
+	for i, cell := range cells {
+		c, err := cell.Apply(cfg)
+		if err != nil {
+			return nil, err
+		}
+		configs[i] = c
+	}
+	var out []Result
+	for round := 1; round <= rounds; round++ {
+		for i, cell := range cells {
+			res, err := Run(configs[i], opts)
+			if err != nil {
+				return out, fmt.Errorf("round %d, compile=%t schedule=%s accum=%d: %w", round, cell.Compile, cell.Schedule, cell.Accum, err)
+			}
+			res.Round = round
+			out = append(out, res)
+			if each != nil {
+				each(res)
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,295 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// Batch is one update's inputs as host tokens: N microbatches of B
+// sequences of T tokens, row-major [N, B, T], with N the step's Accum.
+// Keep N, B and T the same for a whole run: a new shape traces the step
+// again. Inputs a step may take later (a loss mask, say) become fields
+// here, so loops written against Batch keep compiling.
+type Batch struct {
+	X, Y    []int32 // inputs and their next-token targets, N·B·T each
+	N, B, T int
+}
+
+// BatchOf views a data batch (from a Sampler or Prefetcher) as a step's
+// Batch; the token slices are shared, not copied.
+func BatchOf(b *data.Batch) Batch {
+	return Batch{X: b.X, Y: b.Y, N: b.N, B: b.B, T: b.T}
+}
+
+// check refuses a batch that does not fit a step of accum microbatches.
+func (b Batch) check(accum int) error {
+	if b.N != accum || b.B < 1 || b.T < 1 {
+		return fmt.Errorf("train: batch of shape [%d %d %d], want [accum=%d, batch >= 1, context >= 1]", b.N, b.B, b.T, accum)
+	}
+	if n := b.N * b.B * b.T; len(b.X) != n || len(b.Y) != n {
+		return fmt.Errorf("train: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
+			len(b.X), len(b.Y), b.N, b.B, b.T, n)
+	}
+	return nil
+}
+
+// StepStats are what one update measured.
+type StepStats struct {
+	Loss     float64 // mean training loss over the update's microbatches
+	GradNorm float64 // global norm of the averaged gradients, before clipping
+}
+
+// State is what training carries from one update to the next: the
+// parameters, the optimizer state and, with StepOptions.ComputeCopies, the
+// parameters' compute-dtype copies, together with the Step that updates
+// them. It owns these arrays: each update releases the arrays it replaces,
+// and Free releases the rest.
+//
+//	state, err := train.InitState(step, m, seed)
+//	defer state.Free()
+//	for s := range steps {
+//		loss, err := state.Update(schedule.LR(s), batch)
+//		…
+//	}
+//
+// Its methods run on the MLX thread (mlx.Do) and may be called from any
+// goroutine, one at a time.
+type State struct {
+	step           *Step
+	params, opt    []*mlx.Array
+	copies         []*mlx.Array // nil without ComputeCopies
+	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
+	stats          StepStats
+	updated, read  bool // an update ran; stats holds its values
+	freed          bool
+}
+
+// NewState returns the state of step over params and optState (in the
+// order of the model's parameters and of the optimizer's StateNames). It
+// takes ownership of both: do not free them yourself.
+func NewState(step *Step, params, optState []*mlx.Array) (*State, error) {
+	var s *State
+	err := mlx.Do(func() error {
+		if len(params) != step.nParams || len(optState) != step.nState {
+			return fmt.Errorf("train: state of %d params and %d optimizer arrays for a step built for %d and %d",
+				len(params), len(optState), step.nParams, step.nState)
+		}
+		if err := firstErr(params, optState); err != nil {
+			return fmt.Errorf("train: state: %w", err)
+		}
+		s = &State{step: step, params: params, opt: optState}
+		if step.nCopies > 0 {
+			s.copies = make([]*mlx.Array, len(params))
+			for i, p := range params {
+				s.copies[i] = mlx.AsType(p, step.opts.ComputeDtype)
+			}
+		}
+		return nil
+	})
+	return s, err
+}
+
+// firstErr returns the first error an array of lists carries.
+func firstErr(lists ...[]*mlx.Array) error {
+	for _, l := range lists {
+		for _, a := range l {
+			if err := a.Err(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// InitState returns a fresh state for step: m's parameters initialised
+// with seed (model.TinyGPT.Init) and the initial state of the optimizer
+// step was built with.
+func InitState(step *Step, m *model.TinyGPT, seed uint64) (*State, error) {
+	var s *State
+	err := mlx.Do(func() error {
+		params, err := m.Init(seed)
+		if err != nil {
+			return err
+		}
+		opt, err := step.opt.Init()
+		if err != nil {
+			mlx.Free(params...)
+			return fmt.Errorf("train: optimizer state: %w", err)
+		}
+		if s, err = NewState(step, params, opt); err != nil {
+			mlx.Free(params...)
+			mlx.Free(opt...)
+		}
+		return err
+	})
+	return s, err
+}
+
+// Update applies one optimizer update with learning rate lr to batch b,
+// waits for it and returns its mean loss. The arrays it replaces are
+// released. A loop that reads the loss only now and then uses UpdateAsync
+// and Stats instead, so the device computes while the host prepares the
+// next batch.
+func (s *State) Update(lr float64, b Batch) (float64, error) {
+	var loss float64
+	err := mlx.Do(func() error {
+		if err := s.apply(lr, b); err != nil {
+			return err
+		}
+		if err := mlx.Eval(s.arrays()...); err != nil {
+			return fmt.Errorf("train: update: %w", err)
+		}
+		st, err := s.readStats()
+		loss = st.Loss
+		return err
+	})
+	return loss, err
+}
+
+// UpdateAsync applies one optimizer update like Update but returns once
+// the update is scheduled (mlx.AsyncEval), without waiting for it: Stats
+// waits for and reads its loss and gradient norm, and the next update
+// builds on its results directly.
+func (s *State) UpdateAsync(lr float64, b Batch) error {
+	return mlx.Do(func() error {
+		if err := s.apply(lr, b); err != nil {
+			return err
+		}
+		if err := mlx.AsyncEval(s.arrays()...); err != nil {
+			return fmt.Errorf("train: update: %w", err)
+		}
+		return nil
+	})
+}
+
+// Apply records one optimizer update without evaluating it: the state
+// then holds the update's lazy results, which GraphOps can count, until
+// Eval (or Stats, or the next update) computes them. Update and
+// UpdateAsync are Apply followed by evaluation.
+func (s *State) Apply(lr float64, b Batch) error {
+	return mlx.Do(func() error { return s.apply(lr, b) })
+}
+
+// apply runs the step on the state's arrays and swaps in its results.
+func (s *State) apply(lr float64, b Batch) error {
+	if s.freed {
+		return errors.New("train: update of a freed state")
+	}
+	if math.IsNaN(lr) || lr < 0 || lr > math.MaxFloat32 {
+		return fmt.Errorf("train: lr = %g, want a finite value >= 0 (float32: at most %.3g)", lr, math.MaxFloat32)
+	}
+	if err := b.check(s.step.opts.Accum); err != nil {
+		return err
+	}
+	x := mlx.FromSlice(b.X, b.N, b.B, b.T)
+	y := mlx.FromSlice(b.Y, b.N, b.B, b.T)
+	lrArr := mlx.Scalar(lr, mlx.Float32)
+	out, err := s.step.apply(s.params, s.copies, s.opt, lrArr, x, y)
+	mlx.Free(x, y, lrArr)
+	if err != nil {
+		return err
+	}
+	s.release()
+	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
+	s.updated, s.read = true, false
+	return nil
+}
+
+// arrays lists every array the state holds.
+func (s *State) arrays() []*mlx.Array {
+	return stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+}
+
+// release frees every array the state holds.
+func (s *State) release() {
+	mlx.Free(s.arrays()...)
+	s.loss, s.gradNorm = nil, nil
+}
+
+// Eval computes the state's pending update, if any, and waits for it.
+func (s *State) Eval() error {
+	return mlx.Do(func() error {
+		if s.freed {
+			return errors.New("train: evaluation of a freed state")
+		}
+		return mlx.Eval(s.arrays()...)
+	})
+}
+
+// Stats waits for the last update and returns its loss and gradient norm.
+func (s *State) Stats() (StepStats, error) {
+	var st StepStats
+	err := mlx.Do(func() error {
+		var err error
+		st, err = s.readStats()
+		return err
+	})
+	return st, err
+}
+
+// readStats reads the last update's loss and gradient norm once and keeps
+// the values, releasing their arrays.
+func (s *State) readStats() (StepStats, error) {
+	switch {
+	case s.freed:
+		return StepStats{}, errors.New("train: stats of a freed state")
+	case !s.updated:
+		return StepStats{}, errors.New("train: stats before the first update")
+	case s.read:
+		return s.stats, nil
+	}
+	loss, err := s.loss.Item()
+	if err != nil {
+		return StepStats{}, fmt.Errorf("train: update: %w", err)
+	}
+	norm, err := s.gradNorm.Item()
+	if err != nil {
+		return StepStats{}, fmt.Errorf("train: update: %w", err)
+	}
+	mlx.Free(s.loss, s.gradNorm)
+	s.loss, s.gradNorm = nil, nil
+	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm}, true
+	return s.stats, nil
+}
+
+// GraphOps counts, by primitive name, the operations behind the state's
+// arrays that are not computed yet: after Apply, what evaluating that
+// update runs (see mlx.GraphOps).
+func (s *State) GraphOps() (map[string]int, error) {
+	var ops map[string]int
+	err := mlx.Do(func() error {
+		if s.freed {
+			return errors.New("train: graph of a freed state")
+		}
+		var err error
+		ops, err = mlx.GraphOps(s.arrays()...)
+		return err
+	})
+	return ops, err
+}
+
+// Params returns the current parameters in the model's order. The state
+// owns them: they stay valid until the next update or Free.
+func (s *State) Params() []*mlx.Array { return s.params }
+
+// OptState returns the current optimizer state in the order of the
+// optimizer's StateNames. The state owns it, as Params.
+func (s *State) OptState() []*mlx.Array { return s.opt }
+
+// Free releases every array the state holds; the state cannot be used
+// afterwards. Freeing twice is a no-op. The Step is not freed.
+func (s *State) Free() {
+	mlx.Do(func() error {
+		if !s.freed {
+			s.release()
+			s.params, s.copies, s.opt = nil, nil, nil
+			s.freed = true
+		}
+		return nil
+	})
+}

@@ -119,7 +119,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	stringF("schedule", "schedule", false, "learning-rate schedule: constant, cosine or wsd", func(c *train.Config) *string { return &c.Schedule })
 	floatF("lr", "lr", false, "peak learning rate", func(c *train.Config) *float64 { return &c.LR })
 	floatF("min-lr", "min_lr", false, "final learning rate of cosine and wsd", func(c *train.Config) *float64 { return &c.MinLR })
-	intF("warmup", "warmup", false, "learning-rate warm-up updates", func(c *train.Config) *int { return &c.Warmup })
+	intF("warmup", "warmup", false, "learning-rate warm-up updates (unset, a preset's warm-up that does not fit --steps shrinks to half of them)", func(c *train.Config) *int { return &c.Warmup })
 	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
 	boolF("compile", "compile", false, "compile the whole step into one MLX function (--compile=false interprets it)", func(c *train.Config) *bool { return &c.Compile })
 	stringF("device", "device", false, "cpu or gpu", func(c *train.Config) *string { return &c.Device })
@@ -169,8 +169,8 @@ func (e *invalidFlagError) Error() string {
 // flag error can say "invalid --steps 0: want >= 1".
 var validatePrefix = regexp.MustCompile(`^(?:model config: )?([a-z0-9_]+) = [^,]*, (want .*)$`)
 
-// flagError explains err, which Validate returned for a config where only
-// flag f was changed, in terms of the flag.
+// flagError explains err, a Validate error that f's value causes, in terms
+// of the flag.
 func (o *overrides) flagError(f configFlag, err error) error {
 	msg := err.Error()
 	if m := validatePrefix.FindStringSubmatch(msg); m != nil && m[1] == f.field {
@@ -179,23 +179,46 @@ func (o *overrides) flagError(f configFlag, err error) error {
 	return &invalidFlagError{flag: f.name, value: o.value(f.name), want: msg}
 }
 
-// apply overrides base with the flags the user set and validates the
-// result. base must be valid. An invalid result is blamed on the first
-// flag that alone makes base invalid, or else on the combination.
-func (o *overrides) apply(base train.Config) (train.Config, error) {
-	cfg := base
-	changed := o.changed()
-	for _, f := range changed {
-		f.apply(&cfg)
+// fitWarmup shortens a learning-rate warm-up that does not fit the run's
+// steps (a preset's 20 warm-up steps for --steps 2) to half the steps.
+func fitWarmup(c train.Config) train.Config {
+	if c.Schedule != "constant" && c.Steps >= 1 && c.Warmup >= c.Steps {
+		c.Warmup = c.Steps / 2
 	}
+	return c
+}
+
+// apply overrides base with the flags the user set and validates the
+// result. base must be valid. A warm-up the user did not set shrinks to
+// fit the steps (fitWarmup). An invalid result is blamed on the flag whose
+// own setting Validate names, else on the first flag that alone makes base
+// invalid, or else on the combination.
+func (o *overrides) apply(base train.Config) (train.Config, error) {
+	with := func(flags ...configFlag) train.Config {
+		c := base
+		for _, f := range flags {
+			f.apply(&c)
+		}
+		if !o.isChanged("warmup") {
+			c = fitWarmup(c)
+		}
+		return c
+	}
+	changed := o.changed()
+	cfg := with(changed...)
 	err := cfg.Validate()
 	if err == nil {
 		return cfg, nil
 	}
+	if m := validatePrefix.FindStringSubmatch(err.Error()); m != nil {
+		for _, f := range changed {
+			if f.field == m[1] {
+				return cfg, o.flagError(f, err)
+			}
+		}
+	}
 	for _, f := range changed {
-		one := base
-		f.apply(&one)
-		if e := one.Validate(); e != nil {
+		if e := with(f).Validate(); e != nil {
 			return cfg, o.flagError(f, e)
 		}
 	}

@@ -180,6 +180,33 @@ func TestTrainTinyResumeAndSample(t *testing.T) {
 	}
 }
 
+// The smoke test everyone types, train --preset tiny --steps 2, runs: the
+// preset's 20 warm-up steps shrink to fit, the header says so, and the
+// checkpoint records the warm-up used.
+func TestTwoStepRunShrinksWarmup(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	r := mustRun(t, "train", "--preset", "tiny", "--steps", "2", "--out", out, "--no-progress")
+	if !strings.Contains(r.stdout, "warmup 1 (the preset tiny's 20 warm-up steps do not fit 2 steps; --warmup sets it)") {
+		t.Fatalf("the header does not say the warm-up was shortened:\n%s", r.stdout)
+	}
+	ck, err := train.LatestCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Step != 2 || st.Config.Warmup != 1 || st.Config.Steps != 2 {
+		t.Fatalf("checkpoint at step %d with warmup %d of %d steps, want step 2, warmup 1 of 2", st.Step, st.Config.Warmup, st.Config.Steps)
+	}
+	// A warm-up the user sets is kept, and it fits.
+	r = mustRun(t, "train", "--preset", "tiny", "--steps", "3", "--warmup", "2", "--out", out, "--overwrite", "--no-progress")
+	if strings.Contains(r.stdout, "warm-up steps do not fit") {
+		t.Fatalf("a warm-up set by --warmup was changed:\n%s", r.stdout)
+	}
+}
+
 func checkPNG(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.Open(path)

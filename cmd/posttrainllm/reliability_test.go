@@ -305,6 +305,13 @@ func TestReliabilityBadInput(t *testing.T) {
 		{"batch 0", inCase("--batch", "0"), []string{"invalid --batch 0", "want >= 1"}},
 		{"negative lr", inCase("--lr", "-0.01"), []string{"invalid --lr -0.01", "want a finite value > 0"}},
 		{"NaN lr", inCase("--lr", "NaN"), []string{"invalid --lr NaN", "want a finite value > 0"}},
+		// The preset's warm-up (20) shrinks to fit --steps 2, so the flag
+		// that is wrong is the one named.
+		{"accum 0 with steps 2", inCase("--steps", "2", "--accum", "0"), []string{"invalid --accum 0", "want >= 1"}},
+		{"NaN lr with steps 2", inCase("--steps", "2", "--lr", "NaN"), []string{"invalid --lr NaN", "want a finite value > 0"}},
+		{"batch 0 with steps 2", inCase("--batch", "0", "--steps", "2"), []string{"invalid --batch 0", "want >= 1"}},
+		{"a set warm-up longer than the steps", inCase("--steps", "2", "--warmup", "20"),
+			[]string{"invalid --warmup 20", "want < steps (2)"}},
 		{"lr beyond float32", inCase("--lr", "1e300"), []string{"invalid --lr 1e+300", "float32"}},
 		{"context larger than the corpus allows", inCase("--context", "100000"),
 			[]string{"context+1 = 100001", "context 100000", "use a larger corpus or a smaller context"}},

@@ -81,6 +81,7 @@ type trainPlan struct {
 	out        string
 	checkpoint string // checkpoint directory to resume from, or ""
 	resumeStep int
+	notes      []string // settings changed to fit the run, for its header
 }
 
 // planTrain resolves the preset or checkpoint, applies the flags and checks
@@ -127,6 +128,10 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	cfg, err := ov.apply(base)
 	if err != nil {
 		return p, &exitError{code: exitUsage, err: err}
+	}
+	if cfg.Warmup != base.Warmup && !ov.isChanged("warmup") {
+		p.notes = append(p.notes, fmt.Sprintf("warmup %d (the %s's %d warm-up steps do not fit %d steps; --warmup sets it)",
+			cfg.Warmup, settingsOf(p.label), base.Warmup, cfg.Steps))
 	}
 	if p.checkpoint != "" {
 		if err := checkResumable(ov, base, cfg, p); err != nil {
@@ -208,6 +213,15 @@ func checkDevice(name string, fromFlag bool) error {
 	return nil
 }
 
+// settingsOf names where a run's settings come from: its preset or the
+// checkpoint it resumes.
+func settingsOf(label string) string {
+	if label == "resumed" {
+		return "checkpoint"
+	}
+	return "preset " + label
+}
+
 func sameDir(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
@@ -223,6 +237,9 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	cfg := p.cfg
 
 	fmt.Fprintln(out, describe(p.label, cfg))
+	for _, n := range p.notes {
+		fmt.Fprintln(out, n)
+	}
 	ds, err := openDataset(out, cfg, opts.tokenCache)
 	if err != nil {
 		return err

@@ -93,8 +93,12 @@ func (e *Evaluator) meanLoss(params []*mlx.Array) (float64, error) {
 	return total / float64(len(e.x)), nil
 }
 
-// Free releases the validation batches and the compiled function.
+// Free releases the validation batches and the compiled function. A nil
+// evaluator is a no-op.
 func (e *Evaluator) Free() {
+	if e == nil {
+		return
+	}
 	mlx.Do(func() error {
 		mlx.Free(e.x...)
 		mlx.Free(e.y...)

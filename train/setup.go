@@ -147,12 +147,10 @@ func (s *Setup) orderOptState(file string, named map[string]*mlx.Array) ([]*mlx.
 	return state, nil
 }
 
-// Free releases the state and the step.
+// Free releases the state and the step. A nil setup is a no-op.
 func (s *Setup) Free() {
-	if s.State != nil {
+	if s != nil {
 		s.State.Free()
-	}
-	if s.Step != nil {
 		s.Step.Free()
 	}
 }

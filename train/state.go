@@ -282,8 +282,12 @@ func (s *State) Params() []*mlx.Array { return s.params }
 func (s *State) OptState() []*mlx.Array { return s.opt }
 
 // Free releases every array the state holds; the state cannot be used
-// afterwards. Freeing twice is a no-op. The Step is not freed.
+// afterwards. Freeing twice, or a nil state, is a no-op. The Step is not
+// freed.
 func (s *State) Free() {
+	if s == nil {
+		return
+	}
 	mlx.Do(func() error {
 		if !s.freed {
 			s.release()

@@ -159,8 +159,12 @@ func (s *Step) Traces() int { return s.traces }
 // Compiled reports whether the step is compiled.
 func (s *Step) Compiled() bool { return s.compiled != nil }
 
-// Free releases the step's MLX functions and trace cache.
+// Free releases the step's MLX functions and trace cache. A nil step is
+// a no-op.
 func (s *Step) Free() {
+	if s == nil {
+		return
+	}
 	mlx.Do(func() error {
 		s.compiled.Free()
 		s.vag.Free()

@@ -43,14 +43,25 @@ func stepSetup(t testing.TB) (*model.TinyGPT, []*mlx.Array, []int32, []int32) {
 	return m, params, xs, ys
 }
 
-func runStep(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *Step) {
+// sgdStep builds a plain SGD step over m's parameters and its optimizer
+// state.
+func sgdStep(t testing.TB, m *model.TinyGPT, opts StepOptions) (*Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
-	state, _ := opt.Init()
-	s, err := NewStep(m.Loss, opt, len(params), len(state), StepOptions{Accum: accum, Compile: compile})
+	state, err := opt.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
+	s, err := NewStep(m.Loss, opt, len(m.Specs), len(state), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, state
+}
+
+func runStep(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *Step) {
+	t.Helper()
+	s, state := sgdStep(t, m, StepOptions{Accum: accum, Compile: compile})
 	b := 16 / accum
 	res, err := s.Run(params, state, mlx.Scalar(lr, mlx.Float32),
 		mlx.FromSlice(xs, accum, b, 16), mlx.FromSlice(ys, accum, b, 16))
@@ -89,12 +100,7 @@ func TestAccumulationMatchesLargeBatch(t *testing.T) {
 func TestLearningRateIsAnInput(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		m, params, xs, ys := stepSetup(t)
-		opt := plainSGD(t, m)
-		state, _ := opt.Init()
-		s, err := NewStep(m.Loss, opt, len(params), len(state), StepOptions{Accum: 2, Compile: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, state := sgdStep(t, m, StepOptions{Accum: 2, Compile: true})
 		deltas := make([][]float32, 2)
 		for i, lr := range []float64{0.1, 0.2} {
 			res, err := s.Run(params, state, mlx.Scalar(lr, mlx.Float32),
@@ -121,12 +127,7 @@ func TestLearningRateIsAnInput(t *testing.T) {
 func TestStepRejectsBadInputs(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		m, params, xs, ys := stepSetup(t)
-		opt := plainSGD(t, m)
-		state, _ := opt.Init()
-		s, err := NewStep(m.Loss, opt, len(params), len(state), StepOptions{Accum: 4, Compile: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, state := sgdStep(t, m, StepOptions{Accum: 4, Compile: true})
 		defer s.Free()
 		lr := mlx.Scalar(0.1, mlx.Float32)
 		x, y := mlx.FromSlice(xs, 4, 4, 16), mlx.FromSlice(ys, 4, 4, 16)
@@ -148,7 +149,7 @@ func TestStepRejectsBadInputs(t *testing.T) {
 		if s.Traces() != 0 {
 			t.Fatalf("rejected inputs traced the step %d times", s.Traces())
 		}
-		if _, err := NewStep(m.Loss, opt, len(params), len(state), StepOptions{Accum: 0}); err == nil {
+		if _, err := NewStep(m.Loss, plainSGD(t, m), len(params), len(state), StepOptions{Accum: 0}); err == nil {
 			t.Fatal("accum 0 accepted")
 		}
 	})

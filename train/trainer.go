@@ -177,12 +177,8 @@ func (r *run) close() {
 	if r.prefetch != nil {
 		r.prefetch.Stop()
 	}
-	if r.eval != nil {
-		r.eval.Free()
-	}
-	if r.setup != nil {
-		r.setup.Free()
-	}
+	r.eval.Free()
+	r.setup.Free()
 }
 
 // train runs the updates, logging, evaluating and checkpointing as the

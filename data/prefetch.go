@@ -19,6 +19,10 @@ const maxPrefetchDepth = 8
 //
 // Batches handed back with Release are reused, so a consumer that releases
 // each batch when done with it allocates nothing in steady state.
+//
+// It works on host memory only and never calls MLX: a consumer running on
+// the MLX thread (inside mlx.Do, as the trainer does) waits for it, which
+// would deadlock if it waited for the MLX thread in turn.
 type Prefetcher struct {
 	sampler *Sampler
 	n, b, t int

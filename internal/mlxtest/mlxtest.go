@@ -25,26 +25,33 @@ const (
 // cleanups run on the MLX thread like the code that registered them.
 type onThread struct{ testing.TB }
 
+// FailNow marks the test failed and ends fn.
 func (t onThread) FailNow() { t.TB.Fail(); panic(stopFail) }
 
+// Fatal is Error followed by FailNow.
 func (t onThread) Fatal(args ...any) { t.TB.Helper(); t.TB.Error(args...); panic(stopFail) }
 
+// Fatalf is Errorf followed by FailNow.
 func (t onThread) Fatalf(format string, args ...any) {
 	t.TB.Helper()
 	t.TB.Errorf(format, args...)
 	panic(stopFail)
 }
 
+// SkipNow ends fn and then skips the test.
 func (t onThread) SkipNow() { panic(stopSkip) }
 
+// Skip is Log followed by SkipNow.
 func (t onThread) Skip(args ...any) { t.TB.Helper(); t.TB.Log(args...); panic(stopSkip) }
 
+// Skipf is Logf followed by SkipNow.
 func (t onThread) Skipf(format string, args ...any) {
 	t.TB.Helper()
 	t.TB.Logf(format, args...)
 	panic(stopSkip)
 }
 
+// Cleanup registers f to run on the MLX thread when the test ends.
 func (t onThread) Cleanup(f func()) {
 	t.TB.Cleanup(func() { mlx.Do(func() error { f(); return nil }) })
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -130,18 +131,19 @@ func InitState(step *Step, m *model.TinyGPT, seed uint64) (*State, error) {
 	return s, err
 }
 
-// Update applies one optimizer update with learning rate lr to batch b,
-// waits for it and returns its mean loss. The arrays it replaces are
-// released. A loop that reads the loss only now and then uses UpdateAsync
-// and Stats instead, so the device computes while the host prepares the
-// next batch.
+// Update applies one optimizer update with learning rate lr to batch b
+// and returns its mean loss, once computed; the rest of the update (the
+// optimizer's new state) may still be computing, and the next update
+// builds on it. The arrays it replaces are released. A loop that reads the
+// loss only now and then uses UpdateAsync and Stats instead, so the device
+// computes while the host prepares the next batch.
 func (s *State) Update(lr float64, b Batch) (float64, error) {
 	var loss float64
 	err := mlx.Do(func() error {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.Eval(s.arrays()...); err != nil {
+		if err := mlx.AsyncEval(s.arrays()...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -154,7 +156,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 // UpdateAsync applies one optimizer update like Update but returns once
 // the update is scheduled (mlx.AsyncEval), without waiting for it: Stats
 // waits for and reads its loss and gradient norm, and the next update
-// builds on its results directly.
+// builds on its results directly. Eval waits for the whole update.
 func (s *State) UpdateAsync(lr float64, b Batch) error {
 	return mlx.Do(func() error {
 		if err := s.apply(lr, b); err != nil {
@@ -200,9 +202,11 @@ func (s *State) apply(lr float64, b Batch) error {
 	return nil
 }
 
-// arrays lists every array the state holds.
+// arrays lists every array the state holds: the last update's loss and
+// gradient norm only until Stats has read them.
 func (s *State) arrays() []*mlx.Array {
-	return stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+	return slices.DeleteFunc(all, func(a *mlx.Array) bool { return a == nil })
 }
 
 // release frees every array the state holds.

@@ -73,7 +73,8 @@ func newCopiesRun(t testing.TB, m *model.TinyGPT, opts StepOptions) *copiesRun {
 	return r
 }
 
-// run applies n updates with data steps first..first+n-1.
+// run applies n updates with data steps first..first+n-1 and waits for
+// the last one to finish.
 func (r *copiesRun) run(first, n int) {
 	r.t.Helper()
 	for i := first; i < first+n; i++ {
@@ -82,6 +83,9 @@ func (r *copiesRun) run(first, n int) {
 			r.t.Fatal(err)
 		}
 		r.losses = append(r.losses, loss)
+	}
+	if err := r.state.Eval(); err != nil {
+		r.t.Fatal(err)
 	}
 }
 

@@ -29,16 +29,10 @@ type StepOptions struct {
 	// ComputeDtype from one update to the next: the loss is called with, and
 	// differentiated with respect to, the copies, and the step emits the
 	// next update's copies, cast from the new parameters inside the traced
-	// function. The parameters themselves (the float32 masters) feed only
-	// the optimizer. Why: on a GPU a small model's step is bound by kernel
-	// launches, and a loss that casts its masters costs one cast kernel per
-	// parameter per step; emitted from the step instead, each cast fuses
-	// into the optimizer's elementwise update kernel, which already writes
-	// the new parameter. The numbers do not change: the gradient with
-	// respect to a copy is the one the cast's VJP would pass to the master,
-	// before the step's cast of every gradient to float32. Casting a
-	// parameter that already has ComputeDtype is free (a new handle to the
-	// same array). The copies cost parameters × ComputeDtype.Size() bytes.
+	// function; the float32 masters feed only the optimizer. Why: each cast
+	// then fuses into the optimizer's update kernel instead of launching a
+	// kernel per parameter and step (docs/performance/gpu.md). Gradients are
+	// unchanged; the copies cost parameters × ComputeDtype.Size() bytes.
 	ComputeCopies bool
 	// ComputeDtype is the dtype of the copies (a float type); it is read
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real

@@ -27,7 +27,8 @@ const gogetVersion = "v0.0.0-gogettest"
 // module proxy serves for a commit, without git-ignored files such as
 // .deps), through a file:// GOPROXY, in a module of its own with its own
 // GOENV. It follows the README's library section: install-mlx@latest,
-// PKG_CONFIG_PATH on the printed folder, go get, go build, run.
+// PKG_CONFIG_PATH on the printed folder, go get, go build (-mod=mod for go
+// mod tidy), run.
 //
 // The installer's prefix is a copy of the MLX install this test run uses
 // (found through pkg-config, as the repository's build finds it) whose
@@ -68,10 +69,13 @@ func TestGoGet(t *testing.T) {
 		"GOENV="+goenv,
 		"GOPATH="+filepath.Join(tmp, "gopath"),
 		"GOMODCACHE="+filepath.Join(tmp, "gopath", "pkg", "mod"),
-		// -trimpath keeps the temporary module cache's path out of the
-		// build cache's keys, so the dependencies come compiled from this
-		// run's build cache; -modcacherw lets t.TempDir remove the module
-		// cache.
+		// -mod=mod stands in for the README's go mod tidy: it adds the
+		// same requirements but loads only the modules the build needs,
+		// which the module cache of this test run holds (tidy also fetches
+		// the go.mod files of the whole graph). -trimpath keeps the
+		// temporary module cache's path out of the build cache's keys, so
+		// the dependencies come compiled from this run's build cache;
+		// -modcacherw lets t.TempDir remove the module cache.
 		"GOCACHE="+parent["GOCACHE"],
 		"GOFLAGS=-mod=mod -modcacherw -trimpath",
 		// The test's proxy first; the dependencies from the module cache

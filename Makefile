@@ -26,10 +26,16 @@ LONG_FUZZ_SCALE ?= 30
 
 all: build
 
-# Both scripts are idempotent and return at once when nothing is missing.
+# cgo finds MLX through pkg-config (mlx/cgo.go). This checkout's .deps comes
+# first, so a per-user install (cmd/install-mlx's default prefix, for
+# programs that import the packages) never leaks into the repository's build.
+export PKG_CONFIG_PATH := $(CURDIR)/.deps/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+
+# The installer is idempotent and returns at once when nothing is missing.
+# MLX_BACKEND=cuda-13 (NVIDIA) and MLX_BLAS=reference pass through to it.
 deps:
-	@scripts/install-mlx.sh
-	@scripts/install-blas.sh
+	@$(GO) run ./cmd/install-mlx -prefix "$(CURDIR)/.deps" \
+		$(if $(MLX_BACKEND),-backend $(MLX_BACKEND)) $(if $(MLX_BLAS),-blas $(MLX_BLAS))
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/posttrainllm

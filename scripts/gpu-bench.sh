@@ -47,7 +47,7 @@ libdir="$(scripts/gpu-setup.sh libdir)"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin="$root/.gpu/bin/posttrainllm"
 if command -v go >/dev/null; then # with Go, build what runs (incremental)
-  go build -o "$bin" ./cmd/posttrainllm && make --no-print-directory test-gpu-bin GPU_BIN=.gpu/bin ||
+  make --no-print-directory build test-gpu-bin BIN="$bin" GPU_BIN=.gpu/bin ||
     { echo "gpu-bench: build failed"; exit 1; }
 fi
 [[ -x "$bin" ]] || { echo "gpu-bench: no $bin (install Go, or see scripts/offline/README.md)"; exit 1; }

@@ -37,7 +37,9 @@ done
 # NO_BUILD=1 the binaries already in .gpu/bin (experiments built by hand,
 # posttrainllm-* beside posttrainllm) are packed as they are.
 if [[ "${NO_BUILD:-0}" != 1 ]]; then
-  scripts/install-mlx.sh >/dev/null
+  make --no-print-directory deps GO="$GO" >/dev/null
+  # cgo finds MLX in .deps through pkg-config, as under make.
+  export PKG_CONFIG_PATH="$root/.deps/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   "$GO" build -trimpath -ldflags=-s -o .gpu/bin/posttrainllm ./cmd/posttrainllm
   GOFLAGS="-trimpath -ldflags=-s" make --no-print-directory test-gpu-bin GPU_BIN=.gpu/bin
 fi

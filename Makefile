@@ -5,24 +5,37 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin/posttrainllm
 RUN_STEPS ?= 200
-FUZZTIME ?= 10s
-LONG_FUZZTIME ?= 5m
 # Go minimizes each new interesting input for up to 60 s by default; in the
 # data and presets targets that stalled a 10 s run after a few dozen inputs.
 FUZZMINIMIZETIME ?= 100x
 
-# Fuzz targets as package:Target pairs; make test runs each for $(FUZZTIME).
-FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors ./data:FuzzReadTokenFile \
-	./train:FuzzReadCheckpointState ./presets:FuzzParsePreset
+# Fuzz targets as package:Target:executions. The budget is a count
+# (-fuzztime Nx), not a duration: Go's fuzzing coordinator can race its own
+# -fuzztime deadline and fail with "context deadline exceeded" and no failing
+# input (golang/go#75804), while a count ends the run with no deadline at all.
+# Each count is about 10 s of fuzzing on a 2-core machine; fuzz-short runs it
+# FUZZ_SCALE times, make fuzz LONG_FUZZ_SCALE times (about 5 minutes a target).
+FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
+	./data:FuzzReadTokenFile:6000x \
+	./train:FuzzReadCheckpointState:60000x \
+	./presets:FuzzParsePreset:60000x
+FUZZ_SCALE ?= 1
+LONG_FUZZ_SCALE ?= 30
 
 .PHONY: all deps build run test vet fmt-check fuzz-short fuzz bench test-gpu-bin test-gpu clean
 
 all: build
 
-# Both scripts are idempotent and return at once when nothing is missing.
+# cgo finds MLX through pkg-config (mlx/cgo.go). This checkout's .deps comes
+# first, so a per-user install (cmd/install-mlx's default prefix, for
+# programs that import the packages) never leaks into the repository's build.
+export PKG_CONFIG_PATH := $(CURDIR)/.deps/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PKG_CONFIG_PATH))
+
+# The installer is idempotent and returns at once when nothing is missing.
+# MLX_BACKEND=cuda-13 (NVIDIA) and MLX_BLAS=reference pass through to it.
 deps:
-	@scripts/install-mlx.sh
-	@scripts/install-blas.sh
+	@$(GO) run ./cmd/install-mlx -prefix "$(CURDIR)/.deps" \
+		$(if $(MLX_BACKEND),-backend $(MLX_BACKEND)) $(if $(MLX_BLAS),-blas $(MLX_BLAS))
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/posttrainllm
@@ -43,14 +56,15 @@ test: deps vet fmt-check
 
 fuzz-short:
 	@for t in $(FUZZ_TARGETS); do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
-		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) \
+		IFS=: read -r pkg name n <<< "$$t"; \
+		n=$$(( $${n%x} * $(FUZZ_SCALE) ))x; \
+		echo "fuzz $$pkg $$name for $$n"; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $$n \
 			-fuzzminimizetime $(FUZZMINIMIZETIME) || exit 1; \
 	done
 
 fuzz:
-	$(MAKE) --no-print-directory fuzz-short FUZZTIME=$(LONG_FUZZTIME)
+	$(MAKE) --no-print-directory fuzz-short FUZZ_SCALE=$(LONG_FUZZ_SCALE)
 
 bench: build
 	$(BIN) bench --preset tiny --compare

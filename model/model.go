@@ -120,15 +120,11 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 
 // rowLogits is Logits over the flattened positions: [B·T, V].
 //
-// The blocks work on the residual stream as [B·T, D] rows, which is what
-// every matmul, norm and elementwise op of a block sees anyway; only
-// attention views it as [B, H, T, hd] heads. Keeping the batch axis would
-// cost a reshape of x, of h and of the result around every residual GEMM
-// (a GEMM with a batch axis broadcasts W over it and differentiates W with
-// a batched GEMM plus a reduction over the batch) and a flatten/unflatten
-// around every other projection, forward and backward: about twenty graph
-// nodes per layer and microbatch (968 per step of the huge preset), each
-// host work in both the compiled and the interpreted step.
+// The blocks keep the residual stream as [B·T, D] rows, the shape every
+// matmul, norm and elementwise op sees anyway; only attention views it as
+// heads. A batch axis would add reshapes around every projection, forward
+// and backward, and each graph node is host work in every step
+// (docs/performance/gpu.md).
 func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	if err := tokens.Err(); err != nil {
 		return mlx.ErrorArray(err)
@@ -192,14 +188,10 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // the residual add.
 //
 // The q, k and v projections run as one matmul against the three weights
-// stacked into [3D, D], and Split (whose gradient is one concatenation)
-// hands out the three results: one projection matmul instead of three
-// forward, two instead of six backward, and no sum of three input
-// gradients. The parameters stay separate (wq, wk, wv), so checkpoints are
-// unchanged. On a GPU a small model's step is bound by how many kernels it
-// launches (docs/performance/gpu.md): on the huge preset this takes 288
-// matmuls and 48 additions out of a compiled step and adds 180 copies (the
-// weight concatenation and the gradient's), 2,626 kernels down to 2,470.
+// stacked into [3D, D], split afterwards: on a GPU a small model's step is
+// bound by how many kernels it launches, and this saves matmuls forward
+// and backward (docs/performance/gpu.md). The parameters stay separate
+// (wq, wk, wv), so checkpoints are unchanged.
 func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int) *mlx.Array {
 	c := m.Config
 	hd := c.HeadDim()

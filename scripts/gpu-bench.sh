@@ -17,10 +17,10 @@
 # 4), the median of the per-round ratios with their range.
 #
 # posttrainllm and the GPU test binaries are built into .gpu/bin where Go is
-# installed; elsewhere they come from .gpu/bin as scripts/gpu-pack.sh carried
-# them. They were
-# linked against mlx-cpu's libmlx.so; LD_LIBRARY_PATH points them at the
-# CUDA wheel's libmlx.so, the same version and C++ API.
+# installed; on a machine without Go they must already be there
+# (scripts/offline/). They are linked against mlx-cpu's libmlx.so;
+# LD_LIBRARY_PATH points them at the CUDA wheel's libmlx.so, the same
+# version and C++ API.
 #
 # OUTDIR receives table.md, log.txt and raw.tar.gz (every JSON result and log).
 set -uo pipefail
@@ -47,10 +47,10 @@ libdir="$(scripts/gpu-setup.sh libdir)"
 export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 bin="$root/.gpu/bin/posttrainllm"
 if command -v go >/dev/null; then # with Go, build what runs (incremental)
-  go build -o "$bin" ./cmd/posttrainllm && make --no-print-directory test-gpu-bin GPU_BIN=.gpu/bin ||
+  make --no-print-directory build test-gpu-bin BIN="$bin" GPU_BIN=.gpu/bin ||
     { echo "gpu-bench: build failed"; exit 1; }
 fi
-[[ -x "$bin" ]] || { echo "gpu-bench: no $bin (run scripts/gpu-pack.sh, or install Go)"; exit 1; }
+[[ -x "$bin" ]] || { echo "gpu-bench: no $bin (install Go, or see scripts/offline/README.md)"; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit --format=csv
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())' || true
 "$bin" version 2>/dev/null || true
@@ -88,7 +88,7 @@ row() {
 
 ptlm() { "$bin" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --json "$@"; }
 # ptlm_at NAME ...: the same with .gpu/bin/posttrainllm-NAME, another build
-# (the code before a change) measured in the same call.
+# (the code before a change) measured in the same run.
 ptlm_at() { local b="$bin-$1"; shift; "$b" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --json "$@"; }
 peer() { python3 "bench/peers/$1" --preset "$PRESET" --warmup "$WARMUP" --steps "$STEPS" "${@:2}"; }
 table=()

@@ -67,7 +67,7 @@ PY
 if [[ "$VARIANTS" == 1 ]]; then
   echo "== variants"
   {
-    echo "## Variants ($PRESET, $STEPS timed steps each, one call)"
+    echo "## Variants ($PRESET, $STEPS timed steps each, one after another)"
     echo
     echo "| run | environment | ms/step | step/s | host / device ms | peak MiB | loss first → last |"
     echo "|---|---|---|---|---|---|---|"

@@ -37,12 +37,12 @@ type StepOptions struct {
 	// ComputeDtype as inputs of their own: the loss is called with, and
 	// differentiated with respect to, the copies, and the step emits the
 	// next update's copies, cast from the new parameters inside the traced
-	// function; the parameters (float32 masters) feed only the optimizer.
-	// Why: on a GPU a small model's step is bound by kernel launches, and a
-	// loss that casts its masters costs a cast kernel per parameter per
-	// step, which the emitted casts fuse into the optimizer's update. The
-	// numbers do not change. A State carries the copies from one update to
-	// the next; Step.Run alone casts the parameters itself every call.
+	// function; the float32 masters feed only the optimizer. Why: each cast
+	// then fuses into the optimizer's update kernel instead of launching a
+	// kernel per parameter and step (docs/performance/gpu.md). Gradients are
+	// unchanged; the copies cost parameters × ComputeDtype.Size() bytes. A
+	// State carries them from one update to the next; Step.Run alone casts
+	// the parameters itself every call.
 	ComputeCopies bool
 	// ComputeDtype is the dtype of the copies (a float type); it is read
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real

@@ -16,7 +16,7 @@ import (
 var version = "dev"
 
 // mlxVersion is the MLX release the bridge is built against: the version
-// scripts/install-mlx.sh pins (mlx-cpu or mlx-cuda-13 wheels).
+// cmd/install-mlx pins (mlx-cpu, mlx-cuda-13 or mlx-metal wheels).
 const mlxVersion = "0.32.4"
 
 func newVersionCmd() *cobra.Command {

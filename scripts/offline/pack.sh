@@ -1,24 +1,23 @@
 #!/usr/bin/env bash
-# Packs what a CUDA machine without Go or a package registry needs to run
-# posttrainllm and its GPU benchmark: the mlx-cuda-13 and mlx wheels
-# (CPython 3.12, manylinux x86-64), the posttrainllm binary and the GPU test
-# binaries, cut into loads of at most LOAD_MB megabytes each under
-# .gpu/load1, .gpu/load2, … (a wheel larger than a load is split into
-# NAME.whl.partNN files). Each load travels in its own call and
-# scripts/gpu-setup.sh joins them on the other side.
+# Packs, on a machine with Go and a package registry, what a CUDA machine
+# without either needs to run posttrainllm's GPU tests and benchmark: the
+# mlx-cuda-13 and mlx wheels (CPython 3.12, manylinux x86-64), the
+# posttrainllm binary and the GPU test binaries, cut into loads of at most
+# LOAD_MB megabytes each under .gpu/load1, .gpu/load2, ... (a wheel larger
+# than a load is split into NAME.whl.partNN files), for transfers limited in
+# size. scripts/offline/setup.sh joins and installs them on the other side.
 #
-#   scripts/gpu-pack.sh            # LOAD_MB=60 by default
+#   scripts/offline/pack.sh         # LOAD_MB=60 by default
 #
-# .gpu/ is git-ignored (.git/info/exclude). The binaries link libmlx.so
-# dynamically; on the GPU machine LD_LIBRARY_PATH points them at the
-# CUDA wheel's libmlx.so (same version, same C++ API as the mlx-cpu one they
-# were linked against here).
+# .gpu/ is git-ignored. The binaries link libmlx.so dynamically; on the GPU
+# machine LD_LIBRARY_PATH points them at the CUDA wheel's libmlx.so (same
+# version, same C++ API as the mlx-cpu one they were linked against here).
 set -euo pipefail
 
 MLX_VERSION="${MLX_VERSION:-0.32.4}"
 LOAD_MB="${LOAD_MB:-60}"
 GO="${GO:-go}"
-root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 mkdir -p .gpu/wheels .gpu/bin
 
@@ -31,14 +30,16 @@ for w in "${want[@]}"; do
   fi
 done
 for w in "${want[@]}"; do
-  ls .gpu/wheels/"$w"*.whl >/dev/null 2>&1 || { echo "gpu-pack: no wheel $w* after pip download" >&2; exit 1; }
+  ls .gpu/wheels/"$w"*.whl >/dev/null 2>&1 || { echo "pack: no wheel $w* after pip download" >&2; exit 1; }
 done
 
 # Stripped binaries (-s drops the symbol table and DWARF), gzipped. With
 # NO_BUILD=1 the binaries already in .gpu/bin (experiments built by hand,
 # posttrainllm-* beside posttrainllm) are packed as they are.
 if [[ "${NO_BUILD:-0}" != 1 ]]; then
-  scripts/install-mlx.sh >/dev/null
+  make --no-print-directory deps GO="$GO" >/dev/null
+  # cgo finds MLX in .deps through pkg-config, as under make.
+  export PKG_CONFIG_PATH="$root/.deps/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
   "$GO" build -trimpath -ldflags=-s -o .gpu/bin/posttrainllm ./cmd/posttrainllm
   GOFLAGS="-trimpath -ldflags=-s" make --no-print-directory test-gpu-bin GPU_BIN=.gpu/bin
 fi
@@ -83,5 +84,5 @@ for n, ld in enumerate(loads, 1):
             fi.seek(off)
             fo.write(fi.read(size))
     total = sum(x[3] for x in ld)
-    print(f"gpu-pack: {d}: {total / 1e6:.1f} MB: " + ", ".join(x[0] for x in ld))
+    print(f"pack: {d}: {total / 1e6:.1f} MB: " + ", ".join(x[0] for x in ld))
 PY

@@ -25,6 +25,10 @@
 // build of package mlx, so after moving to another prefix run
 // `go clean -cache` once.
 //
+// -platform darwin/arm64 installs the macOS wheel on another machine (pip
+// --platform), for cross-building the macOS binaries; make cross-darwin
+// uses it on Linux.
+//
 // Running it again is cheap: what is installed at the pinned versions is
 // left alone, and a different version is replaced.
 package main
@@ -57,7 +61,20 @@ type options struct {
 	backend string // a key of wheels
 	blas    string // "openblas" or "reference"; used by the cpu backend only
 	python  string // interpreter with pip; "" finds python3 or python
+	// goos and goarch are the platform the install is for: this machine's,
+	// or with -platform another one whose wheel pip fetches by its tag.
+	goos, goarch string
 }
+
+// pipPlatforms maps the platforms that can be installed from another
+// machine to pip's platform tag of their wheel.
+var pipPlatforms = map[string]string{
+	"darwin/arm64": "macosx_14_0_arm64",
+}
+
+// cross reports whether the install is for another platform than the
+// installer's.
+func (o options) cross() bool { return o.goos != runtime.GOOS || o.goarch != runtime.GOARCH }
 
 // wheels maps a backend to its PyPI package.
 var wheels = map[string]string{
@@ -107,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err := installMLX(o, stdout); err != nil {
 		return err
 	}
-	if o.backend == "cpu" {
+	if o.backend == "cpu" && !o.cross() {
 		if err := routeBLAS(o, stdout, stderr); err != nil {
 			return err
 		}
@@ -116,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return reportPC(pc, stdout, stderr)
+	return reportPC(o, pc, stdout, stderr)
 }
 
 // defaultPrefix is the per-user data folder, outside any module cache and
@@ -137,14 +154,12 @@ func defaultPrefix() string {
 var errUsage = errors.New("usage")
 
 func parseFlags(args []string, goos, goarch string, stderr io.Writer) (options, error) {
-	have := backends(goos, goarch)
-	if len(have) == 0 {
-		return options{}, fmt.Errorf("MLX publishes no wheel for %s/%s (Linux, or macOS on Apple silicon)", goos, goarch)
-	}
+	host := goos + "/" + goarch
 	fs := flag.NewFlagSet("install-mlx", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	prefix := fs.String("prefix", defaultPrefix(), "install `dir`ectory; its pkgconfig folder goes on PKG_CONFIG_PATH")
-	backend := fs.String("backend", have[0], "MLX backend: "+strings.Join(have, " or "))
+	platform := fs.String("platform", host, "`goos/goarch` the install is for: this machine's, or darwin/arm64 (to cross-build for macOS)")
+	backend := fs.String("backend", "", "MLX backend: cpu or cuda-13 on Linux, metal on macOS (default: the first)")
 	blas := fs.String("blas", "openblas", "BLAS of the cpu backend: openblas, or reference (the wheel's own, slow)")
 	python := fs.String("python", "", "Python `interpreter` whose pip fetches the wheels (default python3, else python)")
 	fs.Usage = func() {
@@ -164,9 +179,20 @@ func parseFlags(args []string, goos, goarch string, stderr io.Writer) (options, 
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 
-	o := options{backend: *backend, blas: *blas, python: *python}
+	tgoos, tgoarch, _ := strings.Cut(*platform, "/")
+	have := backends(tgoos, tgoarch)
+	if len(have) == 0 {
+		return options{}, fmt.Errorf("MLX publishes no wheel for %s (Linux, or macOS on Apple silicon)", *platform)
+	}
+	if *platform != host && pipPlatforms[*platform] == "" {
+		return options{}, fmt.Errorf("-platform %s: from %s, only the wheel of darwin/arm64 can be installed (or this machine's own)", *platform, host)
+	}
+	if !set["backend"] {
+		*backend = have[0]
+	}
+	o := options{backend: *backend, blas: *blas, python: *python, goos: tgoos, goarch: tgoarch}
 	if !slices.Contains(have, o.backend) {
-		return options{}, fmt.Errorf("-backend %q: want %s on %s/%s", o.backend, strings.Join(have, " or "), goos, goarch)
+		return options{}, fmt.Errorf("-backend %q: want %s on %s", o.backend, strings.Join(have, " or "), *platform)
 	}
 	if o.blas != "openblas" && o.blas != "reference" {
 		return options{}, fmt.Errorf("-blas %q: want openblas or reference", o.blas)
@@ -212,7 +238,7 @@ func readStamp(dir string) string {
 
 // mlxInstalled reports whether the prefix holds the wanted wheel.
 func mlxInstalled(o options) bool {
-	_, err := os.Stat(filepath.Join(o.mlxDir(), "mlx", "lib", libName(runtime.GOOS)))
+	_, err := os.Stat(filepath.Join(o.mlxDir(), "mlx", "lib", libName(o.goos)))
 	return err == nil && readStamp(o.mlxDir()) == o.want()
 }
 
@@ -235,7 +261,7 @@ func installMLX(o options, stdout io.Writer) error {
 	if got := metadataVersion(filepath.Join(tmp, dist, "METADATA")); got != mlxVersion {
 		return fmt.Errorf("pip installed %s version %q, want %s", wheels[o.backend], got, mlxVersion)
 	}
-	for _, f := range []string{filepath.Join("mlx", "lib", libName(runtime.GOOS)), filepath.Join("mlx", "include", "mlx", "mlx.h")} {
+	for _, f := range []string{filepath.Join("mlx", "lib", libName(o.goos)), filepath.Join("mlx", "include", "mlx", "mlx.h")} {
 		if _, err := os.Stat(filepath.Join(tmp, f)); err != nil {
 			return fmt.Errorf("%s carries no %s", want, f)
 		}
@@ -264,6 +290,11 @@ func pipInstall(o options, requirement, dest string, deps bool) (string, error) 
 	args := []string{"-m", "pip", "install", "--quiet", "--no-compile", "--only-binary=:all:", "--target", tmp}
 	if !deps {
 		args = append(args, "--no-deps")
+	}
+	if o.cross() {
+		// pip fetches the wheel built for the other platform; with
+		// --only-binary it installs it without running anything of it.
+		args = append(args, "--platform", pipPlatforms[o.goos+"/"+o.goarch])
 	}
 	cmd := exec.Command(python, append(args, requirement)...)
 	cmd.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1", "PIP_ROOT_USER_ACTION=ignore")
@@ -379,7 +410,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 
 // reportPC checks that pkg-config reads the .pc file and, unless
 // PKG_CONFIG_PATH already has its folder, prints the line that adds it.
-func reportPC(pc string, stdout, stderr io.Writer) error {
+func reportPC(o options, pc string, stdout, stderr io.Writer) error {
 	dir := filepath.Dir(pc)
 	if _, err := exec.LookPath("pkg-config"); err != nil {
 		fmt.Fprintf(stderr, "install-mlx: pkg-config is not on PATH; cgo needs it to find MLX (install pkg-config or pkgconf)\n")
@@ -389,6 +420,12 @@ func reportPC(pc string, stdout, stderr io.Writer) error {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("pkg-config cannot read %s: %v\n%s", pc, err, out)
 		}
+	}
+	if o.cross() {
+		// For cross-builds, which put the folder on PKG_CONFIG_PATH
+		// themselves: no shell profile should.
+		fmt.Fprintf(stdout, "pkg-config: %s.pc for %s/%s builds in %s\n", pcName, o.goos, o.goarch, dir)
+		return nil
 	}
 	if onPath(os.Getenv("PKG_CONFIG_PATH"), dir) {
 		fmt.Fprintf(stdout, "pkg-config: %s.pc in %s\n", pcName, dir)

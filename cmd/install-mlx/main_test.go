@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -19,10 +20,13 @@ func TestParseFlags(t *testing.T) {
 		args         []string
 		want         options
 	}{
-		{"linux", "amd64", nil, options{prefix: "/data/posttrainllm/mlx", backend: "cpu", blas: "openblas"}},
-		{"linux", "arm64", []string{"-backend", "cuda-13", "-prefix", "/x/.deps"}, options{prefix: "/x/.deps", backend: "cuda-13", blas: "openblas"}},
-		{"linux", "amd64", []string{"-blas", "reference", "-python", "/usr/bin/python3.12"}, options{prefix: "/data/posttrainllm/mlx", backend: "cpu", blas: "reference", python: "/usr/bin/python3.12"}},
-		{"darwin", "arm64", nil, options{prefix: "/data/posttrainllm/mlx", backend: "metal", blas: "openblas"}},
+		{"linux", "amd64", nil, options{prefix: "/data/posttrainllm/mlx", backend: "cpu", blas: "openblas", goos: "linux", goarch: "amd64"}},
+		{"linux", "arm64", []string{"-backend", "cuda-13", "-prefix", "/x/.deps"}, options{prefix: "/x/.deps", backend: "cuda-13", blas: "openblas", goos: "linux", goarch: "arm64"}},
+		{"linux", "amd64", []string{"-blas", "reference", "-python", "/usr/bin/python3.12"}, options{prefix: "/data/posttrainllm/mlx", backend: "cpu", blas: "reference", python: "/usr/bin/python3.12", goos: "linux", goarch: "amd64"}},
+		{"darwin", "arm64", nil, options{prefix: "/data/posttrainllm/mlx", backend: "metal", blas: "openblas", goos: "darwin", goarch: "arm64"}},
+		// The macOS wheel, installed on Linux for cross-builds: its backend
+		// is the platform's default.
+		{"linux", "amd64", []string{"-platform", "darwin/arm64", "-prefix", "/x/.deps/darwin-arm64"}, options{prefix: "/x/.deps/darwin-arm64", backend: "metal", blas: "openblas", goos: "darwin", goarch: "arm64"}},
 	} {
 		got, err := parseFlags(c.args, c.goos, c.goarch, io.Discard)
 		if err != nil || got != c.want {
@@ -39,6 +43,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		want         string
 	}{
 		{"linux", "amd64", []string{"-backend", "metal"}, `-backend "metal": want cpu or cuda-13 on linux/amd64`},
+		{"linux", "amd64", []string{"-platform", "darwin/arm64", "-backend", "cpu"}, `-backend "cpu": want metal on darwin/arm64`},
+		{"darwin", "arm64", []string{"-platform", "linux/amd64"}, `-platform linux/amd64: from darwin/arm64, only the wheel of darwin/arm64 can be installed`},
+		{"linux", "amd64", []string{"-platform", "darwin/amd64"}, "MLX publishes no wheel for darwin/amd64"},
 		{"darwin", "arm64", []string{"-backend", "cpu"}, `-backend "cpu": want metal on darwin/arm64`},
 		{"linux", "amd64", []string{"-blas", "mkl"}, `-blas "mkl": want openblas or reference`},
 		{"darwin", "arm64", []string{"-blas", "openblas"}, `-blas "openblas" applies to the cpu backend only, not "metal"`},
@@ -201,5 +208,34 @@ func TestImportsStandardLibraryOnly(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(out)); got != "github.com/posttrainllm/posttrainllm/cmd/install-mlx" {
 		t.Errorf("non-standard imports:\n%s", got)
+	}
+}
+
+// Over a complete install of the macOS wheel, -platform darwin/arm64 from
+// another machine fetches nothing and writes the .pc file, with no export
+// line: cross-builds name the folder themselves.
+func TestRunCrossOverCompleteInstall(t *testing.T) {
+	if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+		t.Skip("darwin/arm64 is this machine's own platform")
+	}
+	prefix := t.TempDir()
+	o := options{prefix: prefix, backend: "metal"}
+	fakeInstall(t, o)
+	t.Setenv("PKG_CONFIG_PATH", "")
+	var stdout, stderr bytes.Buffer
+	args := []string{"-prefix", prefix, "-platform", "darwin/arm64", "-python", filepath.Join(prefix, "no-python")}
+	if err := run(args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s%s", err, stdout.String(), stderr.String())
+	}
+	for _, want := range []string{"MLX: mlx-metal==" + mlxVersion + " already installed", "for darwin/arm64 builds"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	if strings.Contains(stdout.String(), "export") {
+		t.Errorf("a cross install printed an export line:\n%s", stdout.String())
+	}
+	if _, err := os.Stat(filepath.Join(prefix, "pkgconfig", pcName+".pc")); err != nil {
+		t.Fatal(err)
 	}
 }

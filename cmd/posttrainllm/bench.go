@@ -100,7 +100,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	if err := checkDevice(cfg.Device, ov.isChanged("device")); err != nil {
+	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, opts.preset); err != nil {
 		return err
 	}
 	if err := cfg.CheckMemory(); err != nil {

@@ -122,7 +122,14 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("warmup", "warmup", false, "learning-rate warm-up updates (unset, a preset's warm-up that does not fit --steps shrinks to half of them)", func(c *train.Config) *int { return &c.Warmup })
 	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
 	boolF("compile", "compile", false, "compile the whole step into one MLX function (--compile=false interprets it)", func(c *train.Config) *bool { return &c.Compile })
-	stringF("device", "device", false, "cpu or gpu", func(c *train.Config) *string { return &c.Device })
+	if !skipped("device") {
+		// Not copied into the settings: the device is chosen from the flag
+		// and the settings once the other flags apply (chooseDevice).
+		fs.String("device", "auto", deviceUsage)
+		o.flags = append(o.flags, configFlag{name: "device", field: "device",
+			apply: func(*train.Config) {},
+			get:   func(c train.Config) string { return c.Device }})
+	}
 	if !skipped("seed") {
 		v := new(uint64)
 		fs.Uint64Var(v, "seed", 0, "seed of initialisation and data order")

@@ -22,7 +22,7 @@ at most its context. --temperature 0 always picks the most likely token;
 --top-k limits sampling to the k most likely.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
-  posttrainllm sample --from runs/huge --device gpu --seed 7`,
+  posttrainllm sample --from runs/huge --device cpu --seed 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" {
@@ -40,7 +40,9 @@ at most its context. --temperature 0 always picks the most likely token;
 			if _, err := train.ResolveCheckpoint(from); err != nil {
 				return usageError("invalid --from %s: %v", from, err)
 			}
-			if err := checkDevice(device, true); err != nil {
+			// Sampling needs no GPU: auto takes one where there is one.
+			device, err := pickDevice(device, "cpu", "")
+			if err != nil {
 				return err
 			}
 			text, err := train.SampleCheckpoint(from, prompt, device, opts)
@@ -58,6 +60,6 @@ at most its context. --temperature 0 always picks the most likely token;
 	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
 	fs.IntVar(&opts.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
 	fs.Uint64Var(&opts.Seed, "seed", 1, "sampling seed")
-	fs.StringVar(&device, "device", "cpu", "cpu or gpu")
+	fs.StringVar(&device, "device", "auto", deviceUsage)
 	return cmd
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/posttrainllm/posttrainllm/data"
-	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -56,7 +55,7 @@ quits at once.`,
 		Example: `  posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
   posttrainllm train --resume runs/tiny --steps 400
   posttrainllm train --preset small --lr 1e-3 --schedule wsd --decay-fraction 0.2 --out runs/small
-  posttrainllm train --preset huge --device gpu --batch 8 --out runs/huge
+  posttrainllm train --preset huge --batch 8 --out runs/huge
   posttrainllm train --preset tiny --out runs/tiny --overwrite --no-progress`,
 		Args: cobra.NoArgs,
 	}
@@ -138,7 +137,7 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 			return p, err
 		}
 	}
-	if err := checkDevice(cfg.Device, ov.isChanged("device")); err != nil {
+	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, p.label); err != nil {
 		return p, err
 	}
 	if err := cfg.CheckMemory(); err != nil {
@@ -194,21 +193,6 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 	if cfg.Steps <= p.resumeStep {
 		return usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
 			p.checkpoint, p.resumeStep, cfg.Steps, p.resumeStep)
-	}
-	return nil
-}
-
-// checkDevice refuses a device this MLX build cannot use.
-func checkDevice(name string, fromFlag bool) error {
-	dev, err := mlx.ParseDevice(name)
-	if err != nil {
-		return usageError("invalid --device %s: want cpu or gpu", name)
-	}
-	if !dev.Available() {
-		if !fromFlag {
-			return usageError("this MLX build has no %s, the device of the settings used; pass --device cpu (mlx-cpu is CPU only, mlx-cuda-13 adds the GPU)", name)
-		}
-		return usageError("invalid --device %s: this MLX build has no %s (mlx-cpu is CPU only, mlx-cuda-13 adds the GPU)", name, name)
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package mlx
 import (
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // Scope frees, when closed, every array created on its OS thread while it
@@ -28,7 +27,7 @@ var scopes = struct {
 
 // NewScope opens a scope on the calling OS thread.
 func NewScope() *Scope {
-	tid := syscall.Gettid()
+	tid := osThreadID()
 	scopes.Lock()
 	defer scopes.Unlock()
 	s := &Scope{tid: tid, parent: scopes.top[tid]}
@@ -41,7 +40,7 @@ func registerInScope(a *Array) {
 	if scopes.open.Load() == 0 {
 		return
 	}
-	tid := syscall.Gettid()
+	tid := osThreadID()
 	scopes.Lock()
 	s := scopes.top[tid]
 	scopes.Unlock()

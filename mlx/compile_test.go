@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 )
 
@@ -152,7 +151,7 @@ func TestCompiledCallAfterThreadChurn(t *testing.T) {
 		r := result{tids: map[int]bool{}}
 		for i := range 50 {
 			runtime.Gosched()
-			r.tids[syscall.Gettid()] = true
+			r.tids[osThreadID()] = true
 			out, err := c.Call(FromSlice([]float32{float32(i)}))
 			if err != nil {
 				r.err = err

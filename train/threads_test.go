@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
@@ -66,7 +65,7 @@ func (s *threadSet) fresh(n int, fn func(i int) error) error {
 		wg.Go(func() {
 			runtime.Gosched()
 			s.mu.Lock()
-			s.tids[syscall.Gettid()] = true
+			s.tids[osThreadID()] = true
 			s.mu.Unlock()
 			errs[i] = fn(i)
 		})

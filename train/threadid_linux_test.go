@@ -1,0 +1,6 @@
+package train
+
+import "syscall"
+
+// osThreadID identifies the calling OS thread.
+func osThreadID() int { return syscall.Gettid() }

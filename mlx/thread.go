@@ -33,6 +33,7 @@ func startMLXThread() {
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread stays MLX's
 		C.ptlm_claim_thread()
+		raiseThreadQoS()
 		close(ready)
 		for {
 			select {

@@ -7,12 +7,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/posttrainllm/posttrainllm/internal/qos"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -99,11 +101,19 @@ func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 
 // lossPlot redraws a run's loss.png whenever the trainer writes a
 // checkpoint, so the plot of a run stopped early (interrupted, diverged)
-// shows it up to its last checkpoint.
+// shows it up to its last checkpoint. It draws on a goroutine of its own at
+// utility QoS (package qos): the training loop does not wait for the plot,
+// and on Apple silicon the drawing stays off the performance cores that
+// feed the GPU. A checkpoint written while a drawing is under way asks for
+// one more, which then reads all the metrics so far.
 type lossPlot struct {
 	runDir, title string
-	path          string // the plot, once drawn
-	err           error  // the last drawing's error
+	path          string // the plot, once drawn (read after wait)
+	err           error  // the last drawing's error (read after wait)
+
+	start  sync.Once
+	redraw chan struct{} // a drawing is asked for; buffered, so asks coalesce
+	done   chan struct{} // closed when the drawer has stopped
 }
 
 // hook returns h with the plot chained after its OnCheckpoint.
@@ -113,7 +123,43 @@ func (p *lossPlot) hook(h train.Hooks) train.Hooks {
 		if prev != nil {
 			prev(dir, step)
 		}
-		p.path, p.err = plotRun(p.runDir, p.title)
+		p.ask()
 	}
 	return h
+}
+
+// ask has the plot redrawn soon.
+func (p *lossPlot) ask() {
+	p.start.Do(func() {
+		p.redraw = make(chan struct{}, 1)
+		p.done = make(chan struct{})
+		go func() {
+			defer close(p.done)
+			qos.Run(qos.Utility, func() {
+				for range p.redraw {
+					p.path, p.err = plotRun(p.runDir, p.title)
+				}
+			})
+		}()
+	})
+	select {
+	case p.redraw <- struct{}{}:
+	default: // a drawing is already asked for and will read these metrics too
+	}
+}
+
+// wait finishes the drawings asked for and stops the drawer; path and err
+// are final then. A drawing that read the metrics log while the trainer
+// was appending to it may have failed on a line half written: once the run
+// is over, one more drawing settles it.
+func (p *lossPlot) wait() {
+	if p.redraw == nil {
+		return
+	}
+	close(p.redraw)
+	<-p.done
+	p.redraw = nil
+	if p.err != nil {
+		p.path, p.err = plotRun(p.runDir, p.title)
+	}
 }

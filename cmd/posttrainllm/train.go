@@ -250,6 +250,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 		humanCount(cfg.Model.NumParams()), cfg.TokensPerStep())}
 	tr.Hooks = plot.hook(prog.hooks())
 	sum, runErr := tr.Run(ctx, p.checkpoint)
+	plot.wait()
 	prog.finish()
 
 	switch {

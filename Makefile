@@ -1,6 +1,9 @@
 # posttrainllm: two commands on a fresh machine.
 #   make run    installs MLX if missing, builds, trains the tiny preset briefly
-#   make test   vet, format check, the CPU test suite and a short fuzz pass
+#   make test   vet, format check, the CPU test suite, a short fuzz pass and,
+#               on Linux, the macOS (darwin/arm64) cross-build check
+# The same two commands work on macOS (Apple silicon, MLX's Metal backend);
+# this file keeps to what macOS's GNU make 3.81 and bash 3.2 understand.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/posttrainllm
@@ -22,7 +25,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps build run test vet fmt-check fuzz-short fuzz bench test-gpu-bin test-gpu clean
+.PHONY: all deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench test-gpu-bin test-gpu clean
 
 all: build
 
@@ -53,6 +56,7 @@ fmt-check:
 test: deps vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
 	$(MAKE) --no-print-directory fuzz-short
+	$(MAKE) --no-print-directory cross-darwin
 
 fuzz-short:
 	@for t in $(FUZZ_TARGETS); do \
@@ -65,6 +69,14 @@ fuzz-short:
 
 fuzz:
 	$(MAKE) --no-print-directory fuzz-short FUZZ_SCALE=$(LONG_FUZZ_SCALE)
+
+# The macOS build, compiled and linked here: posttrainllm, the other
+# commands and every test binary for darwin/arm64 through Zig, against the
+# mlx-metal wheel, with their imports checked against what libmlx.dylib and
+# macOS's libraries export (scripts/cross-darwin.sh; pinned tools, all under
+# .deps). On a Mac it has nothing to do: make test runs the suite natively.
+cross-darwin:
+	@GO="$(GO)" scripts/cross-darwin.sh
 
 bench: build
 	$(BIN) bench --preset tiny --compare

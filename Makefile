@@ -53,8 +53,15 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
+# On a Mac the GPU tests (files tagged gpu) run after the suite, on Metal;
+# on Linux they need a CUDA machine (test-gpu below).
+ifeq ($(shell uname -s),Darwin)
+GPU_TESTS_HERE := 1
+endif
+
 test: deps vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
+	$(if $(GPU_TESTS_HERE),$(GO) test -count=1 -tags gpu -run GPU $(addprefix ./,$(GPU_TEST_PKGS)))
 	$(MAKE) --no-print-directory fuzz-short
 	$(MAKE) --no-print-directory cross-darwin
 

@@ -115,7 +115,7 @@ func BenchmarkCompiledCall(b *testing.B) {
 	lockBench(b)
 	x, y := Ones([]int{16}, Float32), Full([]int{16}, 0.5, Float32)
 	defer Free(x, y)
-	c, err := Compile(chain20, false)
+	c, err := Compile(chain20)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func BenchmarkCompiledValueAndGrad(b *testing.B) {
 	c, err := Compile(func(in []*Array) ([]*Array, error) {
 		vals, grads, err := vg.Call(in...)
 		return append(vals, grads...), err
-	}, false)
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

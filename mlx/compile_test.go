@@ -2,6 +2,7 @@ package mlx
 
 import (
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,7 +20,7 @@ func mlpBlock(in []*Array) ([]*Array, error) {
 func TestCompileMatchesInterpreted(t *testing.T) {
 	setup(t)
 	x, w := f32(lcg(30, 32), 4, 8), f32(lcg(31, 64), 8, 8)
-	c, err := Compile(mlpBlock, false)
+	c, err := Compile(mlpBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func TestCompileMatchesInterpreted(t *testing.T) {
 	}
 	checkClose(t, "compiled y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
 	checkClose(t, "compiled row sums", got[1], []int{4}, values(t, want[1]), 1e-5)
-	shapeless, err := Compile(mlpBlock, true)
+	shapeless, err := Compile(mlpBlock, Shapeless)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func countingAffine(traces *atomic.Int32) Func {
 func TestCompileTracesOnce(t *testing.T) {
 	setup(t)
 	var traces atomic.Int32
-	c, err := Compile(countingAffine(&traces), false)
+	c, err := Compile(countingAffine(&traces))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestCompileTracesOnce(t *testing.T) {
 	}
 	// A shapeless compile reuses its trace for every shape.
 	var shapeless atomic.Int32
-	cs, err := Compile(countingAffine(&shapeless), true)
+	cs, err := Compile(countingAffine(&shapeless), Shapeless)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func churn() (stop func()) {
 func TestCompiledCallAfterThreadChurn(t *testing.T) {
 	setup(t)
 	var traces atomic.Int32
-	c, err := Compile(countingAffine(&traces), false)
+	c, err := Compile(countingAffine(&traces))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestArrayFromAnotherThreadIsAnError(t *testing.T) {
 func TestSetCompileEnabled(t *testing.T) {
 	setup(t)
 	var before, off atomic.Int32
-	compiled, err := Compile(countingAffine(&before), false)
+	compiled, err := Compile(countingAffine(&before))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestSetCompileEnabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { SetCompileEnabled(true) })
-	plain, err := Compile(countingAffine(&off), false)
+	plain, err := Compile(countingAffine(&off))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +269,7 @@ func TestGraphOpsCountsFusion(t *testing.T) {
 	if interpreted["Matmul"] != 1 || interpreted["Compiled"] != 0 {
 		t.Fatalf("uncompiled ops %v: want one Matmul and no Compiled", interpreted)
 	}
-	c, err := Compile(mlpBlock, false)
+	c, err := Compile(mlpBlock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,5 +290,12 @@ func TestGraphOpsCountsFusion(t *testing.T) {
 	}
 	if after, err := GraphOps(out...); err != nil || total(after) != 0 {
 		t.Fatalf("after Eval: ops %v, err %v; want none", after, err)
+	}
+}
+
+func TestCompileRejectsUnknownOption(t *testing.T) {
+	if c, err := Compile(mlpBlock, Shapeless, CompileOption(7)); err == nil || !strings.Contains(err.Error(), "option 7") {
+		c.Free()
+		t.Fatalf("Compile with option 7: error %v, want one naming the option", err)
 	}
 }

@@ -75,7 +75,7 @@ func TestCustomVJPReplacesAutodiff(t *testing.T) {
 			return nil, err
 		}
 		return append(v, g...), nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

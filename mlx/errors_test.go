@@ -93,7 +93,7 @@ func TestCompiledPanicBecomesError(t *testing.T) {
 			m["boom"]++ // a runtime panic: assignment to a nil map
 		}
 		return []*Array{Exp(in[0])}, nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestTracedErrorSurfaces(t *testing.T) {
 			return nil, errors.New("want 3 rows, got " + shapeString(in[0].Shape()))
 		}
 		return []*Array{in[0]}, nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestTracedErrorSurfaces(t *testing.T) {
 	// An invalid op inside the trace surfaces with its name and shapes.
 	bad, err := Compile(func(in []*Array) ([]*Array, error) {
 		return []*Array{Matmul(in[0], in[0])}, nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func TestGPUCompiledMatchesCPU(t *testing.T) {
 	}
 	wantY, wantS := values(t, want[0]), values(t, want[1])
 	onGPU(t)
-	c, err := Compile(attentionBlock, false)
+	c, err := Compile(attentionBlock)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ func TestCompiledLoopMemoryFlat(t *testing.T) {
 	step, err := Compile(func(in []*Array) ([]*Array, error) {
 		// A contraction towards 1 keeps the values finite for 10 000 steps.
 		return []*Array{AddScalar(MulScalar(Tanh(in[0]), 0.5), 0.5)}, nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,29 @@ import (
 	"runtime"
 )
 
+// CompileOption changes how Compile traces; see Shapeless.
+type CompileOption uint8
+
+// Shapeless makes Compile reuse one trace for inputs of any shape, so the
+// traced function must not depend on the shapes (no reshape to a size
+// computed from them).
+const Shapeless CompileOption = 1
+
 // Compile traces fn on its first call for each set of input shapes and
-// dtypes (any shapes when shapeless) and replays the fused, simplified graph
+// dtypes (any shapes with Shapeless) and replays the fused, simplified graph
 // on later calls; fn itself runs only when MLX traces. Every array fn reads
 // must be an input: arrays captured by the Go closure become constants of
 // the trace.
-func Compile(fn Func, shapeless bool) (*Closure, error) {
+func Compile(fn Func, opts ...CompileOption) (*Closure, error) {
+	shapeless := false
+	for _, o := range opts {
+		switch o {
+		case Shapeless:
+			shapeless = true
+		default:
+			return nil, fmt.Errorf("mlx: unknown compile option %d", o)
+		}
+	}
 	c, err := NewClosure(fn)
 	if err != nil {
 		return nil, err

@@ -109,7 +109,7 @@ func TestClipByGlobalNormCompiles(t *testing.T) {
 	fn, err := mlx.Compile(func(in []*mlx.Array) ([]*mlx.Array, error) {
 		clipped, norm := ClipByGlobalNorm(in, 0.5)
 		return append(clipped, norm), nil
-	}, false)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func compiledUpdate(t *testing.T, opt Optimizer, nParams, nState int, traces *in
 		}
 		return append(newPs, newSt...), nil
 	}
-	c, err := mlx.Compile(fn, false)
+	c, err := mlx.Compile(fn)
 	if err != nil {
 		t.Fatal(err)
 	}

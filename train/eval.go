@@ -33,7 +33,7 @@ func NewEvaluator(loss LossFunc, view data.View, batch, context, batches int, se
 		e.y = append(e.y, mlx.FromSlice(ys, batch, context))
 	}
 	if compile {
-		e.fn, err = mlx.Compile(e.body, false)
+		e.fn, err = mlx.Compile(e.body)
 		if err != nil {
 			e.Free()
 			return nil, err

@@ -123,7 +123,7 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	}
 	s.vag = vag
 	if opts.Compile {
-		s.compiled, err = mlx.Compile(s.body, false)
+		s.compiled, err = mlx.Compile(s.body)
 		if err != nil {
 			vag.Free()
 			return nil, fmt.Errorf("train: compiling the step: %w", err)

@@ -34,16 +34,21 @@ func startMLXThread() {
 		runtime.LockOSThread() // never unlocked: the thread stays MLX's
 		C.ptlm_claim_thread()
 		close(ready)
-		for {
-			select {
-			case job := <-mlxThread.jobs:
-				job()
-			case <-mlxThread.wake:
-			}
-			releasePending()
-		}
+		serve()
 	}()
 	<-ready
+}
+
+// serve runs jobs and queued releases on the MLX thread, forever.
+func serve() {
+	for {
+		select {
+		case job := <-mlxThread.jobs:
+			job()
+		case <-mlxThread.wake:
+		}
+		releasePending()
+	}
 }
 
 // onMLXThread reports whether the caller runs on the MLX thread. Only the
@@ -58,7 +63,9 @@ func onMLXThread() bool { return C.ptlm_on_mlx_thread() != 0 }
 // from elsewhere, one call at a time; Do hands a whole computation over at
 // once, which is what entry points that run many operations (a training
 // step, a checkpoint load, sampling) use. A panic in fn is recovered on the
-// MLX thread and raised again in the caller.
+// MLX thread and raised again in the caller; runtime.Goexit in fn (as
+// t.Fatal calls) ends the caller's goroutine instead, and the MLX thread
+// lives on.
 //
 // fn must not wait for another goroutine that itself does MLX work: that
 // goroutine's calls queue behind fn, which never returns.
@@ -70,21 +77,37 @@ func Do(fn func() error) error {
 	type result struct {
 		err      error
 		panicked bool
+		goexit   bool
 		value    any
 		stack    []byte
 	}
 	done := make(chan result, 1)
 	mlxThread.jobs <- func() {
+		returned := false
 		defer func() {
+			if returned {
+				return
+			}
 			if r := recover(); r != nil {
 				done <- result{panicked: true, value: r, stack: debug.Stack()}
+				return
 			}
+			// fn called runtime.Goexit. Letting this goroutine exit would end
+			// the locked thread and MLX's per-thread state with it, so it
+			// keeps serving from here; the caller exits in its place.
+			done <- result{goexit: true}
+			serve()
 		}()
-		done <- result{err: fn()}
+		err := fn()
+		returned = true
+		done <- result{err: err}
 	}
 	r := <-done
-	if r.panicked {
+	switch {
+	case r.panicked:
 		panic(fmt.Sprintf("%v\n\n[recovered on the MLX thread]\n%s", r.value, r.stack))
+	case r.goexit:
+		runtime.Goexit()
 	}
 	return r.err
 }

@@ -2,6 +2,7 @@ package mlx
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -58,5 +59,38 @@ func TestDoReturnsErrorsAndRaisesPanics(t *testing.T) {
 	// The thread survives a panicking job.
 	if err := Do(func() error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDoPassesGoexitOn checks that runtime.Goexit in fn (what t.Fatal
+// calls) ends the calling goroutine, not the MLX thread.
+func TestDoPassesGoexitOn(t *testing.T) {
+	for range 2 { // the second Goexit happens on a thread already serving from a deferred call
+		returned := make(chan bool, 1)
+		go func() {
+			finished := false
+			defer func() { returned <- finished }()
+			_ = Do(func() error { runtime.Goexit(); return nil })
+			finished = true
+		}()
+		if <-returned {
+			t.Fatal("Do returned after fn called runtime.Goexit")
+		}
+		func() {
+			defer func() {
+				if r := recover(); r == nil {
+					t.Fatal("a panic after Goexit was not raised in the caller")
+				}
+			}()
+			_ = Do(func() error { panic("after goexit") })
+		}()
+		if err := Do(func() error {
+			if !onMLXThread() {
+				return errors.New("Do ran fn off the MLX thread")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -259,6 +259,17 @@ func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Ar
 // everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
 // The same seed gives the same parameters.
 func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
+	// Scopes live on the MLX thread; Do runs the whole initialisation there.
+	var params []*mlx.Array
+	err := mlx.Do(func() (err error) {
+		params, err = m.init(seed)
+		return err
+	})
+	return params, err
+}
+
+// init is Init's work, on the MLX thread.
+func (m *TinyGPT) init(seed uint64) ([]*mlx.Array, error) {
 	c := m.Config
 	s := mlx.NewScope()
 	defer s.Close()

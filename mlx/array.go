@@ -297,16 +297,23 @@ func fromBytes(p unsafe.Pointer, dtype Dtype, shape []int) *Array {
 func Scalar(v float64, dtype Dtype) *Array {
 	var h C.ptlm_array
 	asFloat := dtype.IsFloat() || math.IsNaN(v) || math.IsInf(v, 0)
-	onThread, err := call(func() C.int {
-		if asFloat {
-			return C.ptlm_array_from_float(C.double(v), C.int(dtype), &h)
+	// Called directly first, like unary: AddScalar and MulScalar make one
+	// scalar per op.
+	if rc := scalar(v, dtype, asFloat, &h); rc != C.PTLM_OK {
+		onThread, err := finish(rc, func() C.int { return scalar(v, dtype, asFloat, &h) })
+		if err != nil {
+			return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: err.Error()})
 		}
-		return C.ptlm_array_from_int(C.int64_t(v), C.int(dtype), &h)
-	})
-	if err != nil {
-		return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: err.Error()})
+		return newArray(h, onThread)
 	}
-	return newArray(h, onThread)
+	return newArray(h, true)
+}
+
+func scalar(v float64, dtype Dtype, asFloat bool, h *C.ptlm_array) C.int {
+	if asFloat {
+		return C.ptlm_array_from_float(C.double(v), C.int(dtype), h)
+	}
+	return C.ptlm_array_from_int(C.int64_t(v), C.int(dtype), h)
 }
 
 // Bytes evaluates the array and returns a copy of its row-major data.
@@ -386,20 +393,23 @@ func handles(arrs []*Array) ([]C.ptlm_array, error) {
 	return hs, nil
 }
 
-// Eval computes the arrays (and everything they depend on) now. On the MLX
-// thread it first runs the releases that cleanups queued.
+// Eval computes the arrays (and everything they depend on) now. It first
+// runs the releases that cleanups queued (the MLX thread also runs them
+// between handed-over calls).
 func Eval(arrs ...*Array) error {
+	if onMLXThread() {
+		releasePending()
+	}
 	hs, err := handles(arrs)
 	if err != nil {
 		return err
 	}
-	_, err = call(func() C.int {
-		if onMLXThread() {
-			releasePending() // before the evaluation allocates
-		}
-		return C.ptlm_eval(&hs[0], C.size_t(len(arrs)))
-	})
-	return check("eval", err)
+	// Called directly first, like unary: a step evaluates every time.
+	if rc := C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)); rc != C.PTLM_OK {
+		_, err := finish(rc, func() C.int { return C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)) })
+		return check("eval", err)
+	}
+	return nil
 }
 
 // GraphOps counts, by primitive name, the operations in the unevaluated
@@ -436,17 +446,18 @@ func GraphOps(arrs ...*Array) (map[string]int, error) {
 // AsyncEval schedules the arrays' computation and returns without waiting,
 // so the host can prepare the next step while the device works.
 func AsyncEval(arrs ...*Array) error {
+	if onMLXThread() {
+		releasePending()
+	}
 	hs, err := handles(arrs)
 	if err != nil {
 		return err
 	}
-	_, err = call(func() C.int {
-		if onMLXThread() {
-			releasePending() // before the evaluation allocates
-		}
-		return C.ptlm_async_eval(&hs[0], C.size_t(len(arrs)))
-	})
-	return check("async_eval", err)
+	if rc := C.ptlm_async_eval(&hs[0], C.size_t(len(hs)-1)); rc != C.PTLM_OK {
+		_, err := finish(rc, func() C.int { return C.ptlm_async_eval(&hs[0], C.size_t(len(hs)-1)) })
+		return check("async_eval", err)
+	}
+	return nil
 }
 
 // ErrorArray returns an array that carries err, for code that builds arrays

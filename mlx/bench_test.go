@@ -48,6 +48,14 @@ func BenchmarkAddOpHandedOver(b *testing.B) {
 	}
 }
 
+// BenchmarkDoHandoff is the fixed cost of handing work to the MLX thread
+// from another goroutine: an empty Do.
+func BenchmarkDoHandoff(b *testing.B) {
+	for b.Loop() {
+		_ = Do(func() error { return nil })
+	}
+}
+
 // BenchmarkAddOpInScope is BenchmarkAddOp with a Scope open, as inside
 // every traced function: each new array is also appended to the scope.
 func BenchmarkAddOpInScope(b *testing.B) {

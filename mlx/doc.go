@@ -28,11 +28,13 @@
 // this package owns: a goroutine locked to it for the life of the process.
 // Every function of the package is safe to call from any goroutine. A call
 // made elsewhere is handed to the MLX thread and waited for, one call at a
-// time, each costing a few microseconds (Handoffs counts them); calls from
-// different goroutines run one after another. A computation of many
-// operations (a training step, a checkpoint load, sampling) should therefore
-// run inside Do, which hands it over whole; inside Do, and in traced
-// functions, calls run directly at the cost of a plain cgo call. A function
+// time; each handoff costs two OS thread wake-ups, about ten microseconds on
+// a quiet machine and more on a busy one (BenchmarkDoHandoff; Handoffs
+// counts them). Calls from different goroutines run one after another. A
+// computation of many operations (a training step, a checkpoint load,
+// sampling) should therefore run inside Do, which hands it over whole;
+// inside Do, and in traced functions, calls run directly at the cost of a
+// plain cgo call. A function
 // passed to Do must not wait for another goroutine that itself does MLX
 // work: that goroutine's calls queue behind it, and neither ever finishes.
 //

@@ -60,40 +60,42 @@ func dropScopes() {
 // scope), so Close leaves them alive. Arrays not owned by s are ignored.
 // Called off the MLX thread, it runs there.
 func (s *Scope) Keep(arrs ...*Array) {
-	_ = Do(func() error {
-		for _, a := range arrs {
-			if a == nil || a.scope != s {
-				continue
-			}
-			a.scope = s.parent
-			if s.parent != nil {
-				s.parent.arrays = append(s.parent.arrays, a)
-			}
+	if !onMLXThread() {
+		_ = Do(func() error { s.Keep(arrs...); return nil })
+		return
+	}
+	for _, a := range arrs {
+		if a == nil || a.scope != s {
+			continue
 		}
-		return nil
-	})
+		a.scope = s.parent
+		if s.parent != nil {
+			s.parent.arrays = append(s.parent.arrays, a)
+		}
+	}
 }
 
 // Close frees the scope's arrays that were not kept and pops the scope.
 // Closing twice is a no-op. Scopes must close innermost first. Called off
 // the MLX thread, it runs there.
 func (s *Scope) Close() {
-	_ = Do(func() error {
-		if s.closed {
-			return nil
+	if !onMLXThread() {
+		_ = Do(func() error { s.Close(); return nil })
+		return
+	}
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for _, a := range s.arrays {
+		if a.scope == s {
+			a.Free()
 		}
-		s.closed = true
-		for _, a := range s.arrays {
-			if a.scope == s {
-				a.Free()
-			}
-		}
-		s.arrays = nil
-		if topScope == s {
-			topScope = s.parent
-		}
-		return nil
-	})
+	}
+	s.arrays = nil
+	if topScope == s {
+		topScope = s.parent
+	}
 }
 
 // Run calls fn on the MLX thread inside a new scope and keeps the arrays fn

@@ -573,7 +573,8 @@ func TestFreeFromAnyGoroutine(t *testing.T) {
 // holds the bridge's C and C++ objects: it defines the bridge's functions as
 // ptlm_*, and nothing as mlx_*, the prefix of MLX's own C API (mlx-c), which
 // a process may load beside it. (The test binary itself carries no symbol
-// table: go test links it with -s.)
+// table: go test links it with -s. After a change to the package, go list
+// compiles the plain package once, bridge included, which takes a minute.)
 func TestBridgeSymbolsArePrefixed(t *testing.T) {
 	archive, err := exec.Command("go", "list", "-export", "-f", "{{.Export}}", ".").Output()
 	if err != nil {

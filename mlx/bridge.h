@@ -77,7 +77,7 @@ int ptlm_compile(ptlm_closure c, bool shapeless, ptlm_closure* out);
 // Custom VJPs: vjp is called with in = primals ++ cotangents ++ outputs
 // (n_primals, then n_outputs twice) and pushes one cotangent per primal.
 // From the call on, the result owns payload: on failure dtor has already
-// released it.
+// released it (but not on PTLM_OFF_THREAD, which touches nothing).
 typedef int (*ptlm_vjp_fn)(uintptr_t payload, const ptlm_array* in, size_t n_primals, size_t n_outputs,
                           ptlm_vec outputs);
 int ptlm_custom_vjp(ptlm_closure fun, ptlm_vjp_fn vjp, uintptr_t payload, ptlm_payload_dtor dtor,

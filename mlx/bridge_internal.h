@@ -58,7 +58,7 @@ int dtype_code(mx::Dtype d);
 }  // namespace ptlm
 
 // PTLM_TRY runs body on the MLX thread and turns any C++ exception into
-// status 1 with the thread-local error string set. Called from any other
+// PTLM_FAILED with the thread-local error string set. Called from any other
 // thread it does nothing but set the error and return PTLM_OFF_THREAD, so
 // the caller can hand the call to the MLX thread and make it again there.
 #define PTLM_TRY(...)                                      \
@@ -68,13 +68,13 @@ int dtype_code(mx::Dtype d);
   }                                                        \
   try {                                                    \
     __VA_ARGS__;                                           \
-    return 0;                                              \
+    return PTLM_OK;                                        \
   } catch (const std::exception& e) {                      \
     ptlm::set_error(e.what());                             \
-    return 1;                                              \
+    return PTLM_FAILED;                                    \
   } catch (...) {                                          \
     ptlm::set_error("unknown C++ exception");              \
-    return 1;                                              \
+    return PTLM_FAILED;                                    \
   }
 
 #endif

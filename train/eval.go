@@ -38,7 +38,7 @@ func NewEvaluator(loss LossFunc, view data.View, batch, context, batches int, se
 		}
 		if compile {
 			var err error
-			if e.fn, err = mlx.Compile(e.body, false); err != nil {
+			if e.fn, err = mlx.Compile(e.body); err != nil {
 				return fmt.Errorf("eval: compiling: %w", err)
 			}
 		}

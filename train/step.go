@@ -138,7 +138,7 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 		}
 		s.vag = vag
 		if opts.Compile {
-			if s.compiled, err = mlx.Compile(s.body, false); err != nil {
+			if s.compiled, err = mlx.Compile(s.body); err != nil {
 				vag.Free()
 				return fmt.Errorf("train: compiling the step: %w", err)
 			}

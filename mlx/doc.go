@@ -34,9 +34,9 @@
 // computation of many operations (a training step, a checkpoint load,
 // sampling) should therefore run inside Do, which hands it over whole;
 // inside Do, and in traced functions, calls run directly at the cost of a
-// plain cgo call. A function
-// passed to Do must not wait for another goroutine that itself does MLX
-// work: that goroutine's calls queue behind it, and neither ever finishes.
+// plain cgo call. A function passed to Do must not wait for another
+// goroutine that itself does MLX work: that goroutine's calls queue behind
+// it, and neither ever finishes.
 //
 // Because arrays, compiled functions and keys are all made and used on the
 // one thread, they may be passed freely between goroutines: an array built

@@ -140,7 +140,7 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 		return sum, err
 	}
 	defer step.Free()
-	eval, err := NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches, cfg.Seed+1, cfg.Compile)
+	eval, err := NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches(), cfg.Seed+1, cfg.Compile)
 	if err != nil {
 		return sum, err
 	}

@@ -221,6 +221,10 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	cfg := p.cfg
 
 	fmt.Fprintln(out, describe(p.label, cfg))
+	if cfg.EvalEvery > 0 {
+		fmt.Fprintf(out, "%*s  held-out loss every %d steps on %d tokens (%d batches of %d windows of %d tokens)\n",
+			len(p.label), "", cfg.EvalEvery, cfg.EvalTokensCovered(), cfg.EvalBatches(), cfg.Batch, cfg.Model.Context)
+	}
 	ds, err := openDataset(out, cfg, opts.tokenCache)
 	if err != nil {
 		return err
@@ -340,7 +344,7 @@ func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) 
 	fmt.Fprintf(w, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f",
 		sum.StartStep+1, sum.Step, cfg.Steps, sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
 	if !isNaN(sum.ValLoss) {
-		fmt.Fprintf(w, ", held-out loss %.4f", sum.ValLoss)
+		fmt.Fprintf(w, ", held-out loss %.4f (%d tokens)", sum.ValLoss, cfg.EvalTokensCovered())
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)

@@ -100,36 +100,12 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err != nil {
 		return "", err
 	}
-	st, err := ReadRunState(filepath.Join(dir, StateFile))
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if err := checkModelMemory(st.Config.Model); err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	m, err := model.New(st.Config.Model)
+	st, m, params, free, err := loadModel(dir)
 	if err != nil {
 		return "", err
 	}
+	defer free()
 	tok, err := data.NewTokenizer(st.Config.Tokenizer)
-	if err != nil {
-		return "", err
-	}
-	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	defer func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}()
-	names := make([]string, len(m.Specs))
-	shapes := make([][]int, len(m.Specs))
-	for i, s := range m.Specs {
-		names[i], shapes[i] = s.Name, s.Shape
-	}
-	params, err := ordered(filepath.Join(dir, ModelFile), arrays, names, shapes)
 	if err != nil {
 		return "", err
 	}
@@ -142,6 +118,40 @@ func SampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 		return "", err
 	}
 	return tok.Decode(out), nil
+}
+
+// loadModel reads the run state and the parameters of checkpoint directory
+// dir, in the model's order; free releases the parameters.
+func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
+	st, err = ReadRunState(filepath.Join(dir, StateFile))
+	if err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if err := checkModelMemory(st.Config.Model); err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if m, err = model.New(st.Config.Model); err != nil {
+		return st, nil, nil, nil, err
+	}
+	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
+	if err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	free = func() {
+		for _, a := range arrays {
+			a.Free()
+		}
+	}
+	names := make([]string, len(m.Specs))
+	shapes := make([][]int, len(m.Specs))
+	for i, s := range m.Specs {
+		names[i], shapes[i] = s.Name, s.Shape
+	}
+	if params, err = ordered(filepath.Join(dir, ModelFile), arrays, names, shapes); err != nil {
+		free()
+		return st, nil, nil, nil, err
+	}
+	return st, m, params, free, nil
 }
 
 // ResolveCheckpoint accepts a checkpoint directory or a run folder and

@@ -140,7 +140,7 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 		return sum, err
 	}
 	defer step.Free()
-	eval, err := NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches(), cfg.Seed+1, cfg.Compile)
+	eval, err := NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 	if err != nil {
 		return sum, err
 	}
@@ -173,12 +173,11 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 	}
 	mlx.ResetPeakMemory()
 	if cfg.EvalEvery > 0 && st.step == 0 {
-		if sum.InitialValLoss, err = eval.Loss(st.params); err != nil {
+		m := Metrics{Step: 0, Loss: math.NaN(), LR: sched.LR(0)}
+		if sum.InitialValLoss, err = eval.record(st.params, cfg.Model.ZLoss, &m); err != nil {
 			return sum, err
 		}
 		sum.ValLoss = sum.InitialValLoss
-		v := sum.InitialValLoss
-		m := Metrics{Step: 0, Loss: math.NaN(), ValLoss: &v, LR: sched.LR(0)}
 		if err := writeMetrics(metrics, metricsForJSON(m)); err != nil {
 			return sum, err
 		}
@@ -272,11 +271,9 @@ func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
 			}
 			lastLog, lastLogStep = now, st.step
 			if evalNow {
-				v, err := eval.Loss(st.params)
-				if err != nil {
+				if sum.ValLoss, err = eval.record(st.params, cfg.Model.ZLoss, &m); err != nil {
 					return sum, err
 				}
-				m.ValLoss, sum.ValLoss = &v, v
 			}
 			sum.TokensPerS = m.TokensPerS
 			if err := writeMetrics(metrics, m); err != nil {

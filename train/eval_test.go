@@ -3,6 +3,7 @@ package train
 import (
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -288,6 +289,38 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 		}
 		if b, _ := json.Marshal(m); strings.Contains(string(b), "val_z_loss") {
 			t.Fatalf("metrics line %s has val_z_loss", b)
+		}
+	}
+}
+
+// ResolveCheckpoint is the rule of every --from and --resume: a checkpoint
+// directory as given, a run folder's newest checkpoint, and a clear error
+// for anything else.
+func TestResolveCheckpointRule(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
+	run := t.TempDir()
+	runTrainer(t, cfg, run, "")
+	older := filepath.Join(CheckpointRoot(run), "step-00000002")
+	for path, want := range map[string]string{
+		run:   filepath.Join(CheckpointRoot(run), "step-00000004"),
+		older: older,
+	} {
+		if got, err := ResolveCheckpoint(path); err != nil || got != want {
+			t.Errorf("ResolveCheckpoint(%s) = %s, %v; want %s", path, got, err, want)
+		}
+	}
+	file := filepath.Join(older, StateFile)
+	for path, want := range map[string][]string{
+		filepath.Join(run, "missing"): {"missing", "no such file"},
+		file:                          {"is a file", "run folder", "checkpoint directory"},
+		t.TempDir():                   {"no checkpoint", "run folder", "checkpoint directory", StateFile},
+	} {
+		_, err := ResolveCheckpoint(path)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("ResolveCheckpoint(%s): error %v, want it to mention %q", path, err, w)
+			}
 		}
 	}
 }

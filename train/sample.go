@@ -1,7 +1,9 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -154,11 +156,19 @@ func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, 
 	return st, m, params, free, nil
 }
 
-// ResolveCheckpoint accepts a checkpoint directory or a run folder and
-// returns the checkpoint directory (the newest one of a run folder).
+// ResolveCheckpoint is the one rule for what a --from or --resume path may
+// name: a checkpoint directory (one holding state.json, such as
+// RUN/checkpoints/step-00000400), which it returns as given, or a run
+// folder, for which it returns the newest complete checkpoint under
+// RUN/checkpoints. A file, a missing path or a folder with neither is an
+// error that says what was expected.
 func ResolveCheckpoint(path string) (string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is in the message already
+		}
 		return "", fmt.Errorf("checkpoint %q: %w", path, err)
 	}
 	if !info.IsDir() {
@@ -167,5 +177,10 @@ func ResolveCheckpoint(path string) (string, error) {
 	if _, err := os.Stat(filepath.Join(path, StateFile)); err == nil {
 		return path, nil // LoadCheckpoint validates every file
 	}
-	return LatestCheckpoint(path)
+	dir, err := LatestCheckpoint(path)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return "", fmt.Errorf("%s: %w: want a run folder (with %s/%s########) or a checkpoint directory (with %s)",
+			path, ErrNoCheckpoint, checkpointDir, stepPrefix, StateFile)
+	}
+	return dir, err
 }

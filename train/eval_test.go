@@ -293,6 +293,19 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 	}
 }
 
+func TestEvaluateCheckpointRejectsBadOptions(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := EvaluateCheckpoint(dir, EvalOptions{Split: "test"}); err == nil || !strings.Contains(err.Error(), `"test"`) {
+		t.Fatalf("split test: want an error naming it, got %v", err)
+	}
+	if _, err := EvaluateCheckpoint(filepath.Join(dir, "missing"), EvalOptions{}); err == nil {
+		t.Fatal("a missing path was accepted")
+	}
+	if _, err := EvaluateCheckpoint(dir, EvalOptions{}); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Fatalf("a folder without checkpoints: want an error saying so, got %v", err)
+	}
+}
+
 // ResolveCheckpoint is the rule of every --from and --resume: a checkpoint
 // directory as given, a run folder's newest checkpoint, and a clear error
 // for anything else.

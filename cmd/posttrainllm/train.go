@@ -40,10 +40,11 @@ logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
 optimizer.safetensors, state.json) and, at the end, loss.png.
 
 Without --corpus it trains on the Go standard library sources under GOROOT.
---resume RUN continues a run folder (or one checkpoint directory) from its
-newest checkpoint with the checkpoint's settings; --steps may extend it,
-flags that change the model are refused. An existing run folder is never
-replaced unless --overwrite says so.
+--resume continues a run from a checkpoint with the checkpoint's settings;
+--steps may extend it, flags that change the model are refused. An existing
+run folder is never replaced unless --overwrite says so.
+
+` + checkpointRule("--resume") + `
 
 Flags without a default below take the preset's value (or the
 checkpoint's); only the flags given override it.
@@ -61,7 +62,7 @@ quits at once.`,
 	fs := cmd.Flags()
 	fs.StringVar(&opts.preset, "preset", "tiny", "preset to start from (see posttrainllm presets)")
 	fs.StringVar(&opts.out, "out", "", "run folder (default runs/PRESET, or the resumed run's folder)")
-	fs.StringVar(&opts.resume, "resume", "", "continue the run in this folder (or checkpoint directory) from its newest checkpoint")
+	fs.StringVar(&opts.resume, "resume", "", "continue from this run folder (its newest checkpoint) or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (default $XDG_CACHE_HOME/posttrainllm/tokens)")

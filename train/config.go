@@ -1,6 +1,9 @@
 package train
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -41,11 +44,16 @@ type Config struct {
 
 	LogEvery        int `json:"log_every"`        // read the loss back every N updates
 	EvalEvery       int `json:"eval_every"`       // held-out loss every N updates; 0 disables
-	EvalBatches     int `json:"eval_batches"`     // batches per evaluation
+	EvalTokens      int `json:"eval_tokens"`      // held-out tokens per evaluation, at least (see EvalBatches)
 	CheckpointEvery int `json:"checkpoint_every"` // 0: only at the end
 	KeepCheckpoints int `json:"keep_checkpoints"` // newest checkpoints kept
 	PrefetchDepth   int `json:"prefetch_depth"`
 }
+
+// DefaultEvalTokens is EvalTokens when a config leaves it out: enough
+// held-out tokens that evaluations over different random windows agree
+// closely (docs/evaluation.md has the measurement).
+const DefaultEvalTokens = 65536
 
 // WithDefaults fills zero-valued fields that have a natural default.
 func (c Config) WithDefaults() Config {
@@ -72,7 +80,7 @@ func (c Config) WithDefaults() Config {
 		c.Device = "cpu"
 	}
 	def(&c.LogEvery, 10)
-	def(&c.EvalBatches, 4)
+	def(&c.EvalTokens, DefaultEvalTokens)
 	def(&c.KeepCheckpoints, 3)
 	def(&c.PrefetchDepth, 2)
 	return c
@@ -94,7 +102,7 @@ func (c Config) Validate() error {
 	}{
 		{"steps", c.Steps, 1}, {"batch", c.Batch, 1}, {"accum", c.Accum, 1},
 		{"warmup", c.Warmup, 0}, {"log_every", c.LogEvery, 1}, {"eval_every", c.EvalEvery, 0},
-		{"eval_batches", c.EvalBatches, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
+		{"eval_tokens", c.EvalTokens, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
 		{"keep_checkpoints", c.KeepCheckpoints, 1}, {"prefetch_depth", c.PrefetchDepth, 1},
 	}
 	for _, f := range ints {
@@ -158,3 +166,57 @@ func (c Config) validateNames() error {
 
 // TokensPerStep is the number of tokens one optimizer update consumes.
 func (c Config) TokensPerStep() int { return c.Batch * c.Accum * c.Model.Context }
+
+// EvalBatches is the number of batches (of Batch windows of Context
+// tokens) one held-out evaluation draws: ceil(EvalTokens / (Batch·Context)).
+func (c Config) EvalBatches() int { return evalBatches(c.EvalTokens, c.Batch, c.Model.Context) }
+
+// EvalTokensCovered is the number of tokens one held-out evaluation covers:
+// EvalBatches × Batch × Context, EvalTokens rounded up to whole batches.
+func (c Config) EvalTokensCovered() int { return c.EvalBatches() * c.Batch * c.Model.Context }
+
+// evalBatches is how many batches of batch × context tokens an
+// evaluation of at least tokens tokens draws: ceil(tokens / (batch·context)).
+func evalBatches(tokens, batch, context int) int {
+	per := batch * context
+	if tokens < 1 || per < 1 {
+		return 0
+	}
+	return (tokens-1)/per + 1
+}
+
+// UnmarshalJSON decodes a config strictly (an unknown field is an error,
+// as state.json and preset files require) and accepts eval_batches, the
+// older form of eval_tokens: n batches become eval_tokens = n × batch ×
+// context, the tokens those n batches covered, so a run resumed from an
+// older checkpoint evaluates the same windows. A config may not give both.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	type plain Config // without this method
+	var v struct {
+		plain
+		EvalBatches *int `json:"eval_batches"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	cfg := Config(v.plain)
+	if n := v.EvalBatches; n != nil {
+		if cfg.EvalTokens != 0 {
+			return errors.New("eval_batches and eval_tokens both given; eval_tokens replaces eval_batches, keep only it")
+		}
+		b, t := cfg.Batch, cfg.Model.Context
+		switch {
+		case *n < 0:
+			return fmt.Errorf("eval_batches = %d, want >= 1 (or eval_tokens)", *n)
+		case *n > 0 && b > 0 && t > 0: // otherwise Validate reports batch or context
+			if b > math.MaxInt32 || t > math.MaxInt32 || *n > math.MaxInt/(b*t) {
+				return fmt.Errorf("eval_batches = %d of batch %d × context %d is too many tokens", *n, b, t)
+			}
+			cfg.EvalTokens = *n * b * t
+		}
+	}
+	*c = cfg
+	return nil
+}

@@ -47,7 +47,7 @@ func tinyConfig() Config {
 		Steps:     20, Batch: 4, Accum: 1,
 		Optimizer: "adamw", Schedule: "cosine", LR: 3e-3, MinLR: 3e-4, Warmup: 5,
 		GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
-		LogEvery: 1, EvalBatches: 2,
+		LogEvery: 1, EvalTokens: 256, // 2 batches
 	}
 }
 

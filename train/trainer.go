@@ -143,7 +143,7 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 	}
 	sum.StartStep, sum.Step = r.step, r.step
-	r.eval, err = NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches, cfg.Seed+1, cfg.Compile)
+	r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 	if err != nil {
 		return nil, err
 	}
@@ -225,12 +225,12 @@ func (r *run) initialEval() error {
 	if r.cfg.EvalEvery == 0 || r.step != 0 {
 		return nil
 	}
-	v, err := r.eval.Loss(r.setup.State.Params())
+	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.setup.Schedule.LR(0)}
+	v, err := r.eval.record(r.setup.State.Params(), r.cfg.Model.ZLoss, &m)
 	if err != nil {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
-	m := Metrics{Step: 0, Loss: math.NaN(), ValLoss: &v, LR: r.setup.Schedule.LR(0)}
 	return writeMetrics(r.metrics, metricsForJSON(m))
 }
 
@@ -288,11 +288,11 @@ func (r *run) log(lr float64, eval bool) error {
 	}
 	r.lastLog, r.lastLogStep = now, r.step
 	if eval {
-		v, err := r.eval.Loss(r.setup.State.Params())
+		v, err := r.eval.record(r.setup.State.Params(), r.cfg.Model.ZLoss, &m)
 		if err != nil {
 			return err
 		}
-		m.ValLoss, r.sum.ValLoss = &v, v
+		r.sum.ValLoss = v
 	}
 	r.sum.TokensPerS = m.TokensPerS
 	if err := writeMetrics(r.metrics, m); err != nil {

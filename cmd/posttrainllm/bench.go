@@ -63,7 +63,7 @@ ratios, with their range.
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
-	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-batches", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
+	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
 	}

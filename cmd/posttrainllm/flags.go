@@ -132,7 +132,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	}
 	intF("log-every", "log_every", false, "log the loss every N updates", func(c *train.Config) *int { return &c.LogEvery })
 	intF("eval-every", "eval_every", false, "held-out loss every N updates (0 disables)", func(c *train.Config) *int { return &c.EvalEvery })
-	intF("eval-batches", "eval_batches", false, "batches per held-out evaluation", func(c *train.Config) *int { return &c.EvalBatches })
+	intF("eval-tokens", "eval_tokens", false, fmt.Sprintf("held-out tokens per evaluation, rounded up to whole batches (%d unless the preset sets it)", train.DefaultEvalTokens), func(c *train.Config) *int { return &c.EvalTokens })
 	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
 	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
 	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })

@@ -396,6 +396,28 @@ func TestReliabilityBadInput(t *testing.T) {
 			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
 			return []string{"sample", "--from", run, "--tokens", "5"}, cdir
 		}, []string{"model.safetensors", "safetensors"}},
+
+		{"eval --from at a file", func(t *testing.T, cdir string) ([]string, string) {
+			f := filepath.Join(cdir, "file.txt")
+			os.WriteFile(f, []byte("precious"), 0o644)
+			return []string{"eval", "--from", f}, cdir
+		}, []string{"invalid --from", "file.txt", "is a file; want a run folder or a checkpoint directory"}},
+		{"eval of an unknown split", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			return []string{"eval", "--from", run, "--split", "test"}, cdir
+		}, []string{"invalid --split test", "want val, train or all"}},
+		{"eval --seed without random windows", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			return []string{"eval", "--from", run, "--seed", "3"}, cdir
+		}, []string{"--seed 3 without --eval-tokens"}},
+		{"eval of a truncated checkpoint", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
+			return []string{"eval", "--from", run}, cdir
+		}, []string{"model.safetensors", "safetensors"}},
 	}
 
 	goodDigest := treeDigest(t, good)

@@ -137,6 +137,8 @@ int ptlm_squeeze(ptlm_array a, int axis, ptlm_array* out);
 int ptlm_flatten(ptlm_array a, int start_axis, int end_axis, ptlm_array* out);
 int ptlm_concatenate(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
 int ptlm_stack(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
+// inputs, each made to wait for every one of deps (no data flows from them).
+int ptlm_depends(const ptlm_array* in, size_t n, const ptlm_array* deps, size_t ndeps, ptlm_vec* out);
 int ptlm_split_sections(ptlm_array a, int num, int axis, ptlm_vec* out);
 int ptlm_split_indices(ptlm_array a, const int* indices, int n, int axis, ptlm_vec* out);
 int ptlm_slice(ptlm_array a, const int* start, const int* stop, const int* strides, int ndim, ptlm_array* out);

@@ -83,6 +83,7 @@ int ptlm_device_available(int type, bool* out);
 int ptlm_set_default_device(int type);
 int ptlm_get_default_device(int* type);
 int ptlm_synchronize(void);
+int ptlm_device_memory(int type, size_t* out);  // total bytes; 0 if MLX does not say
 int ptlm_memory_active(size_t* out);
 int ptlm_memory_peak(size_t* out);
 int ptlm_memory_cache(size_t* out);

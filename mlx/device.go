@@ -44,6 +44,15 @@ func (d Device) Available() bool {
 	return bool(ok)
 }
 
+// Memory returns the device's total memory in bytes as MLX reports it, or
+// 0 when MLX does not say, as for the CPU in MLX 0.32 (whose memory is the
+// host's RAM).
+func (d Device) Memory() (uint64, error) {
+	var n C.size_t
+	err := check(C.ptlm_device_memory(C.int(d), &n), "device_info")
+	return uint64(n), err
+}
+
 // SetDefaultDevice makes d the device of the calling thread's later operations.
 func SetDefaultDevice(d Device) error {
 	if !d.Available() {

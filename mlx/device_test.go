@@ -53,3 +53,16 @@ func TestDevices(t *testing.T) {
 		t.Fatalf("device names %q, %q", CPU, GPU)
 	}
 }
+
+// Asking for the CPU's memory works; MLX 0.32 answers 0 (it does not size
+// the CPU device), and a later version's answer must be the machine's RAM.
+func TestDeviceMemory(t *testing.T) {
+	setup(t)
+	n, err := CPU.Memory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 && n < 1<<30 {
+		t.Fatalf("CPU memory %d bytes, want 0 or the machine's RAM", n)
+	}
+}

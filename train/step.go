@@ -48,6 +48,12 @@ type StepOptions struct {
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real
 	// dtype, hence the separate switch.
 	ComputeDtype mlx.Dtype
+
+	// dependsOn picks, from the gradients accumulated so far, what each
+	// microbatch after the first waits for; nil picks all of them (see
+	// Step.body). Tests and the accumulation benchmark set it to compare
+	// other orderings, the unbounded formulation among them.
+	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
 // RunStepOptions are the step options of a training run: its accumulation,
@@ -182,6 +188,17 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // averaging and clipping, and the optimizer update; with ComputeCopies the
 // passes take the copies and the body also emits the new parameters cast
 // to ComputeDtype, which MLX's compiler fuses into the update's kernel.
+//
+// Microbatch i's tokens depend (mlx.Depends) on every gradient accumulated
+// over microbatches 0 … i-1. Nothing else orders the passes: MLX would be
+// free to run all N forward passes before any backward pass and hold all
+// N microbatches' activations at once. Waiting for the whole accumulated
+// gradient finishes microbatch i-1's backward pass, weight gradients
+// included, before microbatch i's forward pass starts, so the step's peak
+// is one microbatch's plus the float32 accumulators, whatever N
+// (docs/performance/cpu.md measures it; waiting for one gradient, the
+// embedding's, which the backward pass computes last, leaves the weight
+// gradients, and the activations they read, for later).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
 	P, C, S := s.nParams, s.nCopies, s.nState
@@ -198,6 +215,16 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	copy(args, lossParams)
 	for i := 0; i < n; i++ {
 		args[P], args[P+1] = microbatch(x, i), microbatch(y, i)
+		if i > 0 {
+			deps := grads
+			if s.opts.dependsOn != nil {
+				deps = s.opts.dependsOn(grads)
+			}
+			if len(deps) > 0 {
+				d := mlx.Depends(args[P:P+2], deps)
+				args[P], args[P+1] = d[0], d[1]
+			}
+		}
 		vals, g, err := s.vag.Call(args...)
 		if err != nil {
 			return nil, err

@@ -12,26 +12,27 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// orderings are what microbatch i can wait for (StepOptions.dependsOn):
-// the step's own choice, all accumulated gradients, first; then nothing,
-// the unbounded formulation; then fewer gradients.
+// orderings are what microbatch i can wait for (StepOptions.dependsOn,
+// given every accumulated gradient and then the loss): the step's own
+// choice, all of it, first; then nothing, the unbounded formulation; then
+// less.
 var orderings = []struct {
 	name      string
 	dependsOn func([]*mlx.Array) []*mlx.Array
 }{
-	{"all-grads", nil},
+	{"grads-and-loss", nil},
 	{"unordered", func([]*mlx.Array) []*mlx.Array { return nil }},
-	{"embedding-grad", func(g []*mlx.Array) []*mlx.Array { return g[:1] }},
-	{"head-grad", func(g []*mlx.Array) []*mlx.Array { return g[len(g)-1:] }},
-	{"matrix-grads", func(g []*mlx.Array) []*mlx.Array {
+	{"grads", func(acc []*mlx.Array) []*mlx.Array { return acc[:len(acc)-1] }},
+	{"matrix-grads", func(acc []*mlx.Array) []*mlx.Array {
 		var out []*mlx.Array
-		for _, a := range g {
+		for _, a := range acc {
 			if a.Ndim() == 2 {
 				out = append(out, a)
 			}
 		}
 		return out
 	}},
+	{"embedding-grad", func(acc []*mlx.Array) []*mlx.Array { return acc[:1] }},
 }
 
 // memoryConfig is an AdamW run of batch 8 at the small preset's width and
@@ -106,12 +107,12 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }
 
-// Accumulating 4 microbatches of 8 sequences peaks within 1.15 × the peak
+// Accumulating 8 microbatches of 8 sequences peaks within 1.15 × the peak
 // of one microbatch plus one float32 copy of the parameters (the
 // accumulators), compiled and interpreted. The unordered formulation of the
 // same step must break that bound, or this test could not tell.
 func TestAccumulationBoundsMemory(t *testing.T) {
-	const context, accum = 64, 4
+	const context, accum = 64, 8
 	paramBytes := uint64(memoryConfig(context, 1, true).Model.WithDefaults().ParamCount()) * 4
 	for _, compile := range []bool{true, false} {
 		one, _ := accumPeak(t, memoryConfig(context, 1, compile), nil)

@@ -49,10 +49,11 @@ type StepOptions struct {
 	// dtype, hence the separate switch.
 	ComputeDtype mlx.Dtype
 
-	// dependsOn picks, from the gradients accumulated so far, what each
-	// microbatch after the first waits for; nil picks all of them (see
-	// Step.body). Tests and the accumulation benchmark set it to compare
-	// other orderings, the unbounded formulation among them.
+	// dependsOn picks, from what the microbatches so far accumulated
+	// (every gradient, then the loss), what each microbatch after the first
+	// waits for; nil picks all of it (see Step.body). Tests and the
+	// accumulation benchmark set it to compare other orderings, the
+	// unbounded formulation among them.
 	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
@@ -189,16 +190,17 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // passes take the copies and the body also emits the new parameters cast
 // to ComputeDtype, which MLX's compiler fuses into the update's kernel.
 //
-// Microbatch i's tokens depend (mlx.Depends) on every gradient accumulated
-// over microbatches 0 … i-1. Nothing else orders the passes: MLX would be
-// free to run all N forward passes before any backward pass and hold all
-// N microbatches' activations at once. Waiting for the whole accumulated
-// gradient finishes microbatch i-1's backward pass, weight gradients
-// included, before microbatch i's forward pass starts, so the step's peak
-// is one microbatch's plus the float32 accumulators, whatever N
-// (docs/performance/cpu.md measures it; waiting for one gradient, the
-// embedding's, which the backward pass computes last, leaves the weight
-// gradients, and the activations they read, for later).
+// Microbatch i's tokens depend (mlx.Depends) on what microbatches 0 … i-1
+// accumulated: every gradient and the loss. Nothing else orders the
+// passes: MLX would be free to run all N forward passes before any
+// backward pass and hold all N microbatches' activations at once. Waiting
+// for the whole accumulated gradient finishes microbatch i-1's backward
+// pass, weight gradients included, before microbatch i's forward pass
+// starts; waiting for the loss too computes it then, rather than at the
+// end of the step, when its inputs (the logits' softmax statistics) would
+// have stayed alive for every microbatch. The step's peak is then one
+// microbatch's plus the float32 accumulators, whatever N
+// (docs/performance/cpu.md measures it against fewer dependencies).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
 	P, C, S := s.nParams, s.nCopies, s.nState
@@ -216,9 +218,9 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	for i := 0; i < n; i++ {
 		args[P], args[P+1] = microbatch(x, i), microbatch(y, i)
 		if i > 0 {
-			deps := grads
+			deps := append(slices.Clip(grads), lossSum)
 			if s.opts.dependsOn != nil {
-				deps = s.opts.dependsOn(grads)
+				deps = s.opts.dependsOn(deps)
 			}
 			if len(deps) > 0 {
 				d := mlx.Depends(args[P:P+2], deps)

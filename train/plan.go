@@ -206,6 +206,9 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Deferred calls run last first: the buffers go back to the system
+	// once the state and the step have released them.
+	defer mlx.ClearCache()
 	step, err := NewStep(m.Loss, o, len(m.Specs), len(o.StateNames()), RunStepOptions(cfg))
 	if err != nil {
 		return 0, err
@@ -216,7 +219,6 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 		return 0, err
 	}
 	defer st.Free()
-	defer mlx.ClearCache()
 	if err := st.Eval(); err != nil {
 		return 0, err
 	}

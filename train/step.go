@@ -57,11 +57,11 @@ type StepOptions struct {
 	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
-// RunStepOptions are the step options of a training run: its accumulation,
-// clipping and compile mode, and compute-dtype copies of the parameters
-// when the model keeps float32 masters but computes in a lower precision
-// (the copies save a cast kernel per parameter per step; see
-// StepOptions.ComputeCopies).
+// RunStepOptions are the step options of a training run: its accumulation
+// as configured (Plan.StepOptions takes the plan's instead), clipping and
+// compile mode, and compute-dtype copies of the parameters when the model
+// keeps float32 masters but computes in a lower precision (the copies save
+// a cast kernel per parameter per step; see StepOptions.ComputeCopies).
 func RunStepOptions(cfg Config) StepOptions {
 	o := StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
 	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {

@@ -92,6 +92,7 @@ int ptlm_device_available(int type, bool* out);
 int ptlm_set_default_device(int type);
 int ptlm_get_default_device(int* type);
 int ptlm_synchronize(void);
+int ptlm_device_memory(int type, size_t* out);  // total bytes; 0 if MLX does not say
 int ptlm_memory_active(size_t* out);
 int ptlm_memory_peak(size_t* out);
 int ptlm_memory_cache(size_t* out);
@@ -146,6 +147,8 @@ int ptlm_squeeze(ptlm_array a, int axis, ptlm_array* out);
 int ptlm_flatten(ptlm_array a, int start_axis, int end_axis, ptlm_array* out);
 int ptlm_concatenate(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
 int ptlm_stack(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
+// inputs, each made to wait for every one of deps (no data flows from them).
+int ptlm_depends(const ptlm_array* in, size_t n, const ptlm_array* deps, size_t ndeps, ptlm_vec* out);
 int ptlm_split_sections(ptlm_array a, int num, int axis, ptlm_vec* out);
 int ptlm_split_indices(ptlm_array a, const int* indices, int n, int axis, ptlm_vec* out);
 int ptlm_slice(ptlm_array a, const int* start, const int* stop, const int* strides, int ndim, ptlm_array* out);

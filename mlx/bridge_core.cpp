@@ -288,6 +288,11 @@ int ptlm_get_default_device(int* type) {
   PTLM_TRY(*type = mx::default_device().type == mx::Device::gpu ? PTLM_GPU : PTLM_CPU)
 }
 int ptlm_synchronize(void) { PTLM_TRY(mx::synchronize()) }
+int ptlm_device_memory(int type, size_t* out) {
+  PTLM_TRY(auto& info = mx::device_info(device_of(type)); auto it = info.find("total_memory");
+           if (it == info.end()) it = info.find("memory_size");
+           *out = it == info.end() ? 0 : std::get<size_t>(it->second))
+}
 
 int ptlm_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
 int ptlm_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }

@@ -44,6 +44,18 @@ func (d Device) Available() bool {
 	return bool(ok)
 }
 
+// Memory returns the device's total memory in bytes as MLX reports it, or
+// 0 when MLX does not say, as for the CPU in MLX 0.32 (whose memory is the
+// host's RAM).
+func (d Device) Memory() (uint64, error) {
+	var n C.size_t
+	_, err := call(func() C.int { return C.ptlm_device_memory(C.int(d), &n) })
+	if err != nil {
+		return 0, check("device_info", err)
+	}
+	return uint64(n), nil
+}
+
 // SetDefaultDevice makes d the device of later operations (MLX keeps the
 // default device per thread; it is set on the MLX thread, which runs them all).
 func SetDefaultDevice(d Device) error {

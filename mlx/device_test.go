@@ -54,3 +54,15 @@ func TestDevices(t *testing.T) {
 		}
 	})
 }
+
+// Asking for the CPU's memory works; MLX 0.32 answers 0 (it does not size
+// the CPU device), and a later version's answer must be the machine's RAM.
+func TestDeviceMemory(t *testing.T) {
+	n, err := CPU.Memory() // from the test's goroutine: handed to the MLX thread
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 && n < 1<<30 {
+		t.Fatalf("CPU memory %d bytes, want 0 or the machine's RAM", n)
+	}
+}

@@ -46,6 +46,16 @@ func relErr(t *testing.T, name string, got, want []float64) float64 {
 	return math.Sqrt(num / den)
 }
 
+// MLX sizes the GPU: an H200's 141 GB, say, and at least a gigabyte.
+func TestGPUMemory(t *testing.T) {
+	onMLX(t, func() {
+		onGPU(t)
+		if n, err := GPU.Memory(); err != nil || n < 1<<30 {
+			t.Fatalf("GPU memory %d bytes (err %v), want the device's memory", n, err)
+		}
+	})
+}
+
 func TestGPUDeviceIsDefault(t *testing.T) {
 	onMLX(t, func() {
 		onGPU(t)

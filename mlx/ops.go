@@ -138,6 +138,33 @@ func AddMM(c, a, b *Array, alpha, beta float32) *Array {
 	return newArray(h, onThread)
 }
 
+// Depends returns arrays equal to inputs that MLX computes only after
+// every one of dependencies: an ordering edge that carries no data, and
+// gradients pass through it to inputs unchanged. Use it to keep a graph from
+// holding two phases' intermediates at once.
+func Depends(inputs, dependencies []*Array) []*Array {
+	in, err := handles(inputs)
+	if err != nil {
+		return errArrays(len(inputs), err)
+	}
+	deps, err := handles(dependencies)
+	if err != nil {
+		return errArrays(len(inputs), err)
+	}
+	var hs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var v C.ptlm_vec
+		if rc := C.ptlm_depends(&in[0], C.size_t(len(inputs)), &deps[0], C.size_t(len(dependencies)), &v); rc != C.PTLM_OK {
+			return rc
+		}
+		return takeVec(v, &hs)
+	})
+	if err != nil {
+		return errArrays(len(inputs), opError("depends", err, inputs...))
+	}
+	return newArrays(hs, onThread)
+}
+
 // Matmul returns the matrix product a @ b (batched over leading dims).
 func Matmul(a, b *Array) *Array {
 	return binary("matmul", a, b, func(x, y C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_matmul(x, y, o) })

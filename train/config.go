@@ -25,8 +25,20 @@ type Config struct {
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
 
 	Steps int `json:"steps"` // optimizer updates
+	// Batch × Accum sequences make one optimizer update: the batch is
+	// that of one microbatch of Accum accumulated ones. How they run, how
+	// many sequences per forward pass, is the Plan's choice (MicroBatch).
 	Batch int `json:"batch"` // sequences per microbatch
 	Accum int `json:"accum"` // microbatches per update
+	// MicroBatch is how many sequences one forward pass runs, a divisor of
+	// Batch × Accum; 0 is auto (ChoosePlan: the batch on the CPU, the
+	// largest that fits MemoryBudget on a GPU). It changes how an update
+	// runs, not what it computes, so a checkpoint resumes under any.
+	MicroBatch int `json:"micro_batch,omitempty"`
+	// MemoryBudget is the peak memory an automatically planned step may
+	// use: bytes with a unit ("80GiB") or a fraction of the device's
+	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
+	MemoryBudget string `json:"memory_budget,omitempty"`
 
 	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd
 	// WeightDecay overrides the optimizer's default weight decay when set.
@@ -110,6 +122,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%s = %d, want >= %d", f.name, f.v, f.min)
 		}
 	}
+	if err := c.validatePlan(); err != nil {
+		return err
+	}
 	if c.PrefetchDepth > 8 {
 		return fmt.Errorf("prefetch_depth = %d, want 1..8", c.PrefetchDepth)
 	}
@@ -138,6 +153,33 @@ func (c Config) Validate() error {
 		return fmt.Errorf("device %q, want cpu or gpu", c.Device)
 	}
 	return c.validateNames()
+}
+
+// validatePlan checks the micro-batch and the memory budget.
+func (c Config) validatePlan() error {
+	if _, err := ParseMemoryBudget(c.MemoryBudget); err != nil {
+		return fmt.Errorf("memory_budget = %s, %w", c.MemoryBudget, err)
+	}
+	seqs := c.Batch * c.Accum
+	switch {
+	case c.MicroBatch < 0:
+		return fmt.Errorf("micro_batch = %d, want 0 (auto) or a number of sequences >= 1", c.MicroBatch)
+	case c.MicroBatch > 0 && seqs%c.MicroBatch != 0:
+		// The smallest divisors and seqs itself: a long list helps nobody.
+		var list []string
+		d := 1
+		for ; d <= seqs && d <= 1<<20 && len(list) < 6; d++ {
+			if seqs%d == 0 {
+				list = append(list, fmt.Sprint(d))
+			}
+		}
+		if d <= seqs {
+			list = append(list, "…", fmt.Sprint(seqs))
+		}
+		return fmt.Errorf("micro_batch = %d, want a divisor of batch × accum = %d × %d = %d (%s)",
+			c.MicroBatch, c.Batch, c.Accum, seqs, strings.Join(list, ", "))
+	}
+	return nil
 }
 
 // validateNames checks the tokenizer, optimizer and schedule by name, and

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
@@ -56,6 +57,14 @@ func tinyConfig() Config {
 // losses and how often the step was traced.
 func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int) {
 	t.Helper()
+	losses, traces, _ = setupRun(t, cfg, ds)
+	return losses, traces
+}
+
+// setupRun is setupLosses that also returns the final parameters,
+// flattened and concatenated in the model's order.
+func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {
+	t.Helper()
 	cfg, m, err := Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +78,7 @@ func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, trace
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
+	batch, err := s.Plan.NewBatch(cfg.Model.Context)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +92,19 @@ func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, trace
 		}
 		losses = append(losses, loss)
 	}
-	return losses, s.Step.Traces()
+	mlx.Do(func() error {
+		flat := make([]*mlx.Array, len(s.State.Params()))
+		for i, p := range s.State.Params() {
+			flat[i] = mlx.Reshape(mlx.AsType(p, mlx.Float32), -1)
+		}
+		all := mlx.Concatenate(flat, 0)
+		params, err = all.Float32s()
+		mlx.Free(all)
+		mlx.Free(flat...)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses, s.Step.Traces(), params
 }

@@ -29,6 +29,10 @@ type Metrics struct {
 	StepsPerS  float64 `json:"steps_per_s"`
 	TokensPerS float64 `json:"tokens_per_s"`
 	ElapsedS   float64 `json:"elapsed_s"`
+	// MicroBatch and AccumSteps are the plan the update ran under: a
+	// resumed run may run another.
+	MicroBatch int `json:"micro_batch,omitempty"`
+	AccumSteps int `json:"accum_steps,omitempty"`
 }
 
 // MetricsFile is the name of the metrics log inside a run folder.

@@ -39,6 +39,7 @@ func (p *progress) hooks() train.Hooks {
 
 func (p *progress) start(s train.Start) {
 	p.steps = s.Steps
+	fmt.Fprintf(p.w, "plan: %s\n", s.Plan)
 	if s.Resumed != "" {
 		fmt.Fprintf(p.w, "resuming at step %d of %d from %s\n", s.Step, s.Steps, s.Resumed)
 	}

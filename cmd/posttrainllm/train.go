@@ -48,6 +48,14 @@ run folder is never replaced unless --overwrite says so.
 
 ` + checkpointRule("--resume") + `
 
+--batch × --accum sequences make one optimizer update. --micro-batch sets
+how many of them one forward pass runs, the plan: auto (the default) runs
+the batch as given on the CPU and, on a GPU, the largest divisor of batch ×
+accum whose step, run once per candidate on throwaway parameters, peaks
+within --memory-budget; a number forces it. Every plan computes the same
+update, and a resumed run may use another. The plan is printed as the run
+starts and logged in metrics.jsonl.
+
 Flags without a default below take the preset's value (or the
 checkpoint's); only the flags given override it.
 

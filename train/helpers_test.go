@@ -93,14 +93,13 @@ func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces i
 		losses = append(losses, loss)
 	}
 	mlx.Do(func() error {
+		sc := mlx.NewScope() // frees the casts, reshapes and concatenation
+		defer sc.Close()
 		flat := make([]*mlx.Array, len(s.State.Params()))
 		for i, p := range s.State.Params() {
 			flat[i] = mlx.Reshape(mlx.AsType(p, mlx.Float32), -1)
 		}
-		all := mlx.Concatenate(flat, 0)
-		params, err = all.Float32s()
-		mlx.Free(all)
-		mlx.Free(flat...)
+		params, err = mlx.Concatenate(flat, 0).Float32s()
 		return nil
 	})
 	if err != nil {

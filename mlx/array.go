@@ -11,6 +11,7 @@ import (
 	"math"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -19,28 +20,55 @@ import (
 const maxDims = 16
 
 // Array is one MLX array. It is immutable: operations return new arrays.
-// An Array whose operation failed carries the error (see Err).
+// An Array whose operation failed carries the error (see Err). Any goroutine
+// may use it, and several may read it at once; freeing it while another
+// goroutine uses it is a race, as for any Go value.
 type Array struct {
 	h        C.ptlm_array
 	err      error
-	scope    *Scope // scope that frees it, if any
+	scope    *Scope // scope that frees it, if any (touched on the MLX thread only)
 	borrowed bool   // handle owned by C++ (closure inputs); never freed here
 	cleanup  runtime.Cleanup
-	dtype    Dtype
-	shape    []int // cached on first query; nil until then
+	meta     atomic.Pointer[arrayMeta] // dtype and shape, cached on first query
 }
 
-// newArray wraps a fresh handle owned by Go and registers it with the
-// current thread's open scope, if any.
-func newArray(h C.ptlm_array) *Array {
-	a := &Array{h: h, dtype: -1}
-	a.cleanup = runtime.AddCleanup(a, func(h C.ptlm_array) { releaseLater(func() { C.ptlm_array_free(h) }) }, h)
-	registerInScope(a)
+// arrayMeta is an array's dtype and shape. It is cached atomically, so
+// goroutines that share an array may query it at once.
+type arrayMeta struct {
+	dtype Dtype
+	shape []int
+	dims  [4]int // backs shape for arrays of up to 4 dimensions
+}
+
+// newArray wraps a fresh handle owned by Go. onThread is what call reported
+// for the call that made it: only arrays made on the MLX thread directly
+// join its open scope.
+func newArray(h C.ptlm_array, onThread bool) *Array {
+	a := &Array{h: h}
+	a.cleanup = runtime.AddCleanup(a, func(h C.ptlm_array) { releaseLater(func() { freeHandle(h) }) }, h)
+	registerInScope(a, onThread)
 	return a
 }
 
+// newArrays wraps handles that one call made (see newArray).
+func newArrays(hs []C.ptlm_array, onThread bool) []*Array {
+	out := make([]*Array, len(hs))
+	for i, h := range hs {
+		out[i] = newArray(h, onThread)
+	}
+	return out
+}
+
+// freeHandle releases an array handle on the MLX thread. It calls the
+// bridge itself first, without call's closure: it runs for every array.
+func freeHandle(h C.ptlm_array) {
+	if rc := C.ptlm_array_free(h); rc != C.PTLM_OK {
+		finish(rc, func() C.int { return C.ptlm_array_free(h) })
+	}
+}
+
 // errArray returns an array that carries err.
-func errArray(err error) *Array { return &Array{err: err, dtype: -1} }
+func errArray(err error) *Array { return &Array{err: err} }
 
 // Err returns the error this array carries, or nil.
 func (a *Array) Err() error {
@@ -61,7 +89,7 @@ func (a *Array) Free() {
 	}
 	if !a.borrowed {
 		a.cleanup.Stop()
-		C.ptlm_array_free(a.h)
+		freeHandle(a.h)
 	}
 	a.h = nil
 	a.err = errFreed
@@ -74,25 +102,41 @@ func Free(arrs ...*Array) {
 	}
 }
 
-func (a *Array) loadInfo() {
-	if a.shape != nil || a.Err() != nil {
-		return
+// info returns a's dtype and shape, asking MLX on first use; nil for an
+// array carrying an error.
+func (a *Array) info() *arrayMeta {
+	if m := a.meta.Load(); m != nil {
+		return m
+	}
+	if a.Err() != nil {
+		return nil
 	}
 	var dt, nd C.int
 	var sh [maxDims]C.int
-	if C.ptlm_array_info(a.h, &dt, &nd, &sh[0], maxDims) != 0 {
-		return
+	if _, err := call(func() C.int { return C.ptlm_array_info(a.h, &dt, &nd, &sh[0], maxDims) }); err != nil {
+		return nil
 	}
-	a.dtype = Dtype(dt)
-	a.shape = make([]int, int(nd))
-	for i := range a.shape {
-		a.shape[i] = int(sh[i])
+	m := &arrayMeta{dtype: Dtype(dt)}
+	if int(nd) <= len(m.dims) {
+		m.shape = m.dims[:nd:nd]
+	} else {
+		m.shape = make([]int, int(nd))
 	}
+	for i := range m.shape {
+		m.shape[i] = int(sh[i])
+	}
+	a.meta.Store(m)
+	return m
 }
 
 // Shape returns the array's dimensions (nil for an array carrying an error).
 // The slice is shared: do not modify it.
-func (a *Array) Shape() []int { a.loadInfo(); return a.shape }
+func (a *Array) Shape() []int {
+	if m := a.info(); m != nil {
+		return m.shape
+	}
+	return nil
+}
 
 // Dim returns dimension i; negative i counts from the end.
 func (a *Array) Dim(i int) int {
@@ -116,7 +160,12 @@ func (a *Array) Size() int {
 }
 
 // Dtype returns the element type (-1 for an array carrying an error).
-func (a *Array) Dtype() Dtype { a.loadInfo(); return a.dtype }
+func (a *Array) Dtype() Dtype {
+	if m := a.info(); m != nil {
+		return m.dtype
+	}
+	return -1
+}
 
 // Nbytes returns the size of the array's data in bytes.
 func (a *Array) Nbytes() int { return a.Size() * a.Dtype().Size() }
@@ -237,25 +286,34 @@ func fromBytes(p unsafe.Pointer, dtype Dtype, shape []int) *Array {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.ptlm_array_from_data(p, C.int(dtype), &sh[0], C.int(len(shape)), &h) != 0 {
-		return errArray(&Error{Op: "from_data", Operands: dtype.String() + shapeString(shape), Msg: lastError()})
+	onThread, err := call(func() C.int { return C.ptlm_array_from_data(p, C.int(dtype), &sh[0], C.int(len(shape)), &h) })
+	if err != nil {
+		return errArray(&Error{Op: "from_data", Operands: dtype.String() + shapeString(shape), Msg: err.Error()})
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // Scalar returns a 0-D array holding v converted to dtype.
 func Scalar(v float64, dtype Dtype) *Array {
 	var h C.ptlm_array
-	var rc C.int
-	if dtype.IsFloat() || math.IsNaN(v) || math.IsInf(v, 0) {
-		rc = C.ptlm_array_from_float(C.double(v), C.int(dtype), &h)
-	} else {
-		rc = C.ptlm_array_from_int(C.int64_t(v), C.int(dtype), &h)
+	asFloat := dtype.IsFloat() || math.IsNaN(v) || math.IsInf(v, 0)
+	// Called directly first, like unary: AddScalar and MulScalar make one
+	// scalar per op.
+	if rc := scalar(v, dtype, asFloat, &h); rc != C.PTLM_OK {
+		onThread, err := finish(rc, func() C.int { return scalar(v, dtype, asFloat, &h) })
+		if err != nil {
+			return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: err.Error()})
+		}
+		return newArray(h, onThread)
 	}
-	if rc != 0 {
-		return errArray(&Error{Op: "scalar", Operands: dtype.String(), Msg: lastError()})
+	return newArray(h, true)
+}
+
+func scalar(v float64, dtype Dtype, asFloat bool, h *C.ptlm_array) C.int {
+	if asFloat {
+		return C.ptlm_array_from_float(C.double(v), C.int(dtype), h)
 	}
-	return newArray(h)
+	return C.ptlm_array_from_int(C.int64_t(v), C.int(dtype), h)
 }
 
 // Bytes evaluates the array and returns a copy of its row-major data.
@@ -269,8 +327,8 @@ func (a *Array) Bytes() ([]byte, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.ptlm_array_read(a.h, p, C.size_t(len(buf))) != 0 {
-		return nil, opError("read", a)
+	if _, err := call(func() C.int { return C.ptlm_array_read(a.h, p, C.size_t(len(buf))) }); err != nil {
+		return nil, opError("read", err, a)
 	}
 	return buf, nil
 }
@@ -296,8 +354,8 @@ func ToSlice[T Number](a *Array) ([]T, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
-	if C.ptlm_array_read(src.h, p, C.size_t(len(out)*want.Size())) != 0 {
-		return nil, opError("read", a)
+	if _, err := call(func() C.int { return C.ptlm_array_read(src.h, p, C.size_t(len(out)*want.Size())) }); err != nil {
+		return nil, opError("read", err, a)
 	}
 	return out, nil
 }
@@ -335,7 +393,9 @@ func handles(arrs []*Array) ([]C.ptlm_array, error) {
 	return hs, nil
 }
 
-// Eval computes the arrays (and everything they depend on) now.
+// Eval computes the arrays (and everything they depend on) now. It first
+// runs the releases that cleanups queued (the MLX thread also runs them
+// between handed-over calls).
 func Eval(arrs ...*Array) error {
 	if onMLXThread() {
 		releasePending()
@@ -344,8 +404,10 @@ func Eval(arrs ...*Array) error {
 	if err != nil {
 		return err
 	}
-	if C.ptlm_eval(&hs[0], C.size_t(len(arrs))) != 0 {
-		return &Error{Op: "eval", Msg: lastError()}
+	// Called directly first, like unary: a step evaluates every time.
+	if rc := C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)); rc != C.PTLM_OK {
+		_, err := finish(rc, func() C.int { return C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)) })
+		return check("eval", err)
 	}
 	return nil
 }
@@ -361,8 +423,8 @@ func GraphOps(arrs ...*Array) (map[string]int, error) {
 		return nil, err
 	}
 	var out *C.char
-	if C.ptlm_graph_ops(&hs[0], C.size_t(len(arrs)), &out) != 0 {
-		return nil, &Error{Op: "graph_ops", Msg: lastError()}
+	if _, err := call(func() C.int { return C.ptlm_graph_ops(&hs[0], C.size_t(len(arrs)), &out) }); err != nil {
+		return nil, check("graph_ops", err)
 	}
 	defer C.free(unsafe.Pointer(out))
 	counts := map[string]int{}
@@ -391,8 +453,9 @@ func AsyncEval(arrs ...*Array) error {
 	if err != nil {
 		return err
 	}
-	if C.ptlm_async_eval(&hs[0], C.size_t(len(arrs))) != 0 {
-		return &Error{Op: "async_eval", Msg: lastError()}
+	if rc := C.ptlm_async_eval(&hs[0], C.size_t(len(hs)-1)); rc != C.PTLM_OK {
+		_, err := finish(rc, func() C.int { return C.ptlm_async_eval(&hs[0], C.size_t(len(hs)-1)) })
+		return check("async_eval", err)
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
 // bridge.h declares posttrainllm's thin C bridge over MLX's C++ API, in
-// mlx-c's style: opaque handles, an int status on every call (0 = ok) with a
-// thread-local last-error string, and closures as (callback, payload,
-// destructor). Every entry point catches all C++ exceptions.
+// mlx-c's style: opaque handles, an int status on every call (PTLM_OK,
+// PTLM_FAILED or PTLM_OFF_THREAD) with a thread-local last-error string, and
+// closures as (callback, payload, destructor). Every entry point catches all
+// C++ exceptions, and runs only on the MLX thread (see ptlm_claim_thread).
 #ifndef PTLM_MLX_BRIDGE_H
 #define PTLM_MLX_BRIDGE_H
 
@@ -27,14 +28,22 @@ enum {
 };
 enum { PTLM_CPU = 0, PTLM_GPU = 1 };
 
-// Errors.
+// Statuses. PTLM_OFF_THREAD: the call came from a thread other than the MLX
+// thread and did nothing; make it again on the MLX thread.
+enum { PTLM_OK = 0, PTLM_FAILED = 1, PTLM_OFF_THREAD = 2 };
+
+// Errors. The last error is per thread: read it on the thread whose call
+// failed.
 const char* ptlm_last_error(void);
 void ptlm_set_error(const char* msg);
 
 // The MLX thread: the one OS thread that runs every MLX call (see the Go
-// package doc). ptlm_claim_thread marks the calling thread as it;
-// ptlm_on_mlx_thread reports whether the calling thread is it.
-void ptlm_claim_thread(void);
+// package doc), because MLX keeps streams, the compile cache and the random
+// key per thread. ptlm_claim_thread marks the calling thread as it, once per
+// process (non-zero: another thread already is); ptlm_on_mlx_thread reports
+// whether the calling thread is it. These four functions run on any thread;
+// every other one returns PTLM_OFF_THREAD elsewhere.
+int ptlm_claim_thread(void);
 int ptlm_on_mlx_thread(void);
 
 // Arrays.
@@ -54,7 +63,7 @@ int ptlm_async_eval(const ptlm_array* arrs, size_t n);
 int ptlm_vec_new(ptlm_vec* out);
 int ptlm_vec_free(ptlm_vec v);
 int ptlm_vec_push(ptlm_vec v, ptlm_array a);
-size_t ptlm_vec_size(ptlm_vec v);
+int ptlm_vec_size(ptlm_vec v, size_t* out);
 int ptlm_vec_move_all(ptlm_vec v, ptlm_array* dst);
 
 // Closures: fn is called with borrowed input handles and pushes its outputs
@@ -68,7 +77,7 @@ int ptlm_compile(ptlm_closure c, bool shapeless, ptlm_closure* out);
 // Custom VJPs: vjp is called with in = primals ++ cotangents ++ outputs
 // (n_primals, then n_outputs twice) and pushes one cotangent per primal.
 // From the call on, the result owns payload: on failure dtor has already
-// released it.
+// released it (but not on PTLM_OFF_THREAD, which touches nothing).
 typedef int (*ptlm_vjp_fn)(uintptr_t payload, const ptlm_array* in, size_t n_primals, size_t n_outputs,
                           ptlm_vec outputs);
 int ptlm_custom_vjp(ptlm_closure fun, ptlm_vjp_fn vjp, uintptr_t payload, ptlm_payload_dtor dtor,
@@ -83,6 +92,7 @@ int ptlm_device_available(int type, bool* out);
 int ptlm_set_default_device(int type);
 int ptlm_get_default_device(int* type);
 int ptlm_synchronize(void);
+int ptlm_device_memory(int type, size_t* out);  // total bytes; 0 if MLX does not say
 int ptlm_memory_active(size_t* out);
 int ptlm_memory_peak(size_t* out);
 int ptlm_memory_cache(size_t* out);
@@ -96,8 +106,8 @@ int ptlm_save_safetensors(const char* path, const char** names, const ptlm_array
                          const char** meta_keys, const char** meta_vals, size_t nmeta);
 int ptlm_load_safetensors(const char* path, ptlm_st* out);
 int ptlm_st_free(ptlm_st st);
-size_t ptlm_st_num_arrays(ptlm_st st);
-size_t ptlm_st_num_meta(ptlm_st st);
+int ptlm_st_num_arrays(ptlm_st st, size_t* out);
+int ptlm_st_num_meta(ptlm_st st, size_t* out);
 int ptlm_st_array(ptlm_st st, size_t i, const char** name, ptlm_array* out);
 int ptlm_st_meta(ptlm_st st, size_t i, const char** key, const char** val);
 
@@ -137,6 +147,8 @@ int ptlm_squeeze(ptlm_array a, int axis, ptlm_array* out);
 int ptlm_flatten(ptlm_array a, int start_axis, int end_axis, ptlm_array* out);
 int ptlm_concatenate(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
 int ptlm_stack(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out);
+// inputs, each made to wait for every one of deps (no data flows from them).
+int ptlm_depends(const ptlm_array* in, size_t n, const ptlm_array* deps, size_t ndeps, ptlm_vec* out);
 int ptlm_split_sections(ptlm_array a, int num, int axis, ptlm_vec* out);
 int ptlm_split_indices(ptlm_array a, const int* indices, int n, int axis, ptlm_vec* out);
 int ptlm_slice(ptlm_array a, const int* start, const int* stop, const int* strides, int ndim, ptlm_array* out);

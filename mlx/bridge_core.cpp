@@ -1,5 +1,6 @@
 // bridge_core.cpp: errors, array handles, vectors, closures and transforms,
 // devices, memory and safetensors I/O.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -15,9 +16,16 @@ using namespace ptlm;
 namespace ptlm {
 
 static thread_local std::string last_error;
-static thread_local bool mlx_thread = false;
+static std::atomic<bool> thread_claimed{false};
 
 void set_error(const std::string& msg) { last_error = msg; }
+
+std::string off_thread_error(const char* fn) {
+  return std::string(fn) +
+         " called off the MLX thread: MLX keeps streams, the compile cache and the random key per OS thread, so "
+         "the bridge runs only on the thread that ptlm_claim_thread marked; call it through the Go package mlx, "
+         "which hands calls to that thread (mlx.Do)";
+}
 
 mx::Dtype dtype_of(int d) {
   switch (d) {
@@ -47,8 +55,13 @@ extern "C" {
 
 const char* ptlm_last_error(void) { return last_error.c_str(); }
 void ptlm_set_error(const char* msg) { set_error(msg ? msg : ""); }
-void ptlm_claim_thread(void) { mlx_thread = true; }
-int ptlm_on_mlx_thread(void) { return mlx_thread ? 1 : 0; }
+int ptlm_claim_thread(void) {
+  if (on_mlx_thread) return 0;
+  if (thread_claimed.exchange(true)) return 1;
+  on_mlx_thread = true;
+  return 0;
+}
+int ptlm_on_mlx_thread(void) { return on_mlx_thread ? 1 : 0; }
 
 int ptlm_array_free(ptlm_array a) { PTLM_TRY(delete reinterpret_cast<mx::array*>(a)) }
 
@@ -133,7 +146,7 @@ int ptlm_async_eval(const ptlm_array* arrs, size_t n) { PTLM_TRY(mx::async_eval(
 int ptlm_vec_new(ptlm_vec* out) { PTLM_TRY(*out = wrap_vec({})) }
 int ptlm_vec_free(ptlm_vec v) { PTLM_TRY(delete reinterpret_cast<std::vector<mx::array>*>(v)) }
 int ptlm_vec_push(ptlm_vec v, ptlm_array a) { PTLM_TRY(V(v).push_back(A(a))) }
-size_t ptlm_vec_size(ptlm_vec v) { return V(v).size(); }
+int ptlm_vec_size(ptlm_vec v, size_t* out) { PTLM_TRY(*out = V(v).size()) }
 int ptlm_vec_move_all(ptlm_vec v, ptlm_array* dst) {
   PTLM_TRY({
     auto& vec = V(v);
@@ -275,6 +288,11 @@ int ptlm_get_default_device(int* type) {
   PTLM_TRY(*type = mx::default_device().type == mx::Device::gpu ? PTLM_GPU : PTLM_CPU)
 }
 int ptlm_synchronize(void) { PTLM_TRY(mx::synchronize()) }
+int ptlm_device_memory(int type, size_t* out) {
+  PTLM_TRY(auto& info = mx::device_info(device_of(type)); auto it = info.find("total_memory");
+           if (it == info.end()) it = info.find("memory_size");
+           *out = it == info.end() ? 0 : std::get<size_t>(it->second))
+}
 
 int ptlm_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
 int ptlm_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
@@ -323,8 +341,8 @@ int ptlm_load_safetensors(const char* path, ptlm_st* out) {
 }
 
 int ptlm_st_free(ptlm_st st) { PTLM_TRY(delete reinterpret_cast<SafeTensors*>(st)) }
-size_t ptlm_st_num_arrays(ptlm_st st) { return ST(st).arrays.size(); }
-size_t ptlm_st_num_meta(ptlm_st st) { return ST(st).meta.size(); }
+int ptlm_st_num_arrays(ptlm_st st, size_t* out) { PTLM_TRY(*out = ST(st).arrays.size()) }
+int ptlm_st_num_meta(ptlm_st st, size_t* out) { PTLM_TRY(*out = ST(st).meta.size()) }
 int ptlm_st_array(ptlm_st st, size_t i, const char** name, ptlm_array* out) {
   PTLM_TRY({
     auto& e = ST(st).arrays.at(i);

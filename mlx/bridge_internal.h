@@ -17,6 +17,16 @@ namespace ptlm {
 
 void set_error(const std::string& msg);
 
+// on_mlx_thread is true only on the thread that ptlm_claim_thread marked:
+// MLX keeps streams, the compile cache and the random key per OS thread, so
+// every entry point refuses to run anywhere else. constinit lets other
+// translation units read it directly, without a TLS wrapper call.
+inline constinit thread_local bool on_mlx_thread = false;
+
+// off_thread_error is the message of a call refused because it came from
+// another thread: what happened, and how to call the bridge instead.
+std::string off_thread_error(const char* fn);
+
 inline mx::array& A(ptlm_array a) {
   if (a == nullptr) throw std::invalid_argument("nil array handle");
   return *reinterpret_cast<mx::array*>(a);
@@ -47,18 +57,24 @@ int dtype_code(mx::Dtype d);
 
 }  // namespace ptlm
 
-// PTLM_TRY runs body and turns any C++ exception into a non-zero status with
-// the thread-local error string set.
-#define PTLM_TRY(...)                                    \
-  try {                                                  \
-    __VA_ARGS__;                                         \
-    return 0;                                            \
-  } catch (const std::exception& e) {                    \
-    ptlm::set_error(e.what());                           \
-    return 1;                                            \
-  } catch (...) {                                        \
-    ptlm::set_error("unknown C++ exception");            \
-    return 1;                                            \
+// PTLM_TRY runs body on the MLX thread and turns any C++ exception into
+// PTLM_FAILED with the thread-local error string set. Called from any other
+// thread it does nothing but set the error and return PTLM_OFF_THREAD, so
+// the caller can hand the call to the MLX thread and make it again there.
+#define PTLM_TRY(...)                                      \
+  if (!ptlm::on_mlx_thread) {                              \
+    ptlm::set_error(ptlm::off_thread_error(__func__));     \
+    return PTLM_OFF_THREAD;                                \
+  }                                                        \
+  try {                                                    \
+    __VA_ARGS__;                                           \
+    return PTLM_OK;                                        \
+  } catch (const std::exception& e) {                      \
+    ptlm::set_error(e.what());                             \
+    return PTLM_FAILED;                                    \
+  } catch (...) {                                          \
+    ptlm::set_error("unknown C++ exception");              \
+    return PTLM_FAILED;                                    \
   }
 
 #endif

@@ -60,6 +60,9 @@ int ptlm_concatenate(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out
 int ptlm_stack(const ptlm_array* arrs, size_t n, int axis, ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::stack(arrays(arrs, n), axis)))
 }
+int ptlm_depends(const ptlm_array* in, size_t n, const ptlm_array* deps, size_t ndeps, ptlm_vec* out) {
+  PTLM_TRY(*out = wrap_vec(mx::depends(arrays(in, n), arrays(deps, ndeps))))
+}
 int ptlm_split_sections(ptlm_array a, int num, int axis, ptlm_vec* out) {
   PTLM_TRY(*out = wrap_vec(mx::split(A(a), num, axis)))
 }

@@ -42,18 +42,20 @@ type Closure struct {
 func NewClosure(fn Func) (*Closure, error) {
 	handle := cgo.NewHandle(fn)
 	var h C.ptlm_closure
-	if C.ptlm_closure_new_go(C.uintptr_t(handle), &h) != 0 {
+	if _, err := call(func() C.int { return C.ptlm_closure_new_go(C.uintptr_t(handle), &h) }); err != nil {
 		handle.Delete()
-		return nil, &Error{Op: "closure", Msg: lastError()}
+		return nil, check("closure", err)
 	}
 	return wrapClosure(h), nil
 }
 
 func wrapClosure(h C.ptlm_closure) *Closure {
 	c := &Closure{h: h}
-	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { releaseLater(func() { C.ptlm_closure_free(h) }) }, h)
+	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { releaseLater(func() { freeClosure(h) }) }, h)
 	return c
 }
+
+func freeClosure(h C.ptlm_closure) { call(func() C.int { return C.ptlm_closure_free(h) }) }
 
 // Free releases the closure (and, for a compiled closure, its trace cache).
 func (c *Closure) Free() {
@@ -61,7 +63,7 @@ func (c *Closure) Free() {
 		return
 	}
 	c.cleanup.Stop()
-	C.ptlm_closure_free(c.h)
+	freeClosure(c.h)
 	c.h = nil
 }
 
@@ -74,14 +76,22 @@ func (c *Closure) Call(inputs ...*Array) ([]*Array, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out C.ptlm_vec
-	if C.ptlm_closure_apply(c.h, &hs[0], C.size_t(len(inputs)), &out) != 0 {
-		return nil, &Error{Op: "call", Msg: lastError()}
+	var outs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var v C.ptlm_vec
+		if rc := C.ptlm_closure_apply(c.h, &hs[0], C.size_t(len(inputs)), &v); rc != C.PTLM_OK {
+			return rc
+		}
+		return takeVec(v, &outs)
+	})
+	if err != nil {
+		return nil, check("call", err)
 	}
-	return takeVec(out), nil
+	return newArrays(outs, onThread), nil
 }
 
-// ptlmClosureCall is the C callback behind every Go closure.
+// ptlmClosureCall is the C callback behind every Go closure. Callbacks run
+// inside the bridge call that invoked them, so on the MLX thread.
 //
 //export ptlmClosureCall
 func ptlmClosureCall(payload C.uintptr_t, inputs *C.ptlm_array, n C.size_t, outputs C.ptlm_vec) C.int {
@@ -104,17 +114,17 @@ func ptlmVJPCall(payload C.uintptr_t, in *C.ptlm_array, nPrimals, nOutputs C.siz
 // outputs to MLX, and turns Go errors and panics into a failure status: a Go
 // panic must never unwind through C++.
 func callGo(hs []C.ptlm_array, outputs C.ptlm_vec, fn Func) (rc C.int) {
-	scope := NewScope()
-	defer scope.Close()
 	defer func() {
 		if r := recover(); r != nil {
 			C.ptlm_set_error(cstr(fmt.Sprintf("panic in traced Go function: %v\n%s", r, debug.Stack())))
-			rc = 1
+			rc = C.PTLM_FAILED
 		}
 	}()
+	scope := NewScope()
+	defer scope.Close()
 	in := make([]*Array, len(hs))
 	for i := range in {
-		in[i] = &Array{h: hs[i], borrowed: true, dtype: -1}
+		in[i] = &Array{h: hs[i], borrowed: true}
 	}
 	defer Free(in...)
 	out, err := fn(in)
@@ -123,14 +133,14 @@ func callGo(hs []C.ptlm_array, outputs C.ptlm_vec, fn Func) (rc C.int) {
 	}
 	if err != nil {
 		C.ptlm_set_error(cstr(err.Error()))
-		return 1
+		return C.PTLM_FAILED
 	}
 	for _, a := range out {
-		if C.ptlm_vec_push(outputs, a.h) != 0 {
-			return 1
+		if _, err := call(func() C.int { return C.ptlm_vec_push(outputs, a.h) }); err != nil {
+			return C.PTLM_FAILED // the bridge's message is still this thread's last error
 		}
 	}
-	return 0
+	return C.PTLM_OK
 }
 
 // VJPFunc computes the cotangents of a function's inputs (one per primal)
@@ -152,9 +162,13 @@ func CustomVJP(fn Func, vjp VJPFunc) (*Closure, error) {
 		return nil, err
 	}
 	defer c.Free()
+	// The handle is made once: a call refused off the MLX thread leaves it
+	// untouched for the retry, and from then on the bridge owns it (it has
+	// released it if the call failed).
+	handle := C.uintptr_t(cgo.NewHandle(vjp))
 	var h C.ptlm_closure
-	if C.ptlm_custom_vjp_go(c.h, C.uintptr_t(cgo.NewHandle(vjp)), &h) != 0 {
-		return nil, &Error{Op: "custom_vjp", Msg: lastError()} // the bridge released the handle
+	if _, err := call(func() C.int { return C.ptlm_custom_vjp_go(c.h, handle, &h) }); err != nil {
+		return nil, check("custom_vjp", err)
 	}
 	return wrapClosure(h), nil
 }

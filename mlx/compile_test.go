@@ -1,8 +1,7 @@
 package mlx
 
 import (
-	"runtime"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -16,36 +15,37 @@ func mlpBlock(in []*Array) ([]*Array, error) {
 }
 
 func TestCompileMatchesInterpreted(t *testing.T) {
-	setup(t)
-	x, w := f32(lcg(30, 32), 4, 8), f32(lcg(31, 64), 8, 8)
-	c, err := Compile(mlpBlock, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	got, err := c.Call(x, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := mlpBlock([]*Array{x, w})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("compiled call returned %d outputs, want 2", len(got))
-	}
-	checkClose(t, "compiled y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
-	checkClose(t, "compiled row sums", got[1], []int{4}, values(t, want[1]), 1e-5)
-	shapeless, err := Compile(mlpBlock, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer shapeless.Free()
-	got, err = shapeless.Call(x, w)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkClose(t, "shapeless y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
+	onMLX(t, func() {
+		x, w := f32(lcg(30, 32), 4, 8), f32(lcg(31, 64), 8, 8)
+		c, err := Compile(mlpBlock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free()
+		got, err := c.Call(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := mlpBlock([]*Array{x, w})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 {
+			t.Fatalf("compiled call returned %d outputs, want 2", len(got))
+		}
+		checkClose(t, "compiled y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
+		checkClose(t, "compiled row sums", got[1], []int{4}, values(t, want[1]), 1e-5)
+		shapeless, err := Compile(mlpBlock, Shapeless)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer shapeless.Free()
+		got, err = shapeless.Call(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, "shapeless y", got[0], []int{4, 8}, values(t, want[0]), 1e-5)
+	})
 }
 
 // countingAffine returns a Func computing 2x+1 that counts its traces.
@@ -57,190 +57,94 @@ func countingAffine(traces *atomic.Int32) Func {
 }
 
 func TestCompileTracesOnce(t *testing.T) {
-	setup(t)
-	var traces atomic.Int32
-	c, err := Compile(countingAffine(&traces), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	for i := range 100 {
-		s := NewScope()
-		v := float64(i)
-		out, err := c.Call(f32([]float64{v, -v, 0.5 * v}))
+	onMLX(t, func() {
+		var traces atomic.Int32
+		c, err := Compile(countingAffine(&traces))
 		if err != nil {
 			t.Fatal(err)
 		}
-		checkClose(t, "compiled 2x+1", out[0], []int{3}, []float64{2*v + 1, -2*v + 1, v + 1}, 1e-6)
-		s.Close()
-	}
-	if n := traces.Load(); n != 1 {
-		t.Fatalf("100 calls with one input shape traced %d times, want 1", n)
-	}
-	// A new input shape is a new trace; the old one stays cached.
-	if _, err := c.Call(f32([]float64{1, 2}, 2)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Call(f32([]float64{1, 2, 3})); err != nil {
-		t.Fatal(err)
-	}
-	if n := traces.Load(); n != 2 {
-		t.Fatalf("after a second shape: %d traces, want 2", n)
-	}
-	// A shapeless compile reuses its trace for every shape.
-	var shapeless atomic.Int32
-	cs, err := Compile(countingAffine(&shapeless), true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Free()
-	for n := 1; n <= 4; n++ {
-		out, err := cs.Call(Ones([]int{n}, Float32))
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkClose(t, "shapeless 2x+1", out[0], []int{n}, mapf(make([]float64, n), func(float64) float64 { return 3 }), 0)
-	}
-	if n := shapeless.Load(); n != 1 {
-		t.Fatalf("shapeless compile traced %d times for 4 shapes, want 1", n)
-	}
-}
-
-// churn starts goroutines that yield constantly, so the scheduler moves
-// goroutines between OS threads; stop ends them.
-func churn() (stop func()) {
-	var wg sync.WaitGroup
-	var done atomic.Bool
-	for range 8 * runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !done.Load() {
-				runtime.Gosched()
-			}
-		}()
-	}
-	return func() { done.Store(true); wg.Wait() }
-}
-
-func TestCompiledCallAfterThreadChurn(t *testing.T) {
-	setup(t)
-	var traces atomic.Int32
-	c, err := Compile(countingAffine(&traces), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	stop := churn()
-	defer stop()
-	type result struct {
-		tids map[int]bool
-		err  error
-		sum  float64
-	}
-	res := make(chan result)
-	go func() {
-		// Let the scheduler move this goroutine around first.
-		for range 100 {
-			runtime.Gosched()
-		}
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		s := NewScope()
-		defer s.Close()
-		r := result{tids: map[int]bool{}}
-		for i := range 50 {
-			runtime.Gosched()
-			r.tids[osThreadID()] = true
-			out, err := c.Call(FromSlice([]float32{float32(i)}))
-			if err != nil {
-				r.err = err
-				break
-			}
-			v, err := out[0].Item()
-			if err != nil {
-				r.err = err
-				break
-			}
-			r.sum += v
-		}
-		res <- r
-	}()
-	r := <-res
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	if len(r.tids) != 1 {
-		t.Fatalf("locked goroutine ran on %d OS threads", len(r.tids))
-	}
-	// sum over i<50 of 2i+1 = 50².
-	if r.sum != 2500 {
-		t.Fatalf("sum of outputs %g, want 2500", r.sum)
-	}
-	if n := traces.Load(); n != 1 {
-		t.Fatalf("50 calls on a locked thread amid churn traced %d times, want 1", n)
-	}
-}
-
-func TestArrayFromAnotherThreadIsAnError(t *testing.T) {
-	setup(t)
-	// A lazy array: its graph lives on this thread's default stream.
-	lazy := AddScalar(f32([]float64{1, 2}), 1)
-	errc := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		_, err := lazy.Float32s()
-		if err == nil {
-			err = Eval(lazy)
-		}
-		errc <- err
-	}()
-	err := <-errc
-	if err == nil {
-		t.Fatal("evaluating an array from another OS thread succeeded; MLX keeps streams per thread")
-	}
-	// The owning thread still evaluates it.
-	checkClose(t, "owner thread", lazy, []int{2}, []float64{2, 3}, 0)
-}
-
-func TestSetCompileEnabled(t *testing.T) {
-	setup(t)
-	var before, off atomic.Int32
-	compiled, err := Compile(countingAffine(&before), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer compiled.Free()
-	if err := SetCompileEnabled(false); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { SetCompileEnabled(true) })
-	plain, err := Compile(countingAffine(&off), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Free()
-	x := FromSlice([]float32{1, 2})
-	for range 3 {
-		for _, c := range []*Closure{compiled, plain} {
-			out, err := c.Call(x)
+		defer c.Free()
+		for i := range 100 {
+			s := NewScope()
+			v := float64(i)
+			out, err := c.Call(f32([]float64{v, -v, 0.5 * v}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkClose(t, "2x+1", out[0], []int{2}, []float64{3, 5}, 0)
+			checkClose(t, "compiled 2x+1", out[0], []int{3}, []float64{2*v + 1, -2*v + 1, v + 1}, 1e-6)
+			s.Close()
 		}
-	}
-	if err := SetCompileEnabled(true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := plain.Call(x); err != nil {
-		t.Fatal(err)
-	}
-	if before.Load() != 1 || off.Load() != 4 {
-		t.Fatalf("traces: %d for the closure compiled before disabling (want 1), %d for the one compiled while disabled (want 4)",
-			before.Load(), off.Load())
-	}
+		if n := traces.Load(); n != 1 {
+			t.Fatalf("100 calls with one input shape traced %d times, want 1", n)
+		}
+		// A new input shape is a new trace; the old one stays cached.
+		if _, err := c.Call(f32([]float64{1, 2}, 2)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Call(f32([]float64{1, 2, 3})); err != nil {
+			t.Fatal(err)
+		}
+		if n := traces.Load(); n != 2 {
+			t.Fatalf("after a second shape: %d traces, want 2", n)
+		}
+		// A shapeless compile reuses its trace for every shape.
+		var shapeless atomic.Int32
+		cs, err := Compile(countingAffine(&shapeless), Shapeless)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Free()
+		for n := 1; n <= 4; n++ {
+			out, err := cs.Call(Ones([]int{n}, Float32))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkClose(t, "shapeless 2x+1", out[0], []int{n}, mapf(make([]float64, n), func(float64) float64 { return 3 }), 0)
+		}
+		if n := shapeless.Load(); n != 1 {
+			t.Fatalf("shapeless compile traced %d times for 4 shapes, want 1", n)
+		}
+	})
+}
+
+func TestSetCompileEnabled(t *testing.T) {
+	onMLX(t, func() {
+		var before, off atomic.Int32
+		compiled, err := Compile(countingAffine(&before))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer compiled.Free()
+		if err := SetCompileEnabled(false); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { SetCompileEnabled(true) })
+		plain, err := Compile(countingAffine(&off))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer plain.Free()
+		x := FromSlice([]float32{1, 2})
+		for range 3 {
+			for _, c := range []*Closure{compiled, plain} {
+				out, err := c.Call(x)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkClose(t, "2x+1", out[0], []int{2}, []float64{3, 5}, 0)
+			}
+		}
+		if err := SetCompileEnabled(true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.Call(x); err != nil {
+			t.Fatal(err)
+		}
+		if before.Load() != 1 || off.Load() != 4 {
+			t.Fatalf("traces: %d for the closure compiled before disabling (want 1), %d for the one compiled while disabled (want 4)",
+				before.Load(), off.Load())
+		}
+	})
 }
 
 // TestGraphOpsCountsFusion counts the operations behind a compiled and an
@@ -248,45 +152,53 @@ func TestSetCompileEnabled(t *testing.T) {
 // Compiled primitives, so it holds fewer operations; evaluated arrays have
 // none left.
 func TestGraphOpsCountsFusion(t *testing.T) {
-	setup(t)
-	in := []*Array{f32(lcg(41, 12), 3, 4), f32(lcg(42, 16), 4, 4), f32(lcg(43, 4), 4)}
-	total := func(m map[string]int) (n int) {
-		for _, c := range m {
-			n += c
+	onMLX(t, func() {
+		in := []*Array{f32(lcg(41, 12), 3, 4), f32(lcg(42, 16), 4, 4), f32(lcg(43, 4), 4)}
+		total := func(m map[string]int) (n int) {
+			for _, c := range m {
+				n += c
+			}
+			return n
 		}
-		return n
-	}
-	plain, err := mlpBlock(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	interpreted, err := GraphOps(plain...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if interpreted["Matmul"] != 1 || interpreted["Compiled"] != 0 {
-		t.Fatalf("uncompiled ops %v: want one Matmul and no Compiled", interpreted)
-	}
-	c, err := Compile(mlpBlock, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	out, err := c.Call(in...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	compiled, err := GraphOps(out...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if compiled["Matmul"] != 1 || total(compiled) >= total(interpreted) {
-		t.Fatalf("compiled ops %v, uncompiled %v: want one Matmul and fewer ops", compiled, interpreted)
-	}
-	if err := Eval(out...); err != nil {
-		t.Fatal(err)
-	}
-	if after, err := GraphOps(out...); err != nil || total(after) != 0 {
-		t.Fatalf("after Eval: ops %v, err %v; want none", after, err)
+		plain, err := mlpBlock(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		interpreted, err := GraphOps(plain...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if interpreted["Matmul"] != 1 || interpreted["Compiled"] != 0 {
+			t.Fatalf("uncompiled ops %v: want one Matmul and no Compiled", interpreted)
+		}
+		c, err := Compile(mlpBlock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free()
+		out, err := c.Call(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		compiled, err := GraphOps(out...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if compiled["Matmul"] != 1 || total(compiled) >= total(interpreted) {
+			t.Fatalf("compiled ops %v, uncompiled %v: want one Matmul and fewer ops", compiled, interpreted)
+		}
+		if err := Eval(out...); err != nil {
+			t.Fatal(err)
+		}
+		if after, err := GraphOps(out...); err != nil || total(after) != 0 {
+			t.Fatalf("after Eval: ops %v, err %v; want none", after, err)
+		}
+	})
+}
+
+func TestCompileRejectsUnknownOption(t *testing.T) {
+	if c, err := Compile(mlpBlock, Shapeless, CompileOption(7)); err == nil || !strings.Contains(err.Error(), "option 7") {
+		c.Free()
+		t.Fatalf("Compile with option 7: error %v, want one naming the option", err)
 	}
 }

@@ -26,25 +26,32 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("mlx: %s(%s): %s", e.Op, e.Operands, e.Msg)
 }
 
-// lastError reads the bridge's thread-local error message.
+// lastError reads the bridge's last error message for the calling thread.
+// Only finish calls it, on the thread whose call failed.
 func lastError() string { return C.GoString(C.ptlm_last_error()) }
 
-// opError builds an *Error for op with the bridge's last message and a
+// bridgeError is a failed bridge call's message, before it is given an op
+// and operands.
+type bridgeError string
+
+func (e bridgeError) Error() string { return string(e) }
+
+// opError builds an *Error for op from a failed bridge call's error and a
 // description of the operands.
-func opError(op string, operands ...*Array) error {
+func opError(op string, err error, operands ...*Array) error {
 	parts := make([]string, 0, len(operands))
 	for _, a := range operands {
 		parts = append(parts, a.describe())
 	}
-	return &Error{Op: op, Operands: strings.Join(parts, ", "), Msg: lastError()}
+	return &Error{Op: op, Operands: strings.Join(parts, ", "), Msg: err.Error()}
 }
 
-// check turns a bridge status into an error for op.
-func check(rc C.int, op string) error {
-	if rc == 0 {
+// check names op in the error of a bridge call, or returns nil.
+func check(op string, err error) error {
+	if err == nil {
 		return nil
 	}
-	return &Error{Op: op, Msg: lastError()}
+	return &Error{Op: op, Msg: err.Error()}
 }
 
 // errFreed is carried by arrays used after Free.

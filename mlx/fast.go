@@ -39,10 +39,11 @@ func RMSNorm(x, weight *Array, eps float32) *Array {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if C.ptlm_fast_rms_norm(x.h, handleOrNil(weight), C.float(eps), &h) != 0 {
-		return errArray(opError("rms_norm", x))
+	onThread, err := call(func() C.int { return C.ptlm_fast_rms_norm(x.h, handleOrNil(weight), C.float(eps), &h) })
+	if err != nil {
+		return errArray(opError("rms_norm", err, x))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // LayerNorm normalises the last axis of x to zero mean and unit variance,
@@ -55,10 +56,13 @@ func LayerNorm(x, weight, bias *Array, eps float32) *Array {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if C.ptlm_fast_layer_norm(x.h, handleOrNil(weight), handleOrNil(bias), C.float(eps), &h) != 0 {
-		return errArray(opError("layer_norm", x))
+	onThread, err := call(func() C.int {
+		return C.ptlm_fast_layer_norm(x.h, handleOrNil(weight), handleOrNil(bias), C.float(eps), &h)
+	})
+	if err != nil {
+		return errArray(opError("layer_norm", err, x))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // RoPE applies rotary position embeddings to the first dims features of the
@@ -91,10 +95,13 @@ func ScaledDotProductAttention(q, k, v *Array, scale float32, mask AttentionMask
 	cmode := C.CString(string(mask))
 	defer C.free(unsafe.Pointer(cmode))
 	var h C.ptlm_array
-	if C.ptlm_fast_sdpa(q.h, k.h, v.h, C.float(scale), cmode, handleOrNil(maskArr), &h) != 0 {
-		return errArray(opError("scaled_dot_product_attention", q, k, v))
+	onThread, err := call(func() C.int {
+		return C.ptlm_fast_sdpa(q.h, k.h, v.h, C.float(scale), cmode, handleOrNil(maskArr), &h)
+	})
+	if err != nil {
+		return errArray(opError("scaled_dot_product_attention", err, q, k, v))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // CrossEntropy returns the per-position cross-entropy of logits [..., V]

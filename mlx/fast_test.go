@@ -44,25 +44,27 @@ func refLayerNorm(x, w, b []float64, d int, eps float64) []float64 {
 }
 
 func TestRMSNorm(t *testing.T) {
-	setup(t)
-	const d = 8
-	x, w := lcg(1, 3*d), lcg(2, d)
-	got := RMSNorm(f32(x, 3, d), f32(w), 1e-5)
-	checkClose(t, "rms_norm", got, []int{3, d}, refRMSNorm(x, w, d, 1e-5), 1e-5)
-	ones := mapf(w, func(float64) float64 { return 1 })
-	checkClose(t, "rms_norm without weight", RMSNorm(f32(x, 3, d), nil, 1e-5), []int{3, d},
-		refRMSNorm(x, ones, d, 1e-5), 1e-5)
+	onMLX(t, func() {
+		const d = 8
+		x, w := lcg(1, 3*d), lcg(2, d)
+		got := RMSNorm(f32(x, 3, d), f32(w), 1e-5)
+		checkClose(t, "rms_norm", got, []int{3, d}, refRMSNorm(x, w, d, 1e-5), 1e-5)
+		ones := mapf(w, func(float64) float64 { return 1 })
+		checkClose(t, "rms_norm without weight", RMSNorm(f32(x, 3, d), nil, 1e-5), []int{3, d},
+			refRMSNorm(x, ones, d, 1e-5), 1e-5)
+	})
 }
 
 func TestLayerNorm(t *testing.T) {
-	setup(t)
-	const d = 6
-	x, w, b := lcg(3, 4*d), lcg(4, d), lcg(5, d)
-	got := LayerNorm(f32(x, 4, d), f32(w), f32(b), 1e-5)
-	checkClose(t, "layer_norm", got, []int{4, d}, refLayerNorm(x, w, b, d, 1e-5), 1e-5)
-	ones, zeros := mapf(w, func(float64) float64 { return 1 }), make([]float64, d)
-	checkClose(t, "layer_norm plain", LayerNorm(f32(x, 4, d), nil, nil, 1e-5), []int{4, d},
-		refLayerNorm(x, ones, zeros, d, 1e-5), 1e-5)
+	onMLX(t, func() {
+		const d = 6
+		x, w, b := lcg(3, 4*d), lcg(4, d), lcg(5, d)
+		got := LayerNorm(f32(x, 4, d), f32(w), f32(b), 1e-5)
+		checkClose(t, "layer_norm", got, []int{4, d}, refLayerNorm(x, w, b, d, 1e-5), 1e-5)
+		ones, zeros := mapf(w, func(float64) float64 { return 1 }), make([]float64, d)
+		checkClose(t, "layer_norm plain", LayerNorm(f32(x, 4, d), nil, nil, 1e-5), []int{4, d},
+			refLayerNorm(x, ones, zeros, d, 1e-5), 1e-5)
+	})
 }
 
 // refRoPE rotates the first dims features of each [T, D] row of x as MLX's
@@ -89,34 +91,35 @@ func refRoPE(x []float64, rows, T, D, dims int, base, scale float64, offset int)
 }
 
 func TestRoPE(t *testing.T) {
-	setup(t)
-	const B, H, T, D = 1, 2, 5, 8
-	x := lcg(6, B*H*T*D)
-	cases := []struct {
-		dims   int
-		base   float64
-		scale  float64
-		offset int
-	}{
-		{D, 10000, 1, 0},
-		{D, 10000, 1, 3},
-		{4, 100, 0.5, 2}, // partial rotation: features 4..7 pass through
-	}
-	for _, c := range cases {
-		got := RoPE(f32(x, B, H, T, D), c.dims, false, float32(c.base), float32(c.scale), c.offset)
-		want := refRoPE(x, B*H, T, D, c.dims, c.base, c.scale, c.offset)
-		checkClose(t, "rope", got, []int{B, H, T, D}, want, 1e-5)
-	}
-	// Traditional RoPE rotates adjacent pairs instead: it differs.
-	trad := values(t, RoPE(f32(x, B, H, T, D), D, true, 10000, 1, 1))
-	split := refRoPE(x, B*H, T, D, D, 10000, 1, 1)
-	diff := 0.0
-	for i := range trad {
-		diff = math.Max(diff, math.Abs(trad[i]-split[i]))
-	}
-	if diff < 1e-3 {
-		t.Fatal("traditional RoPE equals split-half RoPE; the traditional flag is ignored")
-	}
+	onMLX(t, func() {
+		const B, H, T, D = 1, 2, 5, 8
+		x := lcg(6, B*H*T*D)
+		cases := []struct {
+			dims   int
+			base   float64
+			scale  float64
+			offset int
+		}{
+			{D, 10000, 1, 0},
+			{D, 10000, 1, 3},
+			{4, 100, 0.5, 2}, // partial rotation: features 4..7 pass through
+		}
+		for _, c := range cases {
+			got := RoPE(f32(x, B, H, T, D), c.dims, false, float32(c.base), float32(c.scale), c.offset)
+			want := refRoPE(x, B*H, T, D, c.dims, c.base, c.scale, c.offset)
+			checkClose(t, "rope", got, []int{B, H, T, D}, want, 1e-5)
+		}
+		// Traditional RoPE rotates adjacent pairs instead: it differs.
+		trad := values(t, RoPE(f32(x, B, H, T, D), D, true, 10000, 1, 1))
+		split := refRoPE(x, B*H, T, D, D, 10000, 1, 1)
+		diff := 0.0
+		for i := range trad {
+			diff = math.Max(diff, math.Abs(trad[i]-split[i]))
+		}
+		if diff < 1e-3 {
+			t.Fatal("traditional RoPE equals split-half RoPE; the traditional flag is ignored")
+		}
+	})
 }
 
 // refAttention computes softmax(q·kᵀ·scale + mask)·v per [T, D] head.
@@ -155,30 +158,31 @@ func refAttention(q, k, v []float64, heads, T, D int, scale float64, causal bool
 }
 
 func TestScaledDotProductAttention(t *testing.T) {
-	setup(t)
-	const B, H, T, D = 2, 2, 6, 4
-	n := B * H * T * D
-	q, k, v := lcg(7, n), lcg(8, n), lcg(9, n)
-	scale := 1 / math.Sqrt(D)
-	for _, causal := range []bool{true, false} {
-		mask := NoMask
-		if causal {
-			mask = CausalMask
+	onMLX(t, func() {
+		const B, H, T, D = 2, 2, 6, 4
+		n := B * H * T * D
+		q, k, v := lcg(7, n), lcg(8, n), lcg(9, n)
+		scale := 1 / math.Sqrt(D)
+		for _, causal := range []bool{true, false} {
+			mask := NoMask
+			if causal {
+				mask = CausalMask
+			}
+			got := ScaledDotProductAttention(f32(q, B, H, T, D), f32(k, B, H, T, D), f32(v, B, H, T, D),
+				float32(scale), mask, nil)
+			checkClose(t, "sdpa "+string(mask), got, []int{B, H, T, D}, refAttention(q, k, v, B*H, T, D, scale, causal), 1e-5)
+		}
+		// An additive mask array equal to the causal mask gives the same result.
+		add := make([]float64, T*T)
+		for i := range T {
+			for j := i + 1; j < T; j++ {
+				add[i*T+j] = math.Inf(-1)
+			}
 		}
 		got := ScaledDotProductAttention(f32(q, B, H, T, D), f32(k, B, H, T, D), f32(v, B, H, T, D),
-			float32(scale), mask, nil)
-		checkClose(t, "sdpa "+string(mask), got, []int{B, H, T, D}, refAttention(q, k, v, B*H, T, D, scale, causal), 1e-5)
-	}
-	// An additive mask array equal to the causal mask gives the same result.
-	add := make([]float64, T*T)
-	for i := range T {
-		for j := i + 1; j < T; j++ {
-			add[i*T+j] = math.Inf(-1)
-		}
-	}
-	got := ScaledDotProductAttention(f32(q, B, H, T, D), f32(k, B, H, T, D), f32(v, B, H, T, D),
-		float32(scale), NoMask, f32(add, T, T))
-	checkClose(t, "sdpa mask array", got, []int{B, H, T, D}, refAttention(q, k, v, B*H, T, D, scale, true), 1e-5)
+			float32(scale), NoMask, f32(add, T, T))
+		checkClose(t, "sdpa mask array", got, []int{B, H, T, D}, refAttention(q, k, v, B*H, T, D, scale, true), 1e-5)
+	})
 }
 
 // refCrossEntropy is -log_softmax(logits)[target] per row.
@@ -200,14 +204,15 @@ func refCrossEntropy(logits []float64, targets []int32, V int) []float64 {
 }
 
 func TestCrossEntropy(t *testing.T) {
-	setup(t)
-	const B, T, V = 2, 3, 7
-	logits := mapf(lcg(10, B*T*V), func(x float64) float64 { return 4 * x })
-	targets := []int32{0, 6, 3, 2, 5, 1}
-	got := CrossEntropy(f32(logits, B, T, V), FromSlice(targets, B, T))
-	checkClose(t, "cross_entropy", got, []int{B, T}, refCrossEntropy(logits, targets, V), 1e-5)
-	// Huge logits stay finite.
-	big := []float64{1000, 0, -1000}
-	checkClose(t, "cross_entropy large", CrossEntropy(f32(big, 1, 3), FromSlice([]int32{1})), []int{1},
-		[]float64{1000}, 1e-6)
+	onMLX(t, func() {
+		const B, T, V = 2, 3, 7
+		logits := mapf(lcg(10, B*T*V), func(x float64) float64 { return 4 * x })
+		targets := []int32{0, 6, 3, 2, 5, 1}
+		got := CrossEntropy(f32(logits, B, T, V), FromSlice(targets, B, T))
+		checkClose(t, "cross_entropy", got, []int{B, T}, refCrossEntropy(logits, targets, V), 1e-5)
+		// Huge logits stay finite.
+		big := []float64{1000, 0, -1000}
+		checkClose(t, "cross_entropy large", CrossEntropy(f32(big, 1, 3), FromSlice([]int32{1})), []int{1},
+			[]float64{1000}, 1e-6)
+	})
 }

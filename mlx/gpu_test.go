@@ -46,20 +46,31 @@ func relErr(t *testing.T, name string, got, want []float64) float64 {
 	return math.Sqrt(num / den)
 }
 
+// MLX sizes the GPU: an H200's 141 GB, say, and at least a gigabyte.
+func TestGPUMemory(t *testing.T) {
+	onMLX(t, func() {
+		onGPU(t)
+		if n, err := GPU.Memory(); err != nil || n < 1<<30 {
+			t.Fatalf("GPU memory %d bytes (err %v), want the device's memory", n, err)
+		}
+	})
+}
+
 func TestGPUDeviceIsDefault(t *testing.T) {
-	setup(t)
-	onGPU(t)
-	if d := DefaultDevice(); d != GPU {
-		t.Fatalf("default device %s after SetDefaultDevice(GPU), want gpu", d)
-	}
-	a := f32([]float64{1, 2, 3}, 3)
-	checkClose(t, "a·2+1 on the GPU", AddScalar(MulScalar(a, 2), 1), []int{3}, []float64{3, 5, 7}, 0)
-	if err := Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if m := Memory(); m.Peak == 0 {
-		t.Fatalf("GPU peak memory %d after an evaluation, want > 0", m.Peak)
-	}
+	onMLX(t, func() {
+		onGPU(t)
+		if d := DefaultDevice(); d != GPU {
+			t.Fatalf("default device %s after SetDefaultDevice(GPU), want gpu", d)
+		}
+		a := f32([]float64{1, 2, 3}, 3)
+		checkClose(t, "a·2+1 on the GPU", AddScalar(MulScalar(a, 2), 1), []int{3}, []float64{3, 5, 7}, 0)
+		if err := Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		if m := Memory(); m.Peak == 0 {
+			t.Fatalf("GPU peak memory %d after an evaluation, want > 0", m.Peak)
+		}
+	})
 }
 
 // attentionBlock is a small transformer piece in bfloat16: RMSNorm, a
@@ -76,60 +87,62 @@ func attentionBlock(in []*Array) ([]*Array, error) {
 }
 
 func TestGPUCompiledMatchesCPU(t *testing.T) {
-	setup(t)
-	x, w, g := f32(lcg(1, 2*16*16), 2, 16, 16), f32(lcg(2, 16*16), 16, 16), f32(lcg(3, 16), 16)
-	want, err := attentionBlock([]*Array{x, w, g})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantY, wantS := values(t, want[0]), values(t, want[1])
-	onGPU(t)
-	c, err := Compile(attentionBlock, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Free()
-	got, err := c.Call(x, w, g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// bfloat16 operands on two backends: agreement within 1e-2 is the
-	// expected range (METHOD.md: bf16 between 1e-3 and 1e-2).
-	if e := relErr(t, "y", values(t, got[0]), wantY); e > 1e-2 {
-		t.Fatalf("GPU compiled y differs from the CPU by %.3g (relative norm), want <= 1e-2", e)
-	}
-	if e := relErr(t, "sum", values(t, got[1]), wantS); e > 1e-2 {
-		t.Fatalf("GPU compiled sum differs from the CPU by %.3g, want <= 1e-2", e)
-	}
+	onMLX(t, func() {
+		x, w, g := f32(lcg(1, 2*16*16), 2, 16, 16), f32(lcg(2, 16*16), 16, 16), f32(lcg(3, 16), 16)
+		want, err := attentionBlock([]*Array{x, w, g})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantY, wantS := values(t, want[0]), values(t, want[1])
+		onGPU(t)
+		c, err := Compile(attentionBlock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Free()
+		got, err := c.Call(x, w, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// bfloat16 operands on two backends: agreement within 1e-2 is the
+		// expected range (METHOD.md: bf16 between 1e-3 and 1e-2).
+		if e := relErr(t, "y", values(t, got[0]), wantY); e > 1e-2 {
+			t.Fatalf("GPU compiled y differs from the CPU by %.3g (relative norm), want <= 1e-2", e)
+		}
+		if e := relErr(t, "sum", values(t, got[1]), wantS); e > 1e-2 {
+			t.Fatalf("GPU compiled sum differs from the CPU by %.3g, want <= 1e-2", e)
+		}
+	})
 }
 
 func TestGPUGradMatchesCPU(t *testing.T) {
-	setup(t)
-	loss := func(in []*Array) ([]*Array, error) {
-		h := Matmul(in[0], in[1])
-		return []*Array{Mean(Square(Tanh(h)))}, nil
-	}
-	x, w := f32(lcg(4, 64*32), 64, 32), f32(lcg(5, 32*48), 32, 48)
-	grad := func() ([]float64, []float64) {
-		vg, err := ValueAndGrad(loss, 1)
-		if err != nil {
-			t.Fatal(err)
+	onMLX(t, func() {
+		loss := func(in []*Array) ([]*Array, error) {
+			h := Matmul(in[0], in[1])
+			return []*Array{Mean(Square(Tanh(h)))}, nil
 		}
-		defer vg.Free()
-		v, g, err := vg.Call(x, w)
-		if err != nil {
-			t.Fatal(err)
+		x, w := f32(lcg(4, 64*32), 64, 32), f32(lcg(5, 32*48), 32, 48)
+		grad := func() ([]float64, []float64) {
+			vg, err := ValueAndGrad(loss, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vg.Free()
+			v, g, err := vg.Call(x, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return values(t, v[0]), values(t, g[0])
 		}
-		return values(t, v[0]), values(t, g[0])
-	}
-	wantV, wantG := grad()
-	onGPU(t)
-	gotV, gotG := grad()
-	// float32 on the GPU may use TF32 matrix units: allow 1e-3.
-	if e := relErr(t, "loss", gotV, wantV); e > 1e-3 {
-		t.Fatalf("GPU loss differs from the CPU by %.3g, want <= 1e-3", e)
-	}
-	if e := relErr(t, "grad", gotG, wantG); e > 1e-3 {
-		t.Fatalf("GPU gradient differs from the CPU by %.3g, want <= 1e-3", e)
-	}
+		wantV, wantG := grad()
+		onGPU(t)
+		gotV, gotG := grad()
+		// float32 on the GPU may use TF32 matrix units: allow 1e-3.
+		if e := relErr(t, "loss", gotV, wantV); e > 1e-3 {
+			t.Fatalf("GPU loss differs from the CPU by %.3g, want <= 1e-3", e)
+		}
+		if e := relErr(t, "grad", gotG, wantG); e > 1e-3 {
+			t.Fatalf("GPU gradient differs from the CPU by %.3g, want <= 1e-3", e)
+		}
+	})
 }

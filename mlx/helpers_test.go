@@ -2,19 +2,20 @@ package mlx
 
 import (
 	"math"
-	"runtime"
 	"testing"
 )
 
-// setup pins the test to its OS thread (MLX state is per thread) and opens a
-// scope that frees every array the test creates when it ends.
-func setup(t testing.TB) {
+// onMLX runs a test's body on the MLX thread, as a training step runs,
+// inside a scope that frees every array the body creates. t.Fatal and
+// t.Skip inside body end the test as usual: Do passes their Goexit on to the
+// test's goroutine. body must not wait for goroutines that use MLX.
+func onMLX(t testing.TB, body func()) {
 	t.Helper()
-	runtime.LockOSThread()
-	s := NewScope()
-	t.Cleanup(func() {
-		s.Close()
-		runtime.UnlockOSThread()
+	_ = Do(func() error {
+		s := NewScope()
+		defer s.Close()
+		body()
+		return nil
 	})
 }
 

@@ -12,23 +12,28 @@ type MemoryStats struct {
 	Active, Peak, Cache uint64
 }
 
-// Memory returns the allocator's current figures.
+// Memory returns the allocator's current figures, read together on the MLX
+// thread.
 func Memory() MemoryStats {
 	var a, p, c C.size_t
-	C.ptlm_memory_active(&a)
-	C.ptlm_memory_peak(&p)
-	C.ptlm_memory_cache(&c)
+	call(func() C.int {
+		if rc := C.ptlm_memory_active(&a); rc != C.PTLM_OK {
+			return rc
+		}
+		C.ptlm_memory_peak(&p)
+		return C.ptlm_memory_cache(&c)
+	})
 	return MemoryStats{Active: uint64(a), Peak: uint64(p), Cache: uint64(c)}
 }
 
 // ResetPeakMemory sets the peak figure to zero (not to the current active
 // memory): it rises again with the next allocation.
-func ResetPeakMemory() { C.ptlm_memory_reset_peak() }
+func ResetPeakMemory() { _, _ = call(func() C.int { return C.ptlm_memory_reset_peak() }) }
 
 // SetMemoryLimit sets MLX's memory guideline and returns the previous one.
 func SetMemoryLimit(bytes uint64) uint64 {
 	var prev C.size_t
-	C.ptlm_memory_set_limit(C.size_t(bytes), &prev)
+	call(func() C.int { return C.ptlm_memory_set_limit(C.size_t(bytes), &prev) })
 	return uint64(prev)
 }
 
@@ -36,9 +41,9 @@ func SetMemoryLimit(bytes uint64) uint64 {
 // previous limit.
 func SetCacheLimit(bytes uint64) uint64 {
 	var prev C.size_t
-	C.ptlm_memory_set_cache_limit(C.size_t(bytes), &prev)
+	call(func() C.int { return C.ptlm_memory_set_cache_limit(C.size_t(bytes), &prev) })
 	return uint64(prev)
 }
 
 // ClearCache returns cached buffers to the system.
-func ClearCache() { C.ptlm_memory_clear_cache() }
+func ClearCache() { _, _ = call(func() C.int { return C.ptlm_memory_clear_cache() }) }

@@ -7,16 +7,23 @@ import "C"
 
 import "fmt"
 
-// unary runs a one-input bridge call, propagating carried errors.
+// unary runs a one-input bridge call, propagating carried errors. Like
+// binary, it makes the call itself and builds call's closure only when the
+// call did not succeed on the spot: most ops pass an f that captures
+// nothing, and then a call on the MLX thread allocates nothing extra.
 func unary(op string, a *Array, f func(C.ptlm_array, *C.ptlm_array) C.int) *Array {
 	if err := firstErr(a); err != nil {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if f(a.h, &h) != 0 {
-		return errArray(opError(op, a))
+	if rc := f(a.h, &h); rc != C.PTLM_OK {
+		onThread, err := finish(rc, func() C.int { return f(a.h, &h) })
+		if err != nil {
+			return errArray(opError(op, err, a))
+		}
+		return newArray(h, onThread)
 	}
-	return newArray(h)
+	return newArray(h, true)
 }
 
 // binary runs a two-input bridge call, propagating carried errors.
@@ -25,10 +32,14 @@ func binary(op string, a, b *Array, f func(C.ptlm_array, C.ptlm_array, *C.ptlm_a
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if f(a.h, b.h, &h) != 0 {
-		return errArray(opError(op, a, b))
+	if rc := f(a.h, b.h, &h); rc != C.PTLM_OK {
+		onThread, err := finish(rc, func() C.int { return f(a.h, b.h, &h) })
+		if err != nil {
+			return errArray(opError(op, err, a, b))
+		}
+		return newArray(h, onThread)
 	}
-	return newArray(h)
+	return newArray(h, true)
 }
 
 type reduceFn func(C.ptlm_array, *C.int, C.int, C.bool, *C.ptlm_array) C.int
@@ -47,23 +58,28 @@ func nary(op string, arrs []*Array, f func(*C.ptlm_array, C.size_t, *C.ptlm_arra
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if f(&hs[0], C.size_t(len(arrs)), &h) != 0 {
-		return errArray(opError(op, arrs...))
+	onThread, err := call(func() C.int { return f(&hs[0], C.size_t(len(arrs)), &h) })
+	if err != nil {
+		return errArray(opError(op, err, arrs...))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
-// takeVec moves a bridge vector's arrays into Go arrays and frees the vector.
-func takeVec(v C.ptlm_vec) []*Array {
-	n := int(C.ptlm_vec_size(v))
-	hs := make([]C.ptlm_array, n+1)
-	C.ptlm_vec_move_all(v, &hs[0])
-	C.ptlm_vec_free(v)
-	out := make([]*Array, n)
-	for i := range out {
-		out[i] = newArray(hs[i])
+// takeVec moves a bridge vector's handles into *out and frees the vector.
+// It runs inside the call function that produced v, after that function's
+// first bridge call succeeded, so on the MLX thread: the vector never
+// leaves it.
+func takeVec(v C.ptlm_vec, out *[]C.ptlm_array) C.int {
+	var n C.size_t
+	rc := C.ptlm_vec_size(v, &n)
+	if rc == C.PTLM_OK {
+		hs := make([]C.ptlm_array, n+1)
+		if rc = C.ptlm_vec_move_all(v, &hs[0]); rc == C.PTLM_OK {
+			*out = hs[:n]
+		}
 	}
-	return out
+	C.ptlm_vec_free(v)
+	return rc
 }
 
 // errArrays returns n arrays (at least one) carrying err.
@@ -101,10 +117,11 @@ func Where(cond, x, y *Array) *Array {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if C.ptlm_where(cond.h, x.h, y.h, &h) != 0 {
-		return errArray(opError("where", cond, x, y))
+	onThread, err := call(func() C.int { return C.ptlm_where(cond.h, x.h, y.h, &h) })
+	if err != nil {
+		return errArray(opError("where", err, cond, x, y))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // AddMM returns beta·c + alpha·(a @ b). On a GPU it is one GEMM whose
@@ -114,10 +131,38 @@ func AddMM(c, a, b *Array, alpha, beta float32) *Array {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if C.ptlm_addmm(c.h, a.h, b.h, C.float(alpha), C.float(beta), &h) != 0 {
-		return errArray(opError("addmm", c, a, b))
+	onThread, err := call(func() C.int { return C.ptlm_addmm(c.h, a.h, b.h, C.float(alpha), C.float(beta), &h) })
+	if err != nil {
+		return errArray(opError("addmm", err, c, a, b))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
+}
+
+// Depends returns arrays equal to inputs that MLX computes only after
+// every one of dependencies: an ordering edge that carries no data, and
+// gradients pass through it to inputs unchanged. Use it to keep a graph from
+// holding two phases' intermediates at once.
+func Depends(inputs, dependencies []*Array) []*Array {
+	in, err := handles(inputs)
+	if err != nil {
+		return errArrays(len(inputs), err)
+	}
+	deps, err := handles(dependencies)
+	if err != nil {
+		return errArrays(len(inputs), err)
+	}
+	var hs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var v C.ptlm_vec
+		if rc := C.ptlm_depends(&in[0], C.size_t(len(inputs)), &deps[0], C.size_t(len(dependencies)), &v); rc != C.PTLM_OK {
+			return rc
+		}
+		return takeVec(v, &hs)
+	})
+	if err != nil {
+		return errArrays(len(inputs), opError("depends", err, inputs...))
+	}
+	return newArrays(hs, onThread)
 }
 
 // Matmul returns the matrix product a @ b (batched over leading dims).
@@ -162,19 +207,23 @@ func AsType(a *Array, dtype Dtype) *Array {
 // Arange returns [start, start+step, …) up to stop, exclusive.
 func Arange(start, stop, step float64, dtype Dtype) *Array {
 	var h C.ptlm_array
-	if C.ptlm_arange(C.double(start), C.double(stop), C.double(step), C.int(dtype), &h) != 0 {
-		return errArray(&Error{Op: "arange", Operands: fmt.Sprintf("%g, %g, %g, %s", start, stop, step, dtype), Msg: lastError()})
+	onThread, err := call(func() C.int {
+		return C.ptlm_arange(C.double(start), C.double(stop), C.double(step), C.int(dtype), &h)
+	})
+	if err != nil {
+		return errArray(&Error{Op: "arange", Operands: fmt.Sprintf("%g, %g, %g, %s", start, stop, step, dtype), Msg: err.Error()})
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 func filled(op string, shape []int, dtype Dtype, f func(*C.int, C.int, C.int, *C.ptlm_array) C.int) *Array {
 	sh := cInts(shape)
 	var h C.ptlm_array
-	if f(&sh[0], C.int(len(shape)), C.int(dtype), &h) != 0 {
-		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: lastError()})
+	onThread, err := call(func() C.int { return f(&sh[0], C.int(len(shape)), C.int(dtype), &h) })
+	if err != nil {
+		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: err.Error()})
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // Zeros returns an array of zeros.

@@ -11,10 +11,11 @@ import "fmt"
 // so runs are reproducible and traceable into compiled functions.
 func RandomKey(seed uint64) *Array {
 	var h C.ptlm_array
-	if C.ptlm_random_key(C.uint64_t(seed), &h) != 0 {
-		return errArray(&Error{Op: "random.key", Msg: lastError()})
+	onThread, err := call(func() C.int { return C.ptlm_random_key(C.uint64_t(seed), &h) })
+	if err != nil {
+		return errArray(check("random.key", err))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // RandomSplit splits key into num independent keys.
@@ -41,10 +42,11 @@ func random(op string, shape []int, dtype Dtype, key *Array, f func(*C.int, C.in
 	}
 	sh := cInts(shape)
 	var h C.ptlm_array
-	if f(&sh[0], C.int(len(shape)), C.int(dtype), handleOrNil(key), &h) != 0 {
-		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: lastError()})
+	onThread, err := call(func() C.int { return f(&sh[0], C.int(len(shape)), C.int(dtype), handleOrNil(key), &h) })
+	if err != nil {
+		return errArray(&Error{Op: op, Operands: dtype.String() + shapeString(shape), Msg: err.Error()})
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }
 
 // RandomNormal samples N(loc, scale²) with the given key (nil uses MLX's

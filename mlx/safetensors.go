@@ -66,8 +66,10 @@ func SaveSafetensors(path string, arrays map[string]*Array, metadata map[string]
 	cv := cArray(cstrs(vals), &toFree)
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	if C.ptlm_save_safetensors(cpath, cn, &hs[0], C.size_t(len(arrs)), ck, cv, C.size_t(len(keys))) != 0 {
-		return &Error{Op: "save_safetensors", Operands: path, Msg: lastError()}
+	if _, err := call(func() C.int {
+		return C.ptlm_save_safetensors(cpath, cn, &hs[0], C.size_t(len(arrs)), ck, cv, C.size_t(len(keys)))
+	}); err != nil {
+		return &Error{Op: "save_safetensors", Operands: path, Msg: err.Error()}
 	}
 	return nil
 }
@@ -274,30 +276,50 @@ func LoadSafetensors(path string) (map[string]*Array, map[string]string, error) 
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	var st C.ptlm_st
-	if C.ptlm_load_safetensors(cpath, &st) != 0 {
-		return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
-	}
-	defer C.ptlm_st_free(st)
-	arrays := map[string]*Array{}
-	list := make([]*Array, 0, int(C.ptlm_st_num_arrays(st)))
-	for i := 0; i < int(C.ptlm_st_num_arrays(st)); i++ {
-		var name *C.char
-		var h C.ptlm_array
-		if C.ptlm_st_array(st, C.size_t(i), &name, &h) != 0 {
-			Free(list...)
-			return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: lastError()}
-		}
-		a := newArray(h)
-		arrays[C.GoString(name)] = a
-		list = append(list, a)
-	}
+	// One call loads the file and copies out its names, handles and
+	// metadata, so the loaded file's handle never leaves the MLX thread.
+	var names []string
+	var hs []C.ptlm_array
 	meta := map[string]string{}
-	for i := 0; i < int(C.ptlm_st_num_meta(st)); i++ {
-		var k, v *C.char
-		if C.ptlm_st_meta(st, C.size_t(i), &k, &v) == 0 {
-			meta[C.GoString(k)] = C.GoString(v)
+	onThread, err := call(func() C.int {
+		var st C.ptlm_st
+		if rc := C.ptlm_load_safetensors(cpath, &st); rc != C.PTLM_OK {
+			return rc
 		}
+		defer C.ptlm_st_free(st)
+		var n, nmeta C.size_t
+		if rc := C.ptlm_st_num_arrays(st, &n); rc != C.PTLM_OK {
+			return rc
+		}
+		for i := C.size_t(0); i < n; i++ {
+			var name *C.char
+			var h C.ptlm_array
+			if rc := C.ptlm_st_array(st, i, &name, &h); rc != C.PTLM_OK {
+				for _, h := range hs {
+					C.ptlm_array_free(h)
+				}
+				return rc
+			}
+			names = append(names, C.GoString(name))
+			hs = append(hs, h)
+		}
+		if C.ptlm_st_num_meta(st, &nmeta) == C.PTLM_OK {
+			for i := C.size_t(0); i < nmeta; i++ {
+				var k, v *C.char
+				if C.ptlm_st_meta(st, i, &k, &v) == C.PTLM_OK {
+					meta[C.GoString(k)] = C.GoString(v)
+				}
+			}
+		}
+		return C.PTLM_OK
+	})
+	if err != nil {
+		return nil, nil, &Error{Op: "load_safetensors", Operands: path, Msg: err.Error()}
+	}
+	list := newArrays(hs, onThread)
+	arrays := make(map[string]*Array, len(list))
+	for i, a := range list {
+		arrays[names[i]] = a
 	}
 	if err := Eval(list...); err != nil {
 		Free(list...)

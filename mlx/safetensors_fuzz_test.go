@@ -4,7 +4,6 @@ import (
 	le "encoding/binary"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,14 +15,9 @@ import (
 // corpus in testdata/fuzz holds a valid file written by SaveSafetensors and
 // corrupt variants of it.
 func FuzzValidateSafetensors(f *testing.F) {
-	runtime.LockOSThread()
-	s := NewScope()
-	f.Add(validFile(f))
-	s.Close()
-	runtime.UnlockOSThread()
+	onMLX(f, func() { f.Add(validFile(f)) })
+	// The target runs off the MLX thread: each call is handed over.
 	f.Fuzz(func(t *testing.T, data []byte) {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
 		path := filepath.Join(t.TempDir(), "f.safetensors")
 		if err := os.WriteFile(path, data, 0o600); err != nil {
 			t.Fatal(err)
@@ -50,33 +44,34 @@ func FuzzValidateSafetensors(f *testing.F) {
 // outcomes: at least one seed validates and loads, and at least one is
 // rejected.
 func TestFuzzSeedCorpus(t *testing.T) {
-	setup(t)
-	dir := filepath.Join("testdata", "fuzz", "FuzzValidateSafetensors")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted, rejected := 0, 0
-	for _, e := range entries {
-		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+	onMLX(t, func() {
+		dir := filepath.Join("testdata", "fuzz", "FuzzValidateSafetensors")
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		data := decodeCorpusEntry(t, e.Name(), string(raw))
-		err = ValidateSafetensors(writeTemp(t, "seed.safetensors", data))
-		valid := strings.HasPrefix(e.Name(), "valid")
-		if valid != (err == nil) {
-			t.Fatalf("seed %s: ValidateSafetensors = %v, but the name says valid=%v", e.Name(), err, valid)
+		accepted, rejected := 0, 0
+		for _, e := range entries {
+			raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := decodeCorpusEntry(t, e.Name(), string(raw))
+			err = ValidateSafetensors(writeTemp(t, "seed.safetensors", data))
+			valid := strings.HasPrefix(e.Name(), "valid")
+			if valid != (err == nil) {
+				t.Fatalf("seed %s: ValidateSafetensors = %v, but the name says valid=%v", e.Name(), err, valid)
+			}
+			if valid {
+				accepted++
+			} else {
+				rejected++
+			}
 		}
-		if valid {
-			accepted++
-		} else {
-			rejected++
+		if accepted == 0 || rejected == 0 {
+			t.Fatalf("seed corpus has %d valid and %d invalid files, want some of each", accepted, rejected)
 		}
-	}
-	if accepted == 0 || rejected == 0 {
-		t.Fatalf("seed corpus has %d valid and %d invalid files, want some of each", accepted, rejected)
-	}
+	})
 }
 
 // decodeCorpusEntry parses a one-value "go test fuzz v1" file holding a

@@ -40,80 +40,82 @@ func testTensors() map[string]*Array {
 }
 
 func TestSafetensorsRoundTrip(t *testing.T) {
-	setup(t)
-	dir := t.TempDir()
-	// No .safetensors suffix: the file is written at exactly this path.
-	path := filepath.Join(dir, "model.ckpt")
-	arrays := testTensors()
-	meta := map[string]string{"format": "mlx", "config": `{"dim":8,"n_layers":1}`, "empty": ""}
-	if err := SaveSafetensors(path, arrays, meta); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(entries) != 1 || entries[0].Name() != "model.ckpt" {
-		t.Fatalf("save wrote %v, want exactly model.ckpt", entries)
-	}
-	if err := ValidateSafetensors(path); err != nil {
-		t.Fatalf("a file SaveSafetensors wrote does not validate: %v", err)
-	}
-	loaded, gotMeta, err := LoadSafetensors(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Loaded arrays are evaluated: they outlive the file.
-	if err := os.Remove(path); err != nil {
-		t.Fatal(err)
-	}
-	if len(loaded) != len(arrays) {
-		t.Fatalf("loaded %d arrays, saved %d", len(loaded), len(arrays))
-	}
-	for name, want := range arrays {
-		got, ok := loaded[name]
-		if !ok {
-			t.Fatalf("array %q missing after load", name)
+	onMLX(t, func() {
+		dir := t.TempDir()
+		// No .safetensors suffix: the file is written at exactly this path.
+		path := filepath.Join(dir, "model.ckpt")
+		arrays := testTensors()
+		meta := map[string]string{"format": "mlx", "config": `{"dim":8,"n_layers":1}`, "empty": ""}
+		if err := SaveSafetensors(path, arrays, meta); err != nil {
+			t.Fatal(err)
 		}
-		if got.Dtype() != want.Dtype() || shapeString(got.Shape()) != shapeString(want.Shape()) {
-			t.Fatalf("%s: loaded %v, saved %v", name, got, want)
-		}
-		gb, err := got.Bytes()
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		wb, err := want.Bytes()
+		if len(entries) != 1 || entries[0].Name() != "model.ckpt" {
+			t.Fatalf("save wrote %v, want exactly model.ckpt", entries)
+		}
+		if err := ValidateSafetensors(path); err != nil {
+			t.Fatalf("a file SaveSafetensors wrote does not validate: %v", err)
+		}
+		loaded, gotMeta, err := LoadSafetensors(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(gb) != string(wb) {
-			t.Fatalf("%s: bytes differ after a round trip", name)
+		// Loaded arrays are evaluated: they outlive the file.
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if len(gotMeta) != len(meta) {
-		t.Fatalf("metadata %v, want %v", gotMeta, meta)
-	}
-	for k, v := range meta {
-		if gotMeta[k] != v {
-			t.Fatalf("metadata %q = %q, want %q", k, gotMeta[k], v)
+		if len(loaded) != len(arrays) {
+			t.Fatalf("loaded %d arrays, saved %d", len(loaded), len(arrays))
 		}
-	}
+		for name, want := range arrays {
+			got, ok := loaded[name]
+			if !ok {
+				t.Fatalf("array %q missing after load", name)
+			}
+			if got.Dtype() != want.Dtype() || shapeString(got.Shape()) != shapeString(want.Shape()) {
+				t.Fatalf("%s: loaded %v, saved %v", name, got, want)
+			}
+			gb, err := got.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wb, err := want.Bytes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(gb) != string(wb) {
+				t.Fatalf("%s: bytes differ after a round trip", name)
+			}
+		}
+		if len(gotMeta) != len(meta) {
+			t.Fatalf("metadata %v, want %v", gotMeta, meta)
+		}
+		for k, v := range meta {
+			if gotMeta[k] != v {
+				t.Fatalf("metadata %q = %q, want %q", k, gotMeta[k], v)
+			}
+		}
+	})
 }
 
 func TestSafetensorsSaveErrors(t *testing.T) {
-	setup(t)
-	missing := filepath.Join(t.TempDir(), "no-such-dir", "x.safetensors")
-	if err := SaveSafetensors(missing, testTensors(), nil); err == nil {
-		t.Fatal("save into a missing directory succeeded")
-	}
-	bad := map[string]*Array{"w": Matmul(Ones([]int{2, 3}, Float32), Ones([]int{2, 3}, Float32))}
-	if err := SaveSafetensors(filepath.Join(t.TempDir(), "x.safetensors"), bad, nil); err == nil ||
-		!strings.Contains(err.Error(), "matmul") {
-		t.Fatalf("save of an array carrying an error gave %v", err)
-	}
-	if _, _, err := LoadSafetensors(filepath.Join(t.TempDir(), "absent.safetensors")); err == nil {
-		t.Fatal("load of a missing file succeeded")
-	}
+	onMLX(t, func() {
+		missing := filepath.Join(t.TempDir(), "no-such-dir", "x.safetensors")
+		if err := SaveSafetensors(missing, testTensors(), nil); err == nil {
+			t.Fatal("save into a missing directory succeeded")
+		}
+		bad := map[string]*Array{"w": Matmul(Ones([]int{2, 3}, Float32), Ones([]int{2, 3}, Float32))}
+		if err := SaveSafetensors(filepath.Join(t.TempDir(), "x.safetensors"), bad, nil); err == nil ||
+			!strings.Contains(err.Error(), "matmul") {
+			t.Fatalf("save of an array carrying an error gave %v", err)
+		}
+		if _, _, err := LoadSafetensors(filepath.Join(t.TempDir(), "absent.safetensors")); err == nil {
+			t.Fatal("load of a missing file succeeded")
+		}
+	})
 }
 
 // validFile writes testTensors with SaveSafetensors and returns the bytes.
@@ -131,79 +133,81 @@ func validFile(t testing.TB) []byte {
 }
 
 func TestSafetensorsTruncated(t *testing.T) {
-	setup(t)
-	full := validFile(t)
-	hdr := int(le.LittleEndian.Uint64(full))
-	for _, n := range []int{0, 5, 8, 8 + hdr/2, 8 + hdr, len(full) - 1} {
-		path := writeTemp(t, "cut.safetensors", full[:n])
+	onMLX(t, func() {
+		full := validFile(t)
+		hdr := int(le.LittleEndian.Uint64(full))
+		for _, n := range []int{0, 5, 8, 8 + hdr/2, 8 + hdr, len(full) - 1} {
+			path := writeTemp(t, "cut.safetensors", full[:n])
+			if err := ValidateSafetensors(path); err == nil {
+				t.Fatalf("a file cut to %d of %d bytes validates", n, len(full))
+			}
+			if _, _, err := LoadSafetensors(path); err == nil {
+				t.Fatalf("a file cut to %d of %d bytes loads", n, len(full))
+			}
+		}
+		// Trailing bytes beyond the last tensor are rejected too.
+		path := writeTemp(t, "long.safetensors", append(full, 0))
 		if err := ValidateSafetensors(path); err == nil {
-			t.Fatalf("a file cut to %d of %d bytes validates", n, len(full))
+			t.Fatal("a file with a trailing byte validates")
 		}
-		if _, _, err := LoadSafetensors(path); err == nil {
-			t.Fatalf("a file cut to %d of %d bytes loads", n, len(full))
-		}
-	}
-	// Trailing bytes beyond the last tensor are rejected too.
-	path := writeTemp(t, "long.safetensors", append(full, 0))
-	if err := ValidateSafetensors(path); err == nil {
-		t.Fatal("a file with a trailing byte validates")
-	}
+	})
 }
 
 func TestSafetensorsCorruptHeader(t *testing.T) {
-	setup(t)
-	four := []byte{0, 0, 128, 63}
-	cases := map[string][]byte{
-		"huge header length":  append(le.LittleEndian.AppendUint64(nil, 1<<62), "{}"...),
-		"header past the end": append(le.LittleEndian.AppendUint64(nil, 100), `{"a":1}`...),
-		"not json":            stBytes(`{"a":`, four),
-		"json array":          stBytes(`[1,2]`, nil),
-		"json null":           stBytes(`null`, nil),
-		"tensor not object":   stBytes(`{"a":5}`, four),
-		"unknown dtype":       stBytes(`{"a":{"dtype":"F8","shape":[1],"data_offsets":[0,4]}}`, four),
-		"missing offsets":     stBytes(`{"a":{"dtype":"F32","shape":[1]}}`, four),
-		"missing shape":       stBytes(`{"a":{"dtype":"F32","data_offsets":[0,4]}}`, four),
-		"three offsets":       stBytes(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}}`, four),
-		"negative dim":        stBytes(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, four),
-		"shape vs bytes":      stBytes(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, four),
-		"bad metadata":        stBytes(`{"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
-		"invalid utf-8":       stBytes("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", four),
-		"lone surrogate":      stBytes(`{"a\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
-		"lone low surrogate":  stBytes(`{"a\udc00b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
-		"capitalised key":     stBytes(`{"a":{"dtype":"F32","Shape":[1],"data_offsets":[0,4]}}`, four),
-		"null shape":          stBytes(`{"a":{"dtype":"F32","shape":null,"data_offsets":[0,4]}}`, four),
-		"dim over int32":      stBytes(`{"a":{"dtype":"F32","shape":[3000000000,0],"data_offsets":[0,0]}}`, nil),
-		"NUL in name":         stBytes(`{"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
-		"NUL in metadata":     stBytes(`{"__metadata__":{"k":"v\u0000"}}`, nil),
-		"empty header":        stBytes(``, nil),
-	}
-	for name, data := range cases {
-		path := writeTemp(t, "bad.safetensors", data)
-		if err := ValidateSafetensors(path); err == nil {
-			t.Fatalf("%s: corrupt file validates", name)
+	onMLX(t, func() {
+		four := []byte{0, 0, 128, 63}
+		cases := map[string][]byte{
+			"huge header length":  append(le.LittleEndian.AppendUint64(nil, 1<<62), "{}"...),
+			"header past the end": append(le.LittleEndian.AppendUint64(nil, 100), `{"a":1}`...),
+			"not json":            stBytes(`{"a":`, four),
+			"json array":          stBytes(`[1,2]`, nil),
+			"json null":           stBytes(`null`, nil),
+			"tensor not object":   stBytes(`{"a":5}`, four),
+			"unknown dtype":       stBytes(`{"a":{"dtype":"F8","shape":[1],"data_offsets":[0,4]}}`, four),
+			"missing offsets":     stBytes(`{"a":{"dtype":"F32","shape":[1]}}`, four),
+			"missing shape":       stBytes(`{"a":{"dtype":"F32","data_offsets":[0,4]}}`, four),
+			"three offsets":       stBytes(`{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4,4]}}`, four),
+			"negative dim":        stBytes(`{"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}}`, four),
+			"shape vs bytes":      stBytes(`{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}}`, four),
+			"bad metadata":        stBytes(`{"__metadata__":{"k":1},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
+			"invalid utf-8":       stBytes("{\"a\xff\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", four),
+			"lone surrogate":      stBytes(`{"a\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
+			"lone low surrogate":  stBytes(`{"a\udc00b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
+			"capitalised key":     stBytes(`{"a":{"dtype":"F32","Shape":[1],"data_offsets":[0,4]}}`, four),
+			"null shape":          stBytes(`{"a":{"dtype":"F32","shape":null,"data_offsets":[0,4]}}`, four),
+			"dim over int32":      stBytes(`{"a":{"dtype":"F32","shape":[3000000000,0],"data_offsets":[0,0]}}`, nil),
+			"NUL in name":         stBytes(`{"a\u0000b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four),
+			"NUL in metadata":     stBytes(`{"__metadata__":{"k":"v\u0000"}}`, nil),
+			"empty header":        stBytes(``, nil),
 		}
-		if _, _, err := LoadSafetensors(path); err == nil {
-			t.Fatalf("%s: corrupt file loads", name)
+		for name, data := range cases {
+			path := writeTemp(t, "bad.safetensors", data)
+			if err := ValidateSafetensors(path); err == nil {
+				t.Fatalf("%s: corrupt file validates", name)
+			}
+			if _, _, err := LoadSafetensors(path); err == nil {
+				t.Fatalf("%s: corrupt file loads", name)
+			}
 		}
-	}
-	// The controls: the same layouts written correctly load.
-	good := stBytes(`{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four)
-	arrays, meta, err := LoadSafetensors(writeTemp(t, "good.safetensors", good))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if meta["k"] != "v" {
-		t.Fatalf("metadata %v", meta)
-	}
-	checkClose(t, "hand-written tensor", arrays["a"], []int{1}, []float64{1}, 0)
-	// A surrogate pair, an escaped backslash before a 'u', extra keys and
-	// padding spaces (as Python's safetensors writes) are all fine.
-	escaped := stBytes(`{"\ud83d\ude00\\u":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":1}}   `, four)
-	arrays, _, err = LoadSafetensors(writeTemp(t, "escaped.safetensors", escaped))
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkClose(t, "escaped name", arrays["\U0001F600\\u"], []int{1}, []float64{1}, 0)
+		// The controls: the same layouts written correctly load.
+		good := stBytes(`{"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, four)
+		arrays, meta, err := LoadSafetensors(writeTemp(t, "good.safetensors", good))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if meta["k"] != "v" {
+			t.Fatalf("metadata %v", meta)
+		}
+		checkClose(t, "hand-written tensor", arrays["a"], []int{1}, []float64{1}, 0)
+		// A surrogate pair, an escaped backslash before a 'u', extra keys and
+		// padding spaces (as Python's safetensors writes) are all fine.
+		escaped := stBytes(`{"\ud83d\ude00\\u":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"extra":1}}   `, four)
+		arrays, _, err = LoadSafetensors(writeTemp(t, "escaped.safetensors", escaped))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkClose(t, "escaped name", arrays["\U0001F600\\u"], []int{1}, []float64{1}, 0)
+	})
 }
 
 func TestValidateSafetensorsOffsets(t *testing.T) {

@@ -72,11 +72,18 @@ func Split(a *Array, num, axis int) []*Array {
 	if err := firstErr(a); err != nil {
 		return errArrays(num, err)
 	}
-	var v C.ptlm_vec
-	if C.ptlm_split_sections(a.h, C.int(num), C.int(axis), &v) != 0 {
-		return errArrays(num, opError("split", a))
+	var hs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var v C.ptlm_vec
+		if rc := C.ptlm_split_sections(a.h, C.int(num), C.int(axis), &v); rc != C.PTLM_OK {
+			return rc
+		}
+		return takeVec(v, &hs)
+	})
+	if err != nil {
+		return errArrays(num, opError("split", err, a))
 	}
-	return takeVec(v)
+	return newArrays(hs, onThread)
 }
 
 // SplitAt cuts a along axis before each of the given indices.
@@ -85,11 +92,18 @@ func SplitAt(a *Array, indices []int, axis int) []*Array {
 		return errArrays(len(indices)+1, err)
 	}
 	ix := cInts(indices)
-	var v C.ptlm_vec
-	if C.ptlm_split_indices(a.h, &ix[0], C.int(len(indices)), C.int(axis), &v) != 0 {
-		return errArrays(len(indices)+1, opError("split", a))
+	var hs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var v C.ptlm_vec
+		if rc := C.ptlm_split_indices(a.h, &ix[0], C.int(len(indices)), C.int(axis), &v); rc != C.PTLM_OK {
+			return rc
+		}
+		return takeVec(v, &hs)
+	})
+	if err != nil {
+		return errArrays(len(indices)+1, opError("split", err, a))
 	}
-	return takeVec(v)
+	return newArrays(hs, onThread)
 }
 
 // Slice returns a[start:stop] with stride 1 in every axis; start and stop
@@ -149,8 +163,9 @@ func PutAlongAxis(a, indices, values *Array, axis int) *Array {
 		return errArray(err)
 	}
 	var h C.ptlm_array
-	if C.ptlm_put_along_axis(a.h, indices.h, values.h, C.int(axis), &h) != 0 {
-		return errArray(opError("put_along_axis", a, indices, values))
+	onThread, err := call(func() C.int { return C.ptlm_put_along_axis(a.h, indices.h, values.h, C.int(axis), &h) })
+	if err != nil {
+		return errArray(opError("put_along_axis", err, a, indices, values))
 	}
-	return newArray(h)
+	return newArray(h, onThread)
 }

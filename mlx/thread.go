@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // mlxThread is the one OS thread that runs MLX work: a goroutine locked to
@@ -24,6 +25,8 @@ var mlxThread struct {
 
 	mu      sync.Mutex
 	pending []func() // releases queued by cleanups, run on the thread
+
+	handoffs atomic.Uint64 // single bridge calls handed over (see Handoffs)
 }
 
 func startMLXThread() {
@@ -32,19 +35,26 @@ func startMLXThread() {
 	ready := make(chan struct{})
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread stays MLX's
-		C.ptlm_claim_thread()
+		if C.ptlm_claim_thread() != 0 {
+			panic("mlx: another OS thread already claimed the MLX bridge")
+		}
 		raiseThreadQoS()
 		close(ready)
-		for {
-			select {
-			case job := <-mlxThread.jobs:
-				job()
-			case <-mlxThread.wake:
-			}
-			releasePending()
-		}
+		serve()
 	}()
 	<-ready
+}
+
+// serve runs jobs and queued releases on the MLX thread, forever.
+func serve() {
+	for {
+		select {
+		case job := <-mlxThread.jobs:
+			job()
+		case <-mlxThread.wake:
+		}
+		releasePending()
+	}
 }
 
 // onMLXThread reports whether the caller runs on the MLX thread. Only the
@@ -59,7 +69,11 @@ func onMLXThread() bool { return C.ptlm_on_mlx_thread() != 0 }
 // from elsewhere, one call at a time; Do hands a whole computation over at
 // once, which is what entry points that run many operations (a training
 // step, a checkpoint load, sampling) use. A panic in fn is recovered on the
-// MLX thread and raised again in the caller.
+// MLX thread and raised again in the caller; runtime.Goexit in fn (as
+// t.Fatal calls) ends the caller's goroutine instead, and the MLX thread
+// lives on. A Scope fn leaves open is dropped when fn returns, its arrays
+// left to the garbage collector, so that it cannot capture the arrays of
+// the next goroutine's work.
 //
 // fn must not wait for another goroutine that itself does MLX work: that
 // goroutine's calls queue behind fn, which never returns.
@@ -71,23 +85,76 @@ func Do(fn func() error) error {
 	type result struct {
 		err      error
 		panicked bool
+		goexit   bool
 		value    any
 		stack    []byte
 	}
 	done := make(chan result, 1)
 	mlxThread.jobs <- func() {
+		returned := false
 		defer func() {
+			dropScopes()
+			if returned {
+				return
+			}
 			if r := recover(); r != nil {
 				done <- result{panicked: true, value: r, stack: debug.Stack()}
+				return
 			}
+			// fn called runtime.Goexit. Letting this goroutine exit would end
+			// the locked thread and MLX's per-thread state with it, so it
+			// keeps serving from here; the caller exits in its place.
+			done <- result{goexit: true}
+			serve()
 		}()
-		done <- result{err: fn()}
+		err := fn()
+		returned = true
+		done <- result{err: err}
 	}
 	r := <-done
-	if r.panicked {
+	switch {
+	case r.panicked:
 		panic(fmt.Sprintf("%v\n\n[recovered on the MLX thread]\n%s", r.value, r.stack))
+	case r.goexit:
+		runtime.Goexit()
 	}
 	return r.err
+}
+
+// Handoffs returns how many single calls this package has handed to the MLX
+// thread because they came from another goroutine. Each costs two OS thread
+// wake-ups (see BenchmarkDoHandoff); a count that grows with every step
+// means a loop that belongs inside Do.
+func Handoffs() uint64 { return mlxThread.handoffs.Load() }
+
+// call makes one bridge call, f, on the MLX thread. f returns the status of
+// its first bridge call, or of the first that failed: when the first says
+// the caller is off the MLX thread it has done nothing, so call runs f again
+// there. onThread reports whether the caller is on the MLX thread (f ran
+// directly), which decides whether new arrays join the open Scope. The error
+// carries the bridge's message, read on the thread that failed: the last
+// error is per thread.
+func call(f func() C.int) (onThread bool, err error) {
+	return finish(f(), f)
+}
+
+// finish completes a bridge call whose first attempt returned rc; redo
+// makes the call again. Hot paths call the bridge themselves and build redo
+// only when rc is not 0, which saves allocating a closure per call.
+func finish(rc C.int, redo func() C.int) (onThread bool, err error) {
+	switch rc {
+	case C.PTLM_OK:
+		return true, nil
+	case C.PTLM_OFF_THREAD:
+		mlxThread.handoffs.Add(1)
+		return false, Do(func() error {
+			if redo() != C.PTLM_OK {
+				return bridgeError(lastError())
+			}
+			return nil
+		})
+	}
+	return true, bridgeError(lastError())
 }
 
 // releaseLater queues a release for the MLX thread. Cleanups attached to

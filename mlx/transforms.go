@@ -10,20 +10,37 @@ import (
 	"runtime"
 )
 
+// CompileOption changes how Compile traces; see Shapeless.
+type CompileOption uint8
+
+// Shapeless makes Compile reuse one trace for inputs of any shape, so the
+// traced function must not depend on the shapes (no reshape to a size
+// computed from them).
+const Shapeless CompileOption = 1
+
 // Compile traces fn on its first call for each set of input shapes and
-// dtypes (any shapes when shapeless) and replays the fused, simplified graph
+// dtypes (any shapes with Shapeless) and replays the fused, simplified graph
 // on later calls; fn itself runs only when MLX traces. Every array fn reads
 // must be an input: arrays captured by the Go closure become constants of
 // the trace.
-func Compile(fn Func, shapeless bool) (*Closure, error) {
+func Compile(fn Func, opts ...CompileOption) (*Closure, error) {
+	shapeless := false
+	for _, o := range opts {
+		switch o {
+		case Shapeless:
+			shapeless = true
+		default:
+			return nil, fmt.Errorf("mlx: unknown compile option %d", o)
+		}
+	}
 	c, err := NewClosure(fn)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Free()
 	var h C.ptlm_closure
-	if C.ptlm_compile(c.h, C.bool(shapeless), &h) != 0 {
-		return nil, &Error{Op: "compile", Msg: lastError()}
+	if _, err := call(func() C.int { return C.ptlm_compile(c.h, C.bool(shapeless), &h) }); err != nil {
+		return nil, check("compile", err)
 	}
 	return wrapClosure(h), nil
 }
@@ -33,7 +50,8 @@ func Compile(fn Func, shapeless bool) (*Closure, error) {
 // call, even after compilation is turned back on; closures compiled while
 // it was on keep replaying their traces.
 func SetCompileEnabled(enabled bool) error {
-	return check(C.ptlm_set_compile_enabled(C.bool(enabled)), "set_compile_enabled")
+	_, err := call(func() C.int { return C.ptlm_set_compile_enabled(C.bool(enabled)) })
+	return check("set_compile_enabled", err)
 }
 
 // ValueAndGradFunc computes a function's outputs and the gradients of its
@@ -58,11 +76,11 @@ func ValueAndGrad(fn Func, argnums ...int) (*ValueAndGradFunc, error) {
 	defer c.Free()
 	an := cInts(argnums)
 	var h C.ptlm_vag
-	if C.ptlm_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) != 0 {
-		return nil, &Error{Op: "value_and_grad", Msg: lastError()}
+	if _, err := call(func() C.int { return C.ptlm_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) }); err != nil {
+		return nil, check("value_and_grad", err)
 	}
 	v := &ValueAndGradFunc{h: h, argnums: append([]int(nil), argnums...)}
-	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { releaseLater(func() { C.ptlm_vag_free(h) }) }, h)
+	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { releaseLater(func() { freeVAG(h) }) }, h)
 	return v, nil
 }
 
@@ -80,11 +98,22 @@ func (v *ValueAndGradFunc) Call(inputs ...*Array) (values, grads []*Array, err e
 	if err != nil {
 		return nil, nil, err
 	}
-	var vals, gs C.ptlm_vec
-	if C.ptlm_vag_apply(v.h, &hs[0], C.size_t(len(inputs)), &vals, &gs) != 0 {
-		return nil, nil, &Error{Op: "value_and_grad", Msg: lastError()}
+	var vhs, ghs []C.ptlm_array
+	onThread, err := call(func() C.int {
+		var vals, gs C.ptlm_vec
+		if rc := C.ptlm_vag_apply(v.h, &hs[0], C.size_t(len(inputs)), &vals, &gs); rc != C.PTLM_OK {
+			return rc
+		}
+		rc := takeVec(vals, &vhs)
+		if rc2 := takeVec(gs, &ghs); rc == C.PTLM_OK {
+			rc = rc2
+		}
+		return rc
+	})
+	if err != nil {
+		return nil, nil, check("value_and_grad", err)
 	}
-	return takeVec(vals), takeVec(gs), nil
+	return newArrays(vhs, onThread), newArrays(ghs, onThread), nil
 }
 
 // Free releases the transform.
@@ -93,6 +122,8 @@ func (v *ValueAndGradFunc) Free() {
 		return
 	}
 	v.cleanup.Stop()
-	C.ptlm_vag_free(v.h)
+	freeVAG(v.h)
 	v.h = nil
 }
+
+func freeVAG(h C.ptlm_vag) { call(func() C.int { return C.ptlm_vag_free(h) }) }

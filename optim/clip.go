@@ -10,6 +10,17 @@ import "github.com/posttrainllm/posttrainllm/mlx"
 // unchanged (the same arrays) and only the norm is computed. Arrays it
 // creates and does not return are freed before it returns.
 func ClipByGlobalNorm(grads []*mlx.Array, maxNorm float64) (clipped []*mlx.Array, norm *mlx.Array) {
+	// Scopes live on the MLX thread: inside a step this runs directly, and
+	// from elsewhere Do hands the whole computation over at once.
+	_ = mlx.Do(func() error {
+		clipped, norm = clipInScope(grads, maxNorm)
+		return nil
+	})
+	return clipped, norm
+}
+
+// clipInScope is ClipByGlobalNorm's work, on the MLX thread.
+func clipInScope(grads []*mlx.Array, maxNorm float64) (clipped []*mlx.Array, norm *mlx.Array) {
 	scope := mlx.NewScope()
 	defer scope.Close()
 	// One reduction over all gradients, flattened and concatenated, rather

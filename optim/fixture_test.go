@@ -143,55 +143,54 @@ func refSlot(st map[string][]float64, name string, n int) []float64 {
 // are exactly those the reference used.
 func checkAgainstReference(t *testing.T, opt Optimizer, params []Param, ref refOptimizer) {
 	t.Helper()
-	scope := mlx.NewScope()
-	defer scope.Close()
-
-	ps := paramArrays(t, params, mlx.Float32)
-	state, err := opt.Init()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := opt.StateNames()
-	refP := make([][]float64, len(params))
-	for i, p := range params {
-		refP[i] = initialValue(i, p)
-	}
-	refSt := map[string][]float64{}
-	for step, lrv := range fixtureLRs {
-		gs := gradArrays(t, params, step, mlx.Float32)
-		lr := mlx.Scalar(lrv, mlx.Float32)
-		newPs, newState, err := opt.Update(ps, gs, state, lr)
+	onMLX(t, func() {
+		ps := paramArrays(t, params, mlx.Float32)
+		state, err := opt.Init()
 		if err != nil {
-			t.Fatalf("update %d: %v", step, err)
+			t.Fatal(err)
 		}
-		refG := make([][]float64, len(params))
+		names := opt.StateNames()
+		refP := make([][]float64, len(params))
 		for i, p := range params {
-			refG[i] = gradValue(step, i, p)
+			refP[i] = initialValue(i, p)
 		}
-		ref(step+1, lrv, params, refP, refG, refSt)
-
-		for i, p := range params {
-			assertClose(t, opt.Name()+" update "+strconv.Itoa(step)+" param "+p.Name, readData(t, newPs[i]), refP[i], 1e-5)
-		}
-		if got := readData(t, newState[0]); got[0] != float64(step+1) {
-			t.Fatalf("%s: step counter after update %d = %v, want %d", opt.Name(), step, got[0], step+1)
-		}
-		for j := 1; j < len(names); j++ {
-			want, ok := refSt[names[j]]
-			if !ok {
-				t.Fatalf("%s: state %q is not one the reference keeps (reference has %v)", opt.Name(), names[j], mapKeys(refSt))
+		refSt := map[string][]float64{}
+		for step, lrv := range fixtureLRs {
+			gs := gradArrays(t, params, step, mlx.Float32)
+			lr := mlx.Scalar(lrv, mlx.Float32)
+			newPs, newState, err := opt.Update(ps, gs, state, lr)
+			if err != nil {
+				t.Fatalf("update %d: %v", step, err)
 			}
-			assertClose(t, opt.Name()+" update "+strconv.Itoa(step)+" state "+names[j], readData(t, newState[j]), want, 1e-5)
+			refG := make([][]float64, len(params))
+			for i, p := range params {
+				refG[i] = gradValue(step, i, p)
+			}
+			ref(step+1, lrv, params, refP, refG, refSt)
+
+			for i, p := range params {
+				assertClose(t, opt.Name()+" update "+strconv.Itoa(step)+" param "+p.Name, readData(t, newPs[i]), refP[i], 1e-5)
+			}
+			if got := readData(t, newState[0]); got[0] != float64(step+1) {
+				t.Fatalf("%s: step counter after update %d = %v, want %d", opt.Name(), step, got[0], step+1)
+			}
+			for j := 1; j < len(names); j++ {
+				want, ok := refSt[names[j]]
+				if !ok {
+					t.Fatalf("%s: state %q is not one the reference keeps (reference has %v)", opt.Name(), names[j], mapKeys(refSt))
+				}
+				assertClose(t, opt.Name()+" update "+strconv.Itoa(step)+" state "+names[j], readData(t, newState[j]), want, 1e-5)
+			}
+			if len(refSt) != len(names)-1 {
+				t.Fatalf("%s: reference keeps %d state arrays %v, implementation %d %v", opt.Name(), len(refSt), mapKeys(refSt), len(names)-1, names)
+			}
+			mlx.Free(ps...)
+			mlx.Free(state...)
+			mlx.Free(gs...)
+			lr.Free()
+			ps, state = newPs, newState
 		}
-		if len(refSt) != len(names)-1 {
-			t.Fatalf("%s: reference keeps %d state arrays %v, implementation %d %v", opt.Name(), len(refSt), mapKeys(refSt), len(names)-1, names)
-		}
-		mlx.Free(ps...)
-		mlx.Free(state...)
-		mlx.Free(gs...)
-		lr.Free()
-		ps, state = newPs, newState
-	}
+	})
 }
 
 func mapKeys(m map[string][]float64) []string {
@@ -201,4 +200,17 @@ func mapKeys(m map[string][]float64) []string {
 	}
 	slices.Sort(k)
 	return k
+}
+
+// onMLX runs a test's body on the MLX thread, as a training step runs,
+// inside a scope that frees every array the body creates. t.Fatal inside
+// body ends the test as usual: mlx.Do passes its Goexit on.
+func onMLX(t testing.TB, body func()) {
+	t.Helper()
+	_ = mlx.Do(func() error {
+		scope := mlx.NewScope()
+		defer scope.Close()
+		body()
+		return nil
+	})
 }

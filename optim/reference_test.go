@@ -2,7 +2,6 @@ package optim
 
 import (
 	"math"
-	"runtime"
 	"testing"
 )
 
@@ -23,8 +22,6 @@ func refAdamW(c AdamWConfig, t int, lr float64, name string, decay bool, p, g []
 }
 
 func TestAdamWMatchesReference(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	cfg := DefaultAdamWConfig()
 	cfg.WeightDecay = 0.5 // large enough that a missing or misplaced decay shows
 	opt, err := NewAdamW(fixtureParams(), cfg)
@@ -39,8 +36,6 @@ func TestAdamWMatchesReference(t *testing.T) {
 }
 
 func TestLionMatchesReference(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	cfg := DefaultLionConfig()
 	opt, err := NewLion(fixtureParams(), cfg)
 	if err != nil {
@@ -141,8 +136,6 @@ func refRMS(x []float64) float64 {
 }
 
 func TestAdafactorMatchesReference(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	variants := map[string]func(*AdafactorConfig){
 		"default":           func(*AdafactorConfig) {},
 		"momentum-decay":    func(c *AdafactorConfig) { c.Beta1, c.WeightDecay = 0.9, 0.5 },
@@ -150,8 +143,6 @@ func TestAdafactorMatchesReference(t *testing.T) {
 	}
 	for name, change := range variants {
 		t.Run(name, func(t *testing.T) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			cfg := DefaultAdafactorConfig()
 			change(&cfg)
 			opt, err := NewAdafactor(fixtureParams(), cfg)
@@ -224,12 +215,8 @@ func refNewtonSchulz(g []float64, rows, cols, steps int, eps float64) []float64 
 }
 
 func TestMuonMatchesReference(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	for _, nesterov := range []bool{true, false} {
 		t.Run(map[bool]string{true: "nesterov", false: "plain"}[nesterov], func(t *testing.T) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			cfg := DefaultMuonConfig()
 			cfg.Nesterov = nesterov
 			cfg.WeightDecay = 0.5
@@ -300,8 +287,6 @@ func TestNewtonSchulzOrthogonalises(t *testing.T) {
 }
 
 func TestSGDMatchesReference(t *testing.T) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	variants := map[string]SGDConfig{
 		"momentum": {Momentum: 0.9, WeightDecay: 0.5},
 		"nesterov": {Momentum: 0.9, Nesterov: true, WeightDecay: 0.5},
@@ -309,8 +294,6 @@ func TestSGDMatchesReference(t *testing.T) {
 	}
 	for name, cfg := range variants {
 		t.Run(name, func(t *testing.T) {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
 			opt, err := NewSGD(fixtureParams(), cfg)
 			if err != nil {
 				t.Fatal(err)

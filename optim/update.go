@@ -24,10 +24,22 @@ func newStep(lr, counter *mlx.Array) step {
 // body receives the shared step values and fills newParams and newState
 // (newState[0], the counter, is already set).
 func runUpdate(l *layout, params, grads, state []*mlx.Array, lr *mlx.Array,
-	body func(s step, newParams, newState []*mlx.Array)) ([]*mlx.Array, []*mlx.Array, error) {
+	body func(s step, newParams, newState []*mlx.Array)) (newParams, newState []*mlx.Array, err error) {
 	if err := l.check(params, grads, state, lr); err != nil {
 		return nil, nil, err
 	}
+	// Scopes live on the MLX thread: inside a step this runs directly, and
+	// from elsewhere Do hands the whole update over at once.
+	err = mlx.Do(func() (err error) {
+		newParams, newState, err = updateInScope(l, params, state, lr, body)
+		return err
+	})
+	return newParams, newState, err
+}
+
+// updateInScope is runUpdate's work, on the MLX thread.
+func updateInScope(l *layout, params, state []*mlx.Array, lr *mlx.Array,
+	body func(s step, newParams, newState []*mlx.Array)) ([]*mlx.Array, []*mlx.Array, error) {
 	scope := mlx.NewScope()
 	defer scope.Close()
 	s := newStep(lr, state[0])

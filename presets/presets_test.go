@@ -108,6 +108,22 @@ func TestParseRejectsBadPresets(t *testing.T) {
 	}
 }
 
+// A preset file written for an older build gives eval_batches; it loads as
+// the tokens those batches covered.
+func TestParseAcceptsOldEvalBatches(t *testing.T) {
+	base := `{"model":{"vocab_size":256,"d_model":16,"layers":1,"heads":2,"context":8},"steps":5,"batch":2,"lr":0.001`
+	cfg, err := Parse([]byte(base + `,"eval_batches":3}`))
+	if err != nil {
+		t.Fatalf("a preset with eval_batches: %v", err)
+	}
+	if cfg.EvalTokens != 3*2*8 {
+		t.Fatalf("eval_batches 3 of batch 2 × context 8 gave eval_tokens %d, want 48", cfg.EvalTokens)
+	}
+	if _, err := Parse([]byte(base + `,"eval_batches":3,"eval_tokens":48}`)); err == nil {
+		t.Fatal("a preset giving both eval_batches and eval_tokens was accepted")
+	}
+}
+
 // FuzzParsePreset: Parse never panics, and what it accepts validates and
 // survives a marshal/parse round trip unchanged.
 func FuzzParsePreset(f *testing.F) {
@@ -141,13 +157,19 @@ func FuzzParsePreset(f *testing.F) {
 }
 
 // Presets are complete: every field is written out, so a preset file says
-// exactly what runs and WithDefaults changes nothing.
+// exactly what runs and WithDefaults changes nothing. The one exception is
+// eval_tokens, which a preset gives only when it needs another size of
+// evaluation than train.DefaultEvalTokens, the size measured to give
+// held-out losses that agree from one sample of windows to another.
 func TestPresetFilesAreComplete(t *testing.T) {
 	for _, name := range Names() {
 		b, _ := files.ReadFile(name + ".json")
 		var raw train.Config
 		if err := json.Unmarshal(b, &raw); err != nil {
 			t.Fatal(err)
+		}
+		if raw.EvalTokens == 0 {
+			raw.EvalTokens = train.DefaultEvalTokens
 		}
 		if !reflect.DeepEqual(raw, raw.WithDefaults()) {
 			t.Errorf("%s.json leaves fields to defaults:\n%+v\n%+v", name, raw, raw.WithDefaults())

@@ -8,7 +8,9 @@
 #   scripts/gpu-bench.sh [OUTDIR]        # default $OUT, else runs/gpu-bench
 #
 # Environment: PRESET (huge), WARMUP (20 untimed steps), STEPS (50) and
-# INTERP_STEPS (30: timed steps of the interpreted run), ROWS (which rows,
+# INTERP_STEPS (30: timed steps of the interpreted run), MICRO_BATCH (the
+# posttrainllm rows' --micro-batch: default the preset's batch, as the peers
+# run it; auto probes), ROWS (which rows,
 # default all five: ptlm-compiled ptlm-interpreted mlx-python torch-eager
 # torch-compile; ptlm-compiled@NAME and ptlm-interpreted@NAME add rows for
 # another build, .gpu/bin/posttrainllm-NAME), TESTS=0 skips the GPU tests,
@@ -86,7 +88,10 @@ row() {
   fi
 }
 
-ptlm() { "$bin" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --json "$@"; }
+# The posttrainllm rows run the preset's batch × accum as given, the peers'
+# plan; MICRO_BATCH=auto lets the GPU probe fold accumulation instead.
+micro="${MICRO_BATCH:-$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["batch"])' "presets/$PRESET.json")}"
+ptlm() { "$bin" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --micro-batch "$micro" --json "$@"; }
 # ptlm_at NAME ...: the same with .gpu/bin/posttrainllm-NAME, another build
 # (the code before a change) measured in the same run.
 ptlm_at() { local b="$bin-$1"; shift; "$b" bench --preset "$PRESET" --device gpu --warmup-steps "$WARMUP" --json "$@"; }

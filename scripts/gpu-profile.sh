@@ -37,6 +37,9 @@ export LD_LIBRARY_PATH="$(scripts/gpu-setup.sh libdir)${LD_LIBRARY_PATH:+:$LD_LI
 bin="$root/.gpu/bin/posttrainllm"  # absolute: ncu wants a path
 md="$out/profile.md"
 : >"$md"
+# This build runs the preset's batch × accum as given, the MLX peer's plan,
+# not the plan its GPU probe would choose (other builds may predate the flag).
+plan=(--micro-batch "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["batch"])' "presets/$PRESET.json")")
 
 # variant LABEL ENV BIN|mlx: one short compiled run; appends a table row.
 variant() {
@@ -44,7 +47,9 @@ variant() {
   if [[ "$what" == mlx ]]; then
     env $envs python3 bench/peers/mlx_peer.py --preset "$PRESET" --warmup 5 --steps "$STEPS" >"$f.out" 2>"$f.log"
   else
-    env $envs "$what" bench --preset "$PRESET" --device gpu --warmup-steps 5 --steps "$STEPS" --compile=true --json >"$f.out" 2>"$f.log"
+    local extra=()
+    [[ "$what" == "$bin" ]] && extra=("${plan[@]}")
+    env $envs "$what" bench --preset "$PRESET" --device gpu --warmup-steps 5 --steps "$STEPS" --compile=true "${extra[@]}" --json >"$f.out" 2>"$f.log"
   fi
   if python3 - "$label" "$envs" "$f.out" >>"$md" <<'PY'
 import sys
@@ -100,7 +105,7 @@ if [[ "$NCU" == 1 ]] && command -v ncu >/dev/null; then
   echo "## Kernels per step (Nsight Compute)" >>"$md"
   echo >>"$md"
   for n in 1 2; do
-    ncu_run "ptlm-$n" "$bin" bench --preset "$PRESET" --device gpu --warmup-steps 0 --steps "$n" --compile=true --json
+    ncu_run "ptlm-$n" "$bin" bench --preset "$PRESET" --device gpu --warmup-steps 0 --steps "$n" --compile=true "${plan[@]}" --json
   done
   python3 bench/peers/kernels.py --label "posttrainllm compiled" "$raw/ptlm-1.csv" "$raw/ptlm-2.csv" >>"$md" 2>&1
   if [[ "$NCU_MLX" == 1 ]]; then

@@ -21,6 +21,8 @@ func FuzzReadCheckpointState(f *testing.F) {
 	f.Add([]byte(`{"format":1,"step":-1}`))
 	f.Add([]byte(`{"format":2,"step":1}`))
 	f.Add([]byte(`{"format":1,"step":3,"config":{"model":{"vocab_size":256,"d_model":8,"layers":1,"heads":2,"context":4,"mlp_ratio":4,"dtype":"float32"}}}`))
+	// A state.json of a build before eval_tokens, with eval_batches.
+	f.Add([]byte(`{"format":1,"step":3,"config":{"model":{"vocab_size":256,"d_model":8,"layers":1,"heads":2,"context":4,"mlp_ratio":4,"dtype":"float32"},"batch":2,"eval_batches":3}}`))
 	f.Add([]byte(`{"format":1,"unknown":true}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {

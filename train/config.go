@@ -1,6 +1,9 @@
 package train
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -22,8 +25,20 @@ type Config struct {
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
 
 	Steps int `json:"steps"` // optimizer updates
+	// Batch × Accum sequences make one optimizer update: the batch is
+	// that of one microbatch of Accum accumulated ones. How they run, how
+	// many sequences per forward pass, is the Plan's choice (MicroBatch).
 	Batch int `json:"batch"` // sequences per microbatch
 	Accum int `json:"accum"` // microbatches per update
+	// MicroBatch is how many sequences one forward pass runs, a divisor of
+	// Batch × Accum; 0 is auto (ChoosePlan: the batch on the CPU, the
+	// largest that fits MemoryBudget on a GPU). It changes how an update
+	// runs, not what it computes, so a checkpoint resumes under any.
+	MicroBatch int `json:"micro_batch,omitempty"`
+	// MemoryBudget is the peak memory an automatically planned step may
+	// use: bytes with a unit ("80GiB") or a fraction of the device's
+	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
+	MemoryBudget string `json:"memory_budget,omitempty"`
 
 	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd
 	// WeightDecay overrides the optimizer's default weight decay when set.
@@ -41,11 +56,16 @@ type Config struct {
 
 	LogEvery        int `json:"log_every"`        // read the loss back every N updates
 	EvalEvery       int `json:"eval_every"`       // held-out loss every N updates; 0 disables
-	EvalBatches     int `json:"eval_batches"`     // batches per evaluation
+	EvalTokens      int `json:"eval_tokens"`      // held-out tokens per evaluation, at least (see EvalBatches)
 	CheckpointEvery int `json:"checkpoint_every"` // 0: only at the end
 	KeepCheckpoints int `json:"keep_checkpoints"` // newest checkpoints kept
 	PrefetchDepth   int `json:"prefetch_depth"`
 }
+
+// DefaultEvalTokens is EvalTokens when a config leaves it out: enough
+// held-out tokens that evaluations over different random windows agree
+// closely (docs/evaluation.md has the measurement).
+const DefaultEvalTokens = 65536
 
 // WithDefaults fills zero-valued fields that have a natural default.
 func (c Config) WithDefaults() Config {
@@ -72,7 +92,7 @@ func (c Config) WithDefaults() Config {
 		c.Device = "cpu"
 	}
 	def(&c.LogEvery, 10)
-	def(&c.EvalBatches, 4)
+	def(&c.EvalTokens, DefaultEvalTokens)
 	def(&c.KeepCheckpoints, 3)
 	def(&c.PrefetchDepth, 2)
 	return c
@@ -94,13 +114,16 @@ func (c Config) Validate() error {
 	}{
 		{"steps", c.Steps, 1}, {"batch", c.Batch, 1}, {"accum", c.Accum, 1},
 		{"warmup", c.Warmup, 0}, {"log_every", c.LogEvery, 1}, {"eval_every", c.EvalEvery, 0},
-		{"eval_batches", c.EvalBatches, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
+		{"eval_tokens", c.EvalTokens, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
 		{"keep_checkpoints", c.KeepCheckpoints, 1}, {"prefetch_depth", c.PrefetchDepth, 1},
 	}
 	for _, f := range ints {
 		if f.v < f.min {
 			return fmt.Errorf("%s = %d, want >= %d", f.name, f.v, f.min)
 		}
+	}
+	if err := c.validatePlan(); err != nil {
+		return err
 	}
 	if c.PrefetchDepth > 8 {
 		return fmt.Errorf("prefetch_depth = %d, want 1..8", c.PrefetchDepth)
@@ -132,6 +155,33 @@ func (c Config) Validate() error {
 	return c.validateNames()
 }
 
+// validatePlan checks the micro-batch and the memory budget.
+func (c Config) validatePlan() error {
+	if _, err := ParseMemoryBudget(c.MemoryBudget); err != nil {
+		return fmt.Errorf("memory_budget = %s, %w", c.MemoryBudget, err)
+	}
+	seqs := c.Batch * c.Accum
+	switch {
+	case c.MicroBatch < 0:
+		return fmt.Errorf("micro_batch = %d, want 0 (auto) or a number of sequences >= 1", c.MicroBatch)
+	case c.MicroBatch > 0 && seqs%c.MicroBatch != 0:
+		// The smallest divisors and seqs itself: a long list helps nobody.
+		var list []string
+		d := 1
+		for ; d <= seqs && d <= 1<<20 && len(list) < 6; d++ {
+			if seqs%d == 0 {
+				list = append(list, fmt.Sprint(d))
+			}
+		}
+		if d <= seqs {
+			list = append(list, "…", fmt.Sprint(seqs))
+		}
+		return fmt.Errorf("micro_batch = %d, want a divisor of batch × accum = %d × %d = %d (%s)",
+			c.MicroBatch, c.Batch, c.Accum, seqs, strings.Join(list, ", "))
+	}
+	return nil
+}
+
 // validateNames checks the tokenizer, optimizer and schedule by name, and
 // that the schedule fits the run, so a bad setting fails before a run
 // folder is created rather than when the run starts.
@@ -158,3 +208,57 @@ func (c Config) validateNames() error {
 
 // TokensPerStep is the number of tokens one optimizer update consumes.
 func (c Config) TokensPerStep() int { return c.Batch * c.Accum * c.Model.Context }
+
+// EvalBatches is the number of batches (of Batch windows of Context
+// tokens) one held-out evaluation draws: ceil(EvalTokens / (Batch·Context)).
+func (c Config) EvalBatches() int { return evalBatches(c.EvalTokens, c.Batch, c.Model.Context) }
+
+// EvalTokensCovered is the number of tokens one held-out evaluation covers:
+// EvalBatches × Batch × Context, EvalTokens rounded up to whole batches.
+func (c Config) EvalTokensCovered() int { return c.EvalBatches() * c.Batch * c.Model.Context }
+
+// evalBatches is how many batches of batch × context tokens an
+// evaluation of at least tokens tokens draws: ceil(tokens / (batch·context)).
+func evalBatches(tokens, batch, context int) int {
+	per := batch * context
+	if tokens < 1 || per < 1 {
+		return 0
+	}
+	return (tokens-1)/per + 1
+}
+
+// UnmarshalJSON decodes a config strictly (an unknown field is an error,
+// as state.json and preset files require) and accepts eval_batches, the
+// older form of eval_tokens: n batches become eval_tokens = n × batch ×
+// context, the tokens those n batches covered, so a run resumed from an
+// older checkpoint evaluates the same windows. A config may not give both.
+func (c *Config) UnmarshalJSON(b []byte) error {
+	type plain Config // without this method
+	var v struct {
+		plain
+		EvalBatches *int `json:"eval_batches"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return err
+	}
+	cfg := Config(v.plain)
+	if n := v.EvalBatches; n != nil {
+		if cfg.EvalTokens != 0 {
+			return errors.New("eval_batches and eval_tokens both given; eval_tokens replaces eval_batches, keep only it")
+		}
+		b, t := cfg.Batch, cfg.Model.Context
+		switch {
+		case *n < 0:
+			return fmt.Errorf("eval_batches = %d, want >= 1 (or eval_tokens)", *n)
+		case *n > 0 && b > 0 && t > 0: // otherwise Validate reports batch or context
+			if b > math.MaxInt32 || t > math.MaxInt32 || *n > math.MaxInt/(b*t) {
+				return fmt.Errorf("eval_batches = %d of batch %d × context %d is too many tokens", *n, b, t)
+			}
+			cfg.EvalTokens = *n * b * t
+		}
+	}
+	*c = cfg
+	return nil
+}

@@ -19,25 +19,7 @@ type Dataset struct {
 // cache directory), and splits off the last valFraction for evaluation.
 // Both parts must hold at least context+1 tokens.
 func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
-	tok, err := data.NewTokenizer(tokenizer)
-	if err != nil {
-		return nil, err
-	}
-	var corpus *data.Corpus
-	if path == "" {
-		corpus, err = data.LoadDefaultCorpus()
-	} else {
-		corpus, err = data.LoadCorpus(path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if cacheDir == "" {
-		if cacheDir, err = data.DefaultCacheDir(); err != nil {
-			return nil, err
-		}
-	}
-	tokens, err := data.OpenTokens(corpus, tok, cacheDir)
+	corpus, tok, tokens, err := openTokens(path, tokenizer, cacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -47,6 +29,35 @@ func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction floa
 		return nil, fmt.Errorf("corpus %s: %w", corpusName(path), err)
 	}
 	return &Dataset{Corpus: corpus, Tokenizer: tok, Tokens: tokens, Train: trainView, Val: valView}, nil
+}
+
+// openTokens loads the corpus at path ("" for the default corpus) and
+// tokenises it once into the token cache under cacheDir ("" for the
+// default cache directory).
+func openTokens(path, tokenizer, cacheDir string) (*data.Corpus, data.Tokenizer, *data.Tokens, error) {
+	tok, err := data.NewTokenizer(tokenizer)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var corpus *data.Corpus
+	if path == "" {
+		corpus, err = data.LoadDefaultCorpus()
+	} else {
+		corpus, err = data.LoadCorpus(path)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if cacheDir == "" {
+		if cacheDir, err = data.DefaultCacheDir(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	tokens, err := data.OpenTokens(corpus, tok, cacheDir)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return corpus, tok, tokens, nil
 }
 
 func corpusName(path string) string {

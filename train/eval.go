@@ -1,108 +1,298 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// Evaluator measures the held-out loss on a fixed set of validation
-// batches: the same windows every time, so successive values compare.
-// It has its own compiled function (params, x[B,T], y[B,T]) → loss.
-type Evaluator struct {
-	x, y     []*mlx.Array
-	fn       *mlx.Closure
-	loss     LossFunc
-	compiled bool
+// TokenLossFunc gives the per-position loss terms of parameters and one
+// batch of tokens x and targets y ([B, T] int32): the cross-entropy and
+// the logsumexp of the logits, both [B, T] float32.
+// (*model.TinyGPT).LossTerms is one.
+type TokenLossFunc func(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array)
+
+// EvalResult is a loss measured over a set of tokens.
+type EvalResult struct {
+	// Tokens is the number of predicted tokens the means are over.
+	Tokens int `json:"tokens"`
+	// Loss is the mean next-token cross-entropy, in nats per token.
+	Loss float64 `json:"loss"`
+	// LSESquared is the mean square of the logits' logsumexp: the z-loss
+	// penalty before its coefficient. Training adds ZLoss × LSESquared to
+	// the cross-entropy when the model's z_loss is above 0.
+	LSESquared float64 `json:"lse_squared"`
 }
 
-// NewEvaluator draws batches batches of batch × context tokens from view
-// with a sampler seeded by seed.
-func NewEvaluator(loss LossFunc, view data.View, batch, context, batches int, seed uint64, compile bool) (*Evaluator, error) {
-	s, err := data.NewSampler(view, context, seed)
-	if err != nil {
-		return nil, fmt.Errorf("validation data: %w", err)
+// Perplexity is exp(Loss).
+func (r EvalResult) Perplexity() float64 { return math.Exp(r.Loss) }
+
+// evalFunc sums the loss terms of a batch over the positions a mask keeps:
+// (params…, x[B,T], y[B,T], mask[B,T] float32) → (Σ mask·ce, Σ mask·lse²).
+// Sums rather than means, so batches that keep different numbers of
+// positions (the padded last batch of a whole split) add up exactly. Shapes
+// are fixed, so a compiled evalFunc traces once.
+type evalFunc struct {
+	terms TokenLossFunc
+	fn    *mlx.Closure // nil: run the body uncompiled
+}
+
+// newEvalFunc must run on the MLX thread.
+func newEvalFunc(terms TokenLossFunc, compile bool) (*evalFunc, error) {
+	f := &evalFunc{terms: terms}
+	if compile {
+		var err error
+		if f.fn, err = mlx.Compile(f.body); err != nil {
+			return nil, fmt.Errorf("eval: compiling: %w", err)
+		}
 	}
-	if batch < 1 || batches < 1 {
-		return nil, fmt.Errorf("validation data: %d batches of %d sequences, want >= 1 of >= 1", batches, batch)
+	return f, nil
+}
+
+func (f *evalFunc) body(in []*mlx.Array) ([]*mlx.Array, error) {
+	n := len(in) - 3
+	x, y, mask := in[n], in[n+1], in[n+2]
+	ce, lse := f.terms(in[:n], x, y)
+	// Padding positions hold token 0, so their terms are finite and the
+	// mask's zeros remove them.
+	return []*mlx.Array{
+		mlx.Sum(mlx.Multiply(ce, mask)),
+		mlx.Sum(mlx.Multiply(mlx.Square(lse), mask)),
+	}, nil
+}
+
+func (f *evalFunc) free() { f.fn.Free() }
+
+// batchFill writes batch i into x, y and mask ([B·T] each, row-major) and
+// returns how many positions it keeps (mask 1).
+type batchFill func(i int, x, y []int32, mask []float32) int
+
+// run evaluates batches batches of [batch, context] positions that fill
+// writes and returns the means over the kept positions. The next batch is
+// prepared and scheduled while the device works on the one before; at most
+// two are in flight. It must run on the MLX thread.
+func (f *evalFunc) run(params []*mlx.Array, batch, context, batches int, fill batchFill) (EvalResult, error) {
+	type pending struct{ ce, sq *mlx.Array }
+	var (
+		res       EvalResult
+		sumCE, sq float64
+		inFlight  []pending
+	)
+	defer func() {
+		for _, p := range inFlight {
+			mlx.Free(p.ce, p.sq)
+		}
+	}()
+	collect := func() error {
+		p := inFlight[0]
+		inFlight = inFlight[1:]
+		defer mlx.Free(p.ce, p.sq)
+		c, err := p.ce.Item()
+		if err != nil {
+			return err
+		}
+		s, err := p.sq.Item()
+		if err != nil {
+			return err
+		}
+		sumCE += c
+		sq += s
+		return nil
 	}
-	e := &Evaluator{loss: loss, compiled: compile}
 	xs := make([]int32, batch*context)
 	ys := make([]int32, batch*context)
-	err = mlx.Do(func() error {
-		for i := 0; i < batches; i++ {
-			s.Fill(xs, ys)
-			e.x = append(e.x, mlx.FromSlice(xs, batch, context))
-			e.y = append(e.y, mlx.FromSlice(ys, batch, context))
+	mask := make([]float32, batch*context)
+	for i := range batches {
+		res.Tokens += fill(i, xs, ys, mask)
+		x := mlx.FromSlice(xs, batch, context)
+		y := mlx.FromSlice(ys, batch, context)
+		m := mlx.FromSlice(mask, batch, context)
+		in := append(append(make([]*mlx.Array, 0, len(params)+3), params...), x, y, m)
+		var out []*mlx.Array
+		var err error
+		if f.fn != nil {
+			out, err = f.fn.Call(in...)
+		} else {
+			out, err = f.body(in)
 		}
-		if compile {
-			var err error
-			if e.fn, err = mlx.Compile(e.body, false); err != nil {
-				return fmt.Errorf("eval: compiling: %w", err)
+		mlx.Free(x, y, m)
+		if err == nil {
+			err = mlx.AsyncEval(out...)
+		}
+		if err != nil {
+			mlx.Free(out...)
+			return res, fmt.Errorf("eval: %w", err)
+		}
+		inFlight = append(inFlight, pending{out[0], out[1]})
+		if len(inFlight) == 2 {
+			if err := collect(); err != nil {
+				return res, fmt.Errorf("eval: %w", err)
 			}
 		}
-		return nil
+	}
+	for len(inFlight) > 0 {
+		if err := collect(); err != nil {
+			return res, fmt.Errorf("eval: %w", err)
+		}
+	}
+	if res.Tokens == 0 {
+		return res, errors.New("eval: no tokens to evaluate")
+	}
+	res.Loss = sumCE / float64(res.Tokens)
+	res.LSESquared = sq / float64(res.Tokens)
+	return res, nil
+}
+
+// Evaluator measures the held-out loss during training on a fixed sample
+// of the validation tokens: windows drawn at random starts by a sampler
+// with a fixed seed, the same windows every time, so successive values
+// compare. It has its own compiled function, traced once.
+type Evaluator struct {
+	view                    data.View
+	batch, context, batches int
+	seed                    uint64
+	fn                      *evalFunc
+}
+
+// NewEvaluator prepares evaluations over at least tokens tokens of view:
+// ceil(tokens / (batch·context)) batches of batch windows of context
+// tokens, drawn by a data.Sampler seeded with seed. terms gives the
+// per-position losses; compile traces them into one MLX function.
+func NewEvaluator(terms TokenLossFunc, view data.View, batch, context, tokens int, seed uint64, compile bool) (*Evaluator, error) {
+	if batch < 1 || context < 1 || tokens < 1 {
+		return nil, fmt.Errorf("eval: batch %d, context %d, tokens %d; want each >= 1", batch, context, tokens)
+	}
+	if _, err := data.NewSampler(view, context, seed); err != nil {
+		return nil, fmt.Errorf("validation data: %w", err)
+	}
+	e := &Evaluator{view: view, batch: batch, context: context, batches: evalBatches(tokens, batch, context),
+		seed: seed}
+	err := mlx.Do(func() (err error) {
+		e.fn, err = newEvalFunc(terms, compile)
+		return err
 	})
 	if err != nil {
-		e.Free()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *Evaluator) body(in []*mlx.Array) ([]*mlx.Array, error) {
-	n := len(in) - 2
-	return []*mlx.Array{e.loss(in[:n], in[n], in[n+1])}, nil
-}
+// Tokens is the number of tokens each evaluation covers:
+// batches × batch × context.
+func (e *Evaluator) Tokens() int { return e.batches * e.batch * e.context }
 
-// Loss returns the mean loss of params over the validation batches.
-func (e *Evaluator) Loss(params []*mlx.Array) (float64, error) {
-	var loss float64
-	err := mlx.Do(func() error {
-		var err error
-		loss, err = e.meanLoss(params)
+// Evaluate returns the mean loss terms of params over the evaluator's
+// windows. It runs on the MLX thread, on its default device.
+func (e *Evaluator) Evaluate(params []*mlx.Array) (EvalResult, error) {
+	// The parameters may still be computing on the caller's stream; the
+	// evaluation reads them finished.
+	if err := mlx.Eval(params...); err != nil {
+		return EvalResult{}, fmt.Errorf("eval: %w", err)
+	}
+	s, err := data.NewSampler(e.view, e.context, e.seed)
+	if err != nil {
+		return EvalResult{}, fmt.Errorf("validation data: %w", err)
+	}
+	var res EvalResult
+	err = mlx.Do(func() error {
+		sc := mlx.NewScope()
+		defer sc.Close()
+		res, err = e.fn.run(params, e.batch, e.context, e.batches, func(_ int, x, y []int32, mask []float32) int {
+			s.Fill(x, y)
+			for i := range mask {
+				mask[i] = 1
+			}
+			return len(mask)
+		})
 		return err
 	})
-	return loss, err
+	return res, err
 }
 
-// meanLoss is Loss on the MLX thread.
-func (e *Evaluator) meanLoss(params []*mlx.Array) (float64, error) {
-	s := mlx.NewScope()
-	defer s.Close()
-	var total float64
-	for i := range e.x {
-		in := append(append([]*mlx.Array{}, params...), e.x[i], e.y[i])
-		var out []*mlx.Array
-		var err error
-		if e.fn != nil {
-			out, err = e.fn.Call(in...)
-		} else {
-			out, err = e.body(in)
-		}
-		if err != nil {
-			return 0, fmt.Errorf("eval: %w", err)
-		}
-		v, err := out[0].Item()
-		if err != nil {
-			return 0, fmt.Errorf("eval: %w", err)
-		}
-		total += v
+// record evaluates params and writes the held-out figures into m:
+// val_loss (the cross-entropy), val_tokens and, when the model has z-loss
+// (zLoss > 0), val_z_loss, the term zLoss × mean(logsumexp²) that
+// training adds. It returns the cross-entropy.
+func (e *Evaluator) record(params []*mlx.Array, zLoss float64, m *Metrics) (float64, error) {
+	r, err := e.Evaluate(params)
+	if err != nil {
+		return math.NaN(), err
 	}
-	return total / float64(len(e.x)), nil
+	ce := r.Loss
+	m.ValLoss, m.ValTokens = &ce, r.Tokens
+	if zLoss > 0 {
+		z := zLoss * r.LSESquared
+		m.ValZLoss = &z
+	}
+	return ce, nil
 }
 
-// Free releases the validation batches and the compiled function. A nil
-// evaluator is a no-op.
+// Free releases the compiled function. A nil Evaluator is a no-op, so a
+// run that failed before making one can free what it holds.
 func (e *Evaluator) Free() {
-	if e == nil {
-		return
+	if e != nil && e.fn != nil {
+		_ = mlx.Do(func() error { e.fn.free(); return nil })
 	}
-	mlx.Do(func() error {
-		mlx.Free(e.x...)
-		mlx.Free(e.y...)
-		e.fn.Free()
-		return nil
+}
+
+// EvaluateView measures the loss of params on every token of view once:
+// the view is cut into consecutive, non-overlapping windows of the model's
+// context (inputs view[s:s+T], targets view[s+1:s+T+1]), so each token
+// after the first is predicted exactly once, with the windows' own tokens
+// before it as context. Windows go batch at a time through one compiled
+// function; the last window, and the last batch, are padded to full shape
+// and the padding is masked out of the means. The view needs at least two
+// tokens. It runs on the MLX thread, on the caller's default device.
+func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
+	T := m.Config.Context
+	if batch < 1 {
+		return EvalResult{}, fmt.Errorf("eval: batch %d, want >= 1", batch)
+	}
+	targets := view.Len() - 1 // tokens with a token before them
+	if targets < 1 {
+		return EvalResult{}, fmt.Errorf("eval: %d tokens, want at least 2 (a token and the one it predicts)", view.Len())
+	}
+	if err := mlx.Eval(params...); err != nil {
+		return EvalResult{}, fmt.Errorf("eval: %w", err)
+	}
+	windows := (targets-1)/T + 1
+	batches := (windows-1)/batch + 1
+	fill := func(i int, x, y []int32, mask []float32) int {
+		kept := 0
+		for r := range batch {
+			row := r * T
+			n := 0 // positions of this window
+			if w := i*batch + r; w < windows {
+				start := w * T
+				n = min(T, targets-start)
+				view.CopyInto(x[row:row+n], start)
+				view.CopyInto(y[row:row+n], start+1)
+			}
+			for j := row; j < row+n; j++ {
+				mask[j] = 1
+			}
+			for j := row + n; j < row+T; j++ {
+				x[j], y[j], mask[j] = 0, 0, 0
+			}
+			kept += n
+		}
+		return kept
+	}
+	var res EvalResult
+	err := mlx.Do(func() error {
+		f, err := newEvalFunc(m.LossTerms, true)
+		if err != nil {
+			return err
+		}
+		defer f.free()
+		sc := mlx.NewScope()
+		defer sc.Close()
+		res, err = f.run(params, batch, T, batches, fill)
+		return err
 	})
+	return res, err
 }

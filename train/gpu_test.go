@@ -8,6 +8,7 @@ package train
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -36,7 +37,9 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 	cpu, _ := setupLosses(t, ref, ds)
 	for _, compile := range []bool{true, false} {
 		c := cfg
-		c.Device, c.Compile = "gpu", compile
+		// The CPU's plan, so the GPU accumulates too rather than running
+		// one probed pass.
+		c.Device, c.Compile, c.MicroBatch = "gpu", compile, cfg.Batch
 		mlx.ResetPeakMemory()
 		got, traces := setupLosses(t, c, ds)
 		var dev mlx.Device
@@ -64,5 +67,30 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 		if mlx.Memory().Peak == 0 {
 			t.Fatalf("compile=%t: peak memory 0, want the GPU allocator's figure", compile)
 		}
+	}
+}
+
+// On a GPU an automatic plan is probed: with memory to spare, tiny's
+// batch 2 × accum 4 runs as one pass of 8 sequences, whose measured peak
+// is within the budget; a budget below one sequence's lower bound is an
+// error that names it.
+func TestGPUChoosePlanProbes(t *testing.T) {
+	requireGPU(t)
+	cfg := tinyConfig()
+	cfg.Device, cfg.Batch, cfg.Accum, cfg.MemoryBudget = "gpu", 2, 4, "1GiB"
+	cfg, m, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ChoosePlan(cfg, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.How != PlanProbed || p.MicroBatch != 8 || p.Steps != 1 || p.PeakBytes == 0 || p.PeakBytes > 1<<30 || p.BudgetBytes != 1<<30 {
+		t.Fatalf("plan %+v: want a probed micro-batch 8 × 1 within 1 GiB", p)
+	}
+	cfg.MemoryBudget = "1KiB"
+	if _, err := ChoosePlan(cfg, m); err == nil || !strings.Contains(err.Error(), "no micro-batch fits the memory budget of 1.0 KiB") {
+		t.Fatalf("1 KiB budget: %v, want an error naming it", err)
 	}
 }

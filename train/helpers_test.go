@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
@@ -47,7 +48,7 @@ func tinyConfig() Config {
 		Steps:     20, Batch: 4, Accum: 1,
 		Optimizer: "adamw", Schedule: "cosine", LR: 3e-3, MinLR: 3e-4, Warmup: 5,
 		GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
-		LogEvery: 1, EvalBatches: 2,
+		LogEvery: 1, EvalTokens: 256, // 2 batches
 	}
 }
 
@@ -55,6 +56,14 @@ func tinyConfig() Config {
 // ds drawn with cfg.Seed, following cfg's schedule, and returns their
 // losses and how often the step was traced.
 func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int) {
+	t.Helper()
+	losses, traces, _ = setupRun(t, cfg, ds)
+	return losses, traces
+}
+
+// setupRun is setupLosses that also returns the final parameters,
+// flattened and concatenated in the model's order.
+func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {
 	t.Helper()
 	cfg, m, err := Prepare(cfg)
 	if err != nil {
@@ -69,7 +78,7 @@ func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, trace
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
+	batch, err := s.Plan.NewBatch(cfg.Model.Context)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,5 +92,18 @@ func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, trace
 		}
 		losses = append(losses, loss)
 	}
-	return losses, s.Step.Traces()
+	mlx.Do(func() error {
+		sc := mlx.NewScope() // frees the casts, reshapes and concatenation
+		defer sc.Close()
+		flat := make([]*mlx.Array, len(s.State.Params()))
+		for i, p := range s.State.Params() {
+			flat[i] = mlx.Reshape(mlx.AsType(p, mlx.Float32), -1)
+		}
+		params, err = mlx.Concatenate(flat, 0).Float32s()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return losses, s.Step.Traces(), params
 }

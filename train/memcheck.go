@@ -20,6 +20,7 @@ func (c Config) checkDims() error {
 	}{
 		{"vocab_size", c.Model.VocabSize}, {"d_model", c.Model.DModel}, {"layers", c.Model.Layers},
 		{"heads", c.Model.Heads}, {"context", c.Model.Context}, {"batch", c.Batch}, {"accum", c.Accum},
+		{"micro_batch", c.MicroBatch},
 	} {
 		if f.v > maxDim {
 			return fmt.Errorf("%s = %d, want <= %d (MLX array dimensions are 32-bit)", f.name, f.v, maxDim)
@@ -32,12 +33,22 @@ func (c Config) checkDims() error {
 type MemoryNeed struct {
 	Params  float64 // parameter count
 	Weights float64 // parameters and their float32 gradients
-	Logits  float64 // one microbatch's float32 logits
+	Logits  float64 // one microbatch's float32 logits (MicroBatch sequences when set)
 	Tokens  float64 // the prefetcher's token buffers (Go memory)
 }
 
 // Total is the sum of the parts.
 func (n MemoryNeed) Total() float64 { return n.Weights + n.Logits + n.Tokens }
+
+// forwardBatch is the sequences of one forward pass as far as the config
+// fixes it: MicroBatch when set, else the batch (an automatic plan may
+// choose more on a GPU; ProbePlan checks each choice itself).
+func (c Config) forwardBatch() int {
+	if c.MicroBatch > 0 {
+		return c.MicroBatch
+	}
+	return c.Batch
+}
 
 // MinMemory is a lower bound on the memory a run of c needs: activations,
 // optimizer state and MLX's caches come on top. It is computed in float64,
@@ -48,10 +59,11 @@ func (c Config) MinMemory() MemoryNeed {
 	params := m.ParamCount()
 	paramBytes := float64(m.ParamDtype().Size())
 	perBatch := float64(c.Batch) * float64(m.Context)
+	perMicro := float64(c.forwardBatch()) * float64(m.Context)
 	return MemoryNeed{
 		Params:  params,
 		Weights: params * (paramBytes + float64(mlx.Float32.Size())),
-		Logits:  perBatch * v * float64(mlx.Float32.Size()),
+		Logits:  perMicro * v * float64(mlx.Float32.Size()),
 		Tokens:  2 * float64(c.Accum) * perBatch * 4 * float64(c.PrefetchDepth+2),
 	}
 }
@@ -83,7 +95,7 @@ func (c Config) CheckMemory() error {
 		"%s for the logits of batch %d × context %d × vocab_size %d; %s for token buffers), more than the %s of this machine; "+
 		"use a smaller model, batch or context",
 		gib(need.Total()), gib(need.Weights), need.Params, c.Model.VocabSize, c.Model.DModel, c.Model.Layers,
-		gib(need.Logits), c.Batch, c.Model.Context, c.Model.VocabSize, gib(need.Tokens), gib(float64(total)))
+		gib(need.Logits), c.forwardBatch(), c.Model.Context, c.Model.VocabSize, gib(need.Tokens), gib(float64(total)))
 }
 
 // gib writes a byte count in GiB, MiB or KiB.

@@ -11,14 +11,28 @@ import (
 // Metrics is one logged step: a line of metrics.jsonl and what progress
 // displays show.
 type Metrics struct {
-	Step       int      `json:"step"` // optimizer updates completed
-	Loss       float64  `json:"loss"`
-	ValLoss    *float64 `json:"val_loss,omitempty"`
-	LR         float64  `json:"lr"`
-	GradNorm   float64  `json:"grad_norm"`
-	StepsPerS  float64  `json:"steps_per_s"`
-	TokensPerS float64  `json:"tokens_per_s"`
-	ElapsedS   float64  `json:"elapsed_s"`
+	Step int `json:"step"` // optimizer updates completed
+	// Loss is the training objective on the step's batch: the
+	// cross-entropy plus, when the model's z_loss is above 0, the z-loss
+	// term.
+	Loss float64 `json:"loss"`
+	// ValLoss is the held-out cross-entropy, without the z-loss term that
+	// Loss includes when the model's z_loss is above 0.
+	ValLoss *float64 `json:"val_loss,omitempty"`
+	// ValZLoss is the z-loss term on the held-out tokens, z_loss ×
+	// mean(logsumexp²); absent when z_loss is 0.
+	ValZLoss *float64 `json:"val_z_loss,omitempty"`
+	// ValTokens is the number of held-out tokens the evaluation covered.
+	ValTokens  int     `json:"val_tokens,omitempty"`
+	LR         float64 `json:"lr"`
+	GradNorm   float64 `json:"grad_norm"`
+	StepsPerS  float64 `json:"steps_per_s"`
+	TokensPerS float64 `json:"tokens_per_s"`
+	ElapsedS   float64 `json:"elapsed_s"`
+	// MicroBatch and AccumSteps are the plan the update ran under: a
+	// resumed run may run another.
+	MicroBatch int `json:"micro_batch,omitempty"`
+	AccumSteps int `json:"accum_steps,omitempty"`
 }
 
 // MetricsFile is the name of the metrics log inside a run folder.

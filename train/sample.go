@@ -1,7 +1,9 @@
 package train
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -118,32 +120,12 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err != nil {
 		return "", err
 	}
-	st, err := ReadRunState(filepath.Join(dir, StateFile))
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if err := checkModelMemory(st.Config.Model); err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	m, err := model.New(st.Config.Model)
+	st, m, params, free, err := loadModel(dir)
 	if err != nil {
 		return "", err
 	}
+	defer free()
 	tok, err := data.NewTokenizer(st.Config.Tokenizer)
-	if err != nil {
-		return "", err
-	}
-	file := filepath.Join(dir, ModelFile)
-	arrays, _, err := mlx.LoadSafetensors(file)
-	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	defer func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}()
-	params, err := orderParams(file, arrays, m)
 	if err != nil {
 		return "", err
 	}
@@ -158,11 +140,53 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	return tok.Decode(out), nil
 }
 
-// ResolveCheckpoint accepts a checkpoint directory or a run folder and
-// returns the checkpoint directory (the newest one of a run folder).
+// loadModel reads the run state and the parameters of checkpoint directory
+// dir, in the model's order; free releases the parameters.
+func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
+	st, err = ReadRunState(filepath.Join(dir, StateFile))
+	if err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if err := checkModelMemory(st.Config.Model); err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	if m, err = model.New(st.Config.Model); err != nil {
+		return st, nil, nil, nil, err
+	}
+	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
+	if err != nil {
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	free = func() {
+		for _, a := range arrays {
+			a.Free()
+		}
+	}
+	names := make([]string, len(m.Specs))
+	shapes := make([][]int, len(m.Specs))
+	for i, s := range m.Specs {
+		names[i], shapes[i] = s.Name, s.Shape
+	}
+	if params, err = ordered(filepath.Join(dir, ModelFile), arrays, names, shapes); err != nil {
+		free()
+		return st, nil, nil, nil, err
+	}
+	return st, m, params, free, nil
+}
+
+// ResolveCheckpoint is the one rule for what a --from or --resume path may
+// name: a checkpoint directory (one holding state.json, such as
+// RUN/checkpoints/step-00000400), which it returns as given, or a run
+// folder, for which it returns the newest complete checkpoint under
+// RUN/checkpoints. A file, a missing path or a folder with neither is an
+// error that says what was expected.
 func ResolveCheckpoint(path string) (string, error) {
 	info, err := os.Stat(path)
 	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is in the message already
+		}
 		return "", fmt.Errorf("checkpoint %q: %w", path, err)
 	}
 	if !info.IsDir() {
@@ -171,5 +195,10 @@ func ResolveCheckpoint(path string) (string, error) {
 	if _, err := os.Stat(filepath.Join(path, StateFile)); err == nil {
 		return path, nil // LoadCheckpoint validates every file
 	}
-	return LatestCheckpoint(path)
+	dir, err := LatestCheckpoint(path)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return "", fmt.Errorf("%s: %w: want a run folder (with %s/%s########) or a checkpoint directory (with %s)",
+			path, ErrNoCheckpoint, checkpointDir, stepPrefix, StateFile)
+	}
+	return dir, err
 }

@@ -38,26 +38,31 @@ func Prepare(cfg Config) (Config, *model.TinyGPT, error) {
 }
 
 // Setup is what a training run starts from: its model, optimizer,
-// learning-rate schedule, compiled step and state, fresh or loaded from a
-// checkpoint. The Trainer and the benchmark harness both start with
+// learning-rate schedule, plan, compiled step and state, fresh or loaded
+// from a checkpoint. The Trainer and the benchmark harness both start with
 // NewSetup.
 type Setup struct {
 	Config    Config
 	Model     *model.TinyGPT
 	Optimizer optim.Optimizer
 	Schedule  optim.Schedule
-	Step      *Step
-	State     *State
+	// Plan is how the step runs an update's Batch × Accum sequences; its
+	// batches are [Plan.Steps, Plan.MicroBatch, context] (Plan.NewBatch).
+	Plan  Plan
+	Step  *Step
+	State *State
 	// Resumed is the run state of the checkpoint the state was loaded
 	// from, nil for a fresh run.
 	Resumed *RunState
 }
 
 // NewSetup builds the run of cfg (as Prepare returns it) on model m: it
-// selects cfg's device, builds the optimizer, schedule and step, and
-// initialises the state from cfg.Seed, or loads it from the checkpoint
-// directory resumeFrom ("" for a fresh run), checking that the checkpoint
-// belongs to this model and optimizer.
+// selects cfg's device, chooses the plan (ChoosePlan: on a GPU with an
+// automatic micro-batch, a probe that runs a step per candidate), builds
+// the optimizer, schedule and step, and initialises the state from
+// cfg.Seed, or loads it from the checkpoint directory resumeFrom ("" for
+// a fresh run), checking that the checkpoint belongs to this model and
+// optimizer. The plan is no part of a checkpoint: any plan resumes it.
 func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 	s := &Setup{Config: cfg, Model: m}
 	err := mlx.Do(func() error {
@@ -65,13 +70,16 @@ func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 			return err
 		}
 		var err error
+		if s.Plan, err = ChoosePlan(cfg, m); err != nil {
+			return err
+		}
 		if s.Optimizer, err = NewOptimizer(cfg, m.Specs); err != nil {
 			return err
 		}
 		if s.Schedule, err = NewSchedule(cfg); err != nil {
 			return err
 		}
-		s.Step, err = NewStep(m.Loss, s.Optimizer, len(m.Specs), len(s.Optimizer.StateNames()), RunStepOptions(cfg))
+		s.Step, err = NewStep(m.Loss, s.Optimizer, len(m.Specs), len(s.Optimizer.StateNames()), s.Plan.StepOptions(cfg))
 		if err != nil {
 			return err
 		}

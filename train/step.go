@@ -48,13 +48,20 @@ type StepOptions struct {
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real
 	// dtype, hence the separate switch.
 	ComputeDtype mlx.Dtype
+
+	// dependsOn picks, from what the microbatches so far accumulated
+	// (every gradient, then the loss), what each microbatch after the first
+	// waits for; nil picks all of it (see Step.body). Tests and the
+	// accumulation benchmark set it to compare other orderings, the
+	// unbounded formulation among them.
+	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
-// RunStepOptions are the step options of a training run: its accumulation,
-// clipping and compile mode, and compute-dtype copies of the parameters
-// when the model keeps float32 masters but computes in a lower precision
-// (the copies save a cast kernel per parameter per step; see
-// StepOptions.ComputeCopies).
+// RunStepOptions are the step options of a training run: its accumulation
+// as configured (Plan.StepOptions takes the plan's instead), clipping and
+// compile mode, and compute-dtype copies of the parameters when the model
+// keeps float32 masters but computes in a lower precision (the copies save
+// a cast kernel per parameter per step; see StepOptions.ComputeCopies).
 func RunStepOptions(cfg Config) StepOptions {
 	o := StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
 	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {
@@ -138,7 +145,7 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 		}
 		s.vag = vag
 		if opts.Compile {
-			if s.compiled, err = mlx.Compile(s.body, false); err != nil {
+			if s.compiled, err = mlx.Compile(s.body); err != nil {
 				vag.Free()
 				return fmt.Errorf("train: compiling the step: %w", err)
 			}
@@ -182,6 +189,18 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // averaging and clipping, and the optimizer update; with ComputeCopies the
 // passes take the copies and the body also emits the new parameters cast
 // to ComputeDtype, which MLX's compiler fuses into the update's kernel.
+//
+// Microbatch i's tokens depend (mlx.Depends) on what microbatches 0 … i-1
+// accumulated: every gradient and the loss. Nothing else orders the
+// passes: MLX would be free to run all N forward passes before any
+// backward pass and hold all N microbatches' activations at once. Waiting
+// for the whole accumulated gradient finishes microbatch i-1's backward
+// pass, weight gradients included, before microbatch i's forward pass
+// starts; waiting for the loss too computes it then, rather than at the
+// end of the step, when its inputs (the logits' softmax statistics) would
+// have stayed alive for every microbatch. The step's peak is then one
+// microbatch's plus the float32 accumulators, whatever N
+// (docs/performance/cpu.md measures it against fewer dependencies).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
 	P, C, S := s.nParams, s.nCopies, s.nState
@@ -198,6 +217,16 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	copy(args, lossParams)
 	for i := 0; i < n; i++ {
 		args[P], args[P+1] = microbatch(x, i), microbatch(y, i)
+		if i > 0 {
+			deps := append(slices.Clip(grads), lossSum)
+			if s.opts.dependsOn != nil {
+				deps = s.opts.dependsOn(deps)
+			}
+			if len(deps) > 0 {
+				d := mlx.Depends(args[P:P+2], deps)
+				args[P], args[P+1] = d[0], d[1]
+			}
+		}
 		vals, g, err := s.vag.Call(args...)
 		if err != nil {
 			return nil, err

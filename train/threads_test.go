@@ -116,22 +116,23 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 	// The evaluator, built on one fresh goroutine and used from many.
 	var eval *Evaluator
 	if err := threads.one(func() (err error) {
-		eval, err = NewEvaluator(m.Loss, ds.Val, cfg.Batch, cfg.Model.Context, 2, 3, true)
+		eval, err = NewEvaluator(m.LossTerms, ds.Val, cfg.Batch, cfg.Model.Context, 2*cfg.Batch*cfg.Model.Context, 3, true)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	defer eval.Free()
-	wantLoss, err := eval.Loss(params)
+	wantEval, err := eval.Evaluate(params)
 	if err != nil {
 		t.Fatal(err)
 	}
+	wantLoss := wantEval.Loss
 	if math.Abs(wantLoss-math.Log(256)) > 0.3 {
 		t.Fatalf("held-out loss of fresh parameters %.4f, want about ln 256", wantLoss)
 	}
 	if err := threads.fresh(n, func(int) error {
-		if got, err := eval.Loss(params); err != nil || got != wantLoss {
-			return fmt.Errorf("evaluator: loss %v (%v), want %v", got, err, wantLoss)
+		if got, err := eval.Evaluate(params); err != nil || got.Loss != wantLoss {
+			return fmt.Errorf("evaluator: loss %v (%v), want %v", got.Loss, err, wantLoss)
 		}
 		return nil
 	}); err != nil {

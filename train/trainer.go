@@ -40,6 +40,7 @@ type Start struct {
 	Params        int
 	TokensPerStep int
 	Resumed       string // checkpoint directory, "" for a fresh run
+	Plan          Plan   // how each update runs its sequences
 }
 
 // Summary is the outcome of Run.
@@ -54,6 +55,7 @@ type Summary struct {
 	TokensPerS        float64
 	PeakMemoryBytes   uint64
 	ActiveMemoryBytes uint64
+	Plan              Plan
 }
 
 // Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints
@@ -143,7 +145,7 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 	}
 	sum.StartStep, sum.Step = r.step, r.step
-	r.eval, err = NewEvaluator(t.Model.Loss, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalBatches, cfg.Seed+1, cfg.Compile)
+	r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +158,11 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 			return nil, fmt.Errorf("resume: sampler state: %w", err)
 		}
 	}
-	if r.prefetch, err = data.NewPrefetcher(sampler, cfg.Accum, cfg.Batch, cfg.Model.Context, cfg.PrefetchDepth); err != nil {
+	// Batches come in the plan's shape; the sampler draws the same windows
+	// in the same order whatever the plan (Plan.NewBatch).
+	plan := r.setup.Plan
+	sum.Plan = plan
+	if r.prefetch, err = data.NewPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth); err != nil {
 		return nil, err
 	}
 	if r.metrics, err = openMetrics(filepath.Join(t.RunDir, MetricsFile), r.step, resumeFrom != ""); err != nil {
@@ -164,7 +170,7 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	}
 	if t.Hooks.OnStart != nil {
 		t.Hooks.OnStart(Start{Step: r.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
-			TokensPerStep: cfg.TokensPerStep(), Resumed: resumeFrom})
+			TokensPerStep: cfg.TokensPerStep(), Resumed: resumeFrom, Plan: plan})
 	}
 	return r, nil
 }
@@ -225,12 +231,12 @@ func (r *run) initialEval() error {
 	if r.cfg.EvalEvery == 0 || r.step != 0 {
 		return nil
 	}
-	v, err := r.eval.Loss(r.setup.State.Params())
+	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.setup.Schedule.LR(0)}
+	v, err := r.eval.record(r.setup.State.Params(), r.cfg.Model.ZLoss, &m)
 	if err != nil {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
-	m := Metrics{Step: 0, Loss: math.NaN(), ValLoss: &v, LR: r.setup.Schedule.LR(0)}
 	return writeMetrics(r.metrics, metricsForJSON(m))
 }
 
@@ -281,18 +287,19 @@ func (r *run) log(lr float64, eval bool) error {
 	r.sum.Loss = st.Loss
 	now := time.Now()
 	m := Metrics{Step: r.step, Loss: st.Loss, LR: lr, GradNorm: st.GradNorm,
-		ElapsedS: (r.before + now.Sub(r.start)).Seconds()}
+		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
+		MicroBatch: r.setup.Plan.MicroBatch, AccumSteps: r.setup.Plan.Steps}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
 		m.TokensPerS = m.StepsPerS * float64(r.cfg.TokensPerStep())
 	}
 	r.lastLog, r.lastLogStep = now, r.step
 	if eval {
-		v, err := r.eval.Loss(r.setup.State.Params())
+		v, err := r.eval.record(r.setup.State.Params(), r.cfg.Model.ZLoss, &m)
 		if err != nil {
 			return err
 		}
-		m.ValLoss, r.sum.ValLoss = &v, v
+		r.sum.ValLoss = v
 	}
 	r.sum.TokensPerS = m.TokensPerS
 	if err := writeMetrics(r.metrics, m); err != nil {

@@ -156,9 +156,12 @@ func TestGoGet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", bin, err, b)
 	}
-	m := regexp.MustCompile(`(?m)^loss (\S+) traces 1$`).FindStringSubmatch(string(b))
+	m := regexp.MustCompile(`(?m)^loss (\S+) traces 1 tokens (\S+)$`).FindStringSubmatch(string(b))
 	if m == nil {
-		t.Fatalf("want a line \"loss X traces 1\", got:\n%s", b)
+		t.Fatalf("want a line \"loss X traces 1 tokens N\", got:\n%s", b)
+	}
+	if m[2] != "120" { // 0 + 1 + … + 15: the batch's 16 input tokens
+		t.Fatalf("tokens %s summed by mlx on the program's goroutine, want 120", m[2])
 	}
 	// A freshly initialised model predicts about uniformly: ln(vocab).
 	loss, err := strconv.ParseFloat(m[1], 64)
@@ -175,7 +178,6 @@ const userProgram = `package main
 import (
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -191,13 +193,8 @@ func main() {
 }
 
 func run() error {
-	runtime.LockOSThread() // MLX state is per OS thread
 	const vocab, context, batch = 32, 8, 2
 	m, err := model.New(model.Config{VocabSize: vocab, DModel: 32, Layers: 1, Heads: 2, Context: context})
-	if err != nil {
-		return err
-	}
-	params, err := m.Init(1)
 	if err != nil {
 		return err
 	}
@@ -205,29 +202,30 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	state, err := opt.Init()
+	step, err := train.NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), train.StepOptions{Accum: 1, Compile: true})
 	if err != nil {
 		return err
 	}
-	step, err := train.NewStep(m.Loss, opt, len(params), len(state), train.StepOptions{Accum: 1, Compile: true})
+	defer step.Free()
+	state, err := train.InitState(step, m, 1)
 	if err != nil {
 		return err
 	}
-	xs, ys := make([]int32, batch*context), make([]int32, batch*context)
-	for i := range xs {
-		xs[i], ys[i] = int32(i%vocab), int32((i+1)%vocab)
+	defer state.Free()
+	b := train.Batch{X: make([]int32, batch*context), Y: make([]int32, batch*context), N: 1, B: batch, T: context}
+	for i := range b.X {
+		b.X[i], b.Y[i] = int32(i%vocab), int32((i+1)%vocab)
 	}
-	x, y := mlx.FromSlice(xs, 1, batch, context), mlx.FromSlice(ys, 1, batch, context)
-	lr := mlx.Scalar(1e-3, mlx.Float32)
-	res, err := step.Run(params, state, lr, x, y)
+	loss, err := state.Update(1e-3, b)
 	if err != nil {
 		return err
 	}
-	loss, err := res.Loss.Item()
+	// Plain mlx calls from this goroutine work too.
+	sum, err := mlx.Sum(mlx.FromSlice(b.X)).Item()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("loss %.4f traces %d\n", loss, step.Traces())
+	fmt.Printf("loss %.4f traces %d tokens %.0f\n", loss, step.Traces(), sum)
 	return nil
 }
 `

@@ -40,13 +40,19 @@ Data are random tokens unless --corpus names real text. Any preset field can
 be overridden by a flag as in train (--steps is the number of timed steps
 here; --warmup stays the learning-rate warm-up).
 
+--micro-batch and --memory-budget plan the step as in train (see
+posttrainllm help train); the table's micro-batch×steps column and the JSON
+fields micro_batch, accum_steps, plan (static, forced or probed),
+memory_budget_bytes and probe_peak_bytes report the plan, peak_memory_bytes
+what the timed steps peaked at.
+
 --compare runs compile on/off × constant/cosine schedule × accum 1/4 in one
 process, keeping the tokens per update of the preset (accum 4 runs a quarter
-of the batch), and prints each cell and the interpreted/compiled ratios;
---schedule or --accum pick one schedule or accum instead of both. --rounds N
-runs the whole comparison N times over, so a shared machine's drift hits
-compiled and interpreted alike; the ratios are then medians of the rounds'
-ratios, with their range.
+of the batch, as four forward passes whatever --micro-batch), and prints
+each cell and the interpreted/compiled ratios; --schedule or --accum pick
+one schedule or accum instead of both. --rounds N runs the whole comparison
+N times over, so a shared machine's drift hits compiled and interpreted
+alike; the ratios are then medians of the rounds' ratios, with their range.
 --json prints one JSON object, or with --compare a JSON array.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
@@ -63,7 +69,7 @@ ratios, with their range.
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
-	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-batches", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
+	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
 	}
@@ -171,10 +177,10 @@ func writeJSON(w io.Writer, v any) error {
 // printBench writes results as a table.
 func printBench(w io.Writer, results []bench.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tsteps/s\ttokens/s\ttraces\tops/step\tpeak mem\tloss first->last\t")
+	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tmicro-batch×steps\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tsteps/s\ttokens/s\ttraces\tops/step\tpeak mem\tloss first->last\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%d\t%d\t%s\t%.3f->%.3f\t\n",
-			r.Preset, r.Device, r.Compile, r.Schedule, r.Accum, r.Batch, r.Context, r.TokensPerStep,
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%d\t%d×%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.2f\t%.0f\t%d\t%d\t%s\t%.3f->%.3f\t\n",
+			r.Preset, r.Device, r.Compile, r.Schedule, r.Accum, r.Batch, r.MicroBatch, r.AccumSteps, r.Context, r.TokensPerStep,
 			r.MsPerStepMedian, r.MsPerStepP10, r.MsPerStepP90, r.HostMsPerStep, r.DeviceMsPerStep,
 			r.StepsPerS, r.TokensPerS, r.Traces, r.GraphOps, humanBytes(r.PeakMemoryBytes), r.LossFirst, r.LossLast)
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -102,6 +104,17 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("steps", "steps", false, "optimizer updates", func(c *train.Config) *int { return &c.Steps })
 	intF("batch", "batch", false, "sequences per microbatch", func(c *train.Config) *int { return &c.Batch })
 	intF("accum", "accum", false, "microbatches per update (gradient accumulation)", func(c *train.Config) *int { return &c.Accum })
+	if !skipped("micro-batch") {
+		v := new(int)
+		fs.Var((*microBatchValue)(v), "micro-batch",
+			"sequences per forward pass, dividing --batch × --accum: auto (the batch on the CPU, on a GPU the largest whose step fits --memory-budget) or a number")
+		o.flags = append(o.flags, configFlag{name: "micro-batch", field: "micro_batch",
+			apply: func(c *train.Config) { c.MicroBatch = *v },
+			get:   func(c train.Config) string { return (*microBatchValue)(&c.MicroBatch).String() }})
+	}
+	stringF("memory-budget", "memory_budget", false,
+		fmt.Sprintf("peak memory an automatic --micro-batch may plan for: bytes (80GiB) or a fraction of the device's memory (default %g)", train.DefaultMemoryFraction),
+		func(c *train.Config) *string { return &c.MemoryBudget })
 	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon or sgd", func(c *train.Config) *string { return &c.Optimizer })
 	if !skipped("weight-decay") {
 		v := new(float64)
@@ -139,12 +152,37 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	}
 	intF("log-every", "log_every", false, "log the loss every N updates", func(c *train.Config) *int { return &c.LogEvery })
 	intF("eval-every", "eval_every", false, "held-out loss every N updates (0 disables)", func(c *train.Config) *int { return &c.EvalEvery })
-	intF("eval-batches", "eval_batches", false, "batches per held-out evaluation", func(c *train.Config) *int { return &c.EvalBatches })
+	intF("eval-tokens", "eval_tokens", false, fmt.Sprintf("held-out tokens per evaluation, rounded up to whole batches (%d unless the preset sets it)", train.DefaultEvalTokens), func(c *train.Config) *int { return &c.EvalTokens })
 	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
 	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
 	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })
 	return o
 }
+
+// microBatchValue is --micro-batch: "auto" (0) or a number of sequences.
+type microBatchValue int
+
+func (v *microBatchValue) String() string {
+	if *v == 0 {
+		return "auto"
+	}
+	return strconv.Itoa(int(*v))
+}
+
+func (v *microBatchValue) Set(s string) error {
+	if s == "auto" {
+		*v = 0
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		return errors.New("want auto or a number of sequences >= 1 that divides --batch × --accum")
+	}
+	*v = microBatchValue(n)
+	return nil
+}
+
+func (v *microBatchValue) Type() string { return "auto|N" }
 
 // changed returns the flags the user set, in registration order.
 func (o *overrides) changed() []configFlag {

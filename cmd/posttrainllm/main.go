@@ -1,9 +1,10 @@
-// Command posttrainllm trains, benchmarks and samples small GPT models on
-// MLX from Go.
+// Command posttrainllm trains, evaluates, benchmarks and samples small GPT
+// models on MLX from Go.
 //
 //	posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
 //	posttrainllm train --resume runs/tiny --steps 400
 //	posttrainllm sample --from runs/tiny --prompt "ROMEO:"
+//	posttrainllm eval --from runs/tiny
 //	posttrainllm bench --preset tiny --compare
 //	posttrainllm presets
 //	posttrainllm version

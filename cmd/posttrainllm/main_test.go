@@ -304,7 +304,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestHelpHasExamples(t *testing.T) {
-	for _, sub := range []string{"train", "bench", "sample", "presets", "version"} {
+	for _, sub := range []string{"train", "bench", "sample", "eval", "presets", "version"} {
 		r := mustRun(t, sub, "--help")
 		if !strings.Contains(r.stdout, "Examples:") || !strings.Contains(r.stdout, "posttrainllm "+sub) {
 			t.Fatalf("%s --help has no examples:\n%s", sub, r.stdout)

@@ -39,6 +39,7 @@ func (p *progress) hooks() train.Hooks {
 
 func (p *progress) start(s train.Start) {
 	p.steps = s.Steps
+	fmt.Fprintf(p.w, "plan: %s\n", s.Plan)
 	if s.Resumed != "" {
 		fmt.Fprintf(p.w, "resuming at step %d of %d from %s\n", s.Step, s.Steps, s.Resumed)
 	}
@@ -104,12 +105,15 @@ func (p *progress) finish() {
 	p.bar = nil
 }
 
-// formatMetrics is one logged step: loss, learning rate, speed and the time
-// left at that speed.
+// formatMetrics is one logged step: loss, held-out cross-entropy (and the
+// z-loss term apart), learning rate, speed and the time left at that speed.
 func formatMetrics(m train.Metrics, steps int) string {
 	s := fmt.Sprintf("loss %.4f", m.Loss)
 	if m.ValLoss != nil {
 		s += fmt.Sprintf("  val %.4f", *m.ValLoss)
+		if m.ValZLoss != nil {
+			s += fmt.Sprintf(" (+z %.4f)", *m.ValZLoss)
+		}
 	}
 	s += fmt.Sprintf("  lr %.3g  %.2f step/s  %.0f tok/s", m.LR, m.StepsPerS, m.TokensPerS)
 	if m.StepsPerS > 0 && steps > m.Step {

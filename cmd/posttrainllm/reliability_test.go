@@ -310,6 +310,13 @@ func TestReliabilityBadInput(t *testing.T) {
 		{"accum 0 with steps 2", inCase("--steps", "2", "--accum", "0"), []string{"invalid --accum 0", "want >= 1"}},
 		{"NaN lr with steps 2", inCase("--steps", "2", "--lr", "NaN"), []string{"invalid --lr NaN", "want a finite value > 0"}},
 		{"batch 0 with steps 2", inCase("--batch", "0", "--steps", "2"), []string{"invalid --batch 0", "want >= 1"}},
+		{"micro-batch 0", inCase("--micro-batch", "0"),
+			[]string{`invalid argument "0" for "--micro-batch" flag`, "want auto or a number of sequences >= 1"}},
+		{"micro-batch not a number", inCase("--micro-batch", "two"), []string{`invalid argument "two" for "--micro-batch" flag`}},
+		{"micro-batch not dividing batch × accum", inCase("--accum", "3", "--micro-batch", "4"),
+			[]string{"invalid --micro-batch 4", "want a divisor of batch × accum = 2 × 3 = 6 (1, 2, 3, 6)"}},
+		{"memory budget neither bytes nor a fraction", inCase("--memory-budget", "8XB"),
+			[]string{"invalid --memory-budget 8XB", "want bytes with a unit"}},
 		{"a set warm-up longer than the steps", inCase("--steps", "2", "--warmup", "20"),
 			[]string{"invalid --warmup 20", "want < steps (2)"}},
 		{"lr beyond float32", inCase("--lr", "1e300"), []string{"invalid --lr 1e+300", "float32"}},
@@ -395,6 +402,28 @@ func TestReliabilityBadInput(t *testing.T) {
 			copyDir(t, good, run)
 			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
 			return []string{"sample", "--from", run, "--tokens", "5"}, cdir
+		}, []string{"model.safetensors", "safetensors"}},
+
+		{"eval --from at a file", func(t *testing.T, cdir string) ([]string, string) {
+			f := filepath.Join(cdir, "file.txt")
+			os.WriteFile(f, []byte("precious"), 0o644)
+			return []string{"eval", "--from", f}, cdir
+		}, []string{"invalid --from", "file.txt", "is a file; want a run folder or a checkpoint directory"}},
+		{"eval of an unknown split", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			return []string{"eval", "--from", run, "--split", "test"}, cdir
+		}, []string{"invalid --split test", "want val, train or all"}},
+		{"eval --seed without random windows", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			return []string{"eval", "--from", run, "--seed", "3"}, cdir
+		}, []string{"--seed 3 without --eval-tokens"}},
+		{"eval of a truncated checkpoint", func(t *testing.T, cdir string) ([]string, string) {
+			run := filepath.Join(cdir, "run")
+			copyDir(t, good, run)
+			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
+			return []string{"eval", "--from", run}, cdir
 		}, []string{"model.safetensors", "safetensors"}},
 	}
 

@@ -10,7 +10,7 @@ import (
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "posttrainllm",
-		Short: "Train, benchmark and sample small GPT models on MLX",
+		Short: "Train, evaluate, benchmark and sample small GPT models on MLX",
 		Long: `posttrainllm trains small GPT models with MLX from Go: the whole optimizer
 step (forward, backward, accumulation, clipping, update) is one compiled MLX
 function. Runs start from a preset (posttrainllm presets); every preset field
@@ -18,6 +18,7 @@ can be overridden by a flag.`,
 		Example: `  posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
   posttrainllm train --resume runs/tiny --steps 400
   posttrainllm sample --from runs/tiny --prompt "ROMEO:"
+  posttrainllm eval --from runs/tiny
   posttrainllm bench --preset tiny --compare
   posttrainllm presets`,
 		SilenceUsage:  true,
@@ -28,7 +29,7 @@ can be overridden by a flag.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
-	root.AddCommand(newTrainCmd(), newBenchCmd(), newSampleCmd(), newPresetsCmd(), newVersionCmd())
+	root.AddCommand(newTrainCmd(), newBenchCmd(), newSampleCmd(), newEvalCmd(), newPresetsCmd(), newVersionCmd())
 	return root
 }
 

@@ -10,6 +10,18 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
+// checkpointRule is the help paragraph on what flag (--from, --resume)
+// accepts: the rule train.ResolveCheckpoint applies, the same in every
+// command.
+func checkpointRule(flag string) string {
+	return flag + ` takes a run folder, meaning its newest checkpoint, or one checkpoint
+directory (RUN/checkpoints/step-NNNNNNNN, the folder holding state.json):
+the one rule of train --resume, sample --from and eval --from.`
+}
+
+// checkpointPaths is that rule in a usage error.
+const checkpointPaths = "a run folder, meaning its newest checkpoint, or a checkpoint directory RUN/checkpoints/step-NNNNNNNN"
+
 // runFolderOf returns the run folder of a --resume path: the path itself,
 // or, for a checkpoint directory RUN/checkpoints/step-N, RUN.
 func runFolderOf(resumePath, checkpointDir string) string {

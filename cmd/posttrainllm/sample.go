@@ -16,17 +16,18 @@ func newSampleCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sample",
 		Short: "Generate text from a checkpoint",
-		Long: `sample loads the newest checkpoint of a run folder (or the checkpoint
-directory given) and continues --prompt by --tokens tokens, feeding the model
-at most its context. --temperature 0 always picks the most likely token;
---top-k limits sampling to the k most likely.`,
+		Long: `sample loads a checkpoint and continues --prompt by --tokens tokens, feeding
+the model at most its context. --temperature 0 always picks the most likely
+token; --top-k limits sampling to the k most likely.
+
+` + checkpointRule("--from"),
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
   posttrainllm sample --from runs/huge --device cpu --seed 7`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" {
-				return usageError("sample needs --from RUN (a run folder or checkpoint directory)")
+				return usageError("sample needs --from RUN: %s", checkpointPaths)
 			}
 			if err := opts.Validate(); err != nil {
 				switch {
@@ -54,7 +55,7 @@ at most its context. --temperature 0 always picks the most likely token;
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder or checkpoint directory")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint) or checkpoint directory")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")
 	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")

@@ -41,10 +41,19 @@ logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
 optimizer.safetensors, state.json) and loss.png, drawn at every checkpoint.
 
 Without --corpus it trains on the Go standard library sources under GOROOT.
---resume RUN continues a run folder (or one checkpoint directory) from its
-newest checkpoint with the checkpoint's settings; --steps may extend it,
-flags that change the model are refused. An existing run folder is never
-replaced unless --overwrite says so.
+--resume continues a run from a checkpoint with the checkpoint's settings;
+--steps may extend it, flags that change the model are refused. An existing
+run folder is never replaced unless --overwrite says so.
+
+` + checkpointRule("--resume") + `
+
+--batch × --accum sequences make one optimizer update. --micro-batch sets
+how many of them one forward pass runs, the plan: auto (the default) runs
+the batch as given on the CPU and, on a GPU, the largest divisor of batch ×
+accum whose step, run once per candidate on throwaway parameters, peaks
+within --memory-budget; a number forces it. Every plan computes the same
+update, and a resumed run may use another. The plan is printed as the run
+starts and logged in metrics.jsonl.
 
 Flags without a default below take the preset's value (or the
 checkpoint's); only the flags given override it.
@@ -62,7 +71,7 @@ quits at once.`,
 	fs := cmd.Flags()
 	fs.StringVar(&opts.preset, "preset", "tiny", "preset to start from (see posttrainllm presets)")
 	fs.StringVar(&opts.out, "out", "", "run folder (default runs/PRESET, or the resumed run's folder)")
-	fs.StringVar(&opts.resume, "resume", "", "continue the run in this folder (or checkpoint directory) from its newest checkpoint")
+	fs.StringVar(&opts.resume, "resume", "", "continue from this run folder (its newest checkpoint) or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (default $XDG_CACHE_HOME/posttrainllm/tokens)")
@@ -224,6 +233,10 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	for _, n := range p.notes {
 		fmt.Fprintln(out, n)
 	}
+	if cfg.EvalEvery > 0 {
+		fmt.Fprintf(out, "%*s  held-out loss every %d steps on %d tokens (%d batches of %d windows of %d tokens)\n",
+			len(p.label), "", cfg.EvalEvery, cfg.EvalTokensCovered(), cfg.EvalBatches(), cfg.Batch, cfg.Model.Context)
+	}
 	ds, err := openDataset(out, cfg, opts.tokenCache)
 	if err != nil {
 		return err
@@ -341,7 +354,7 @@ func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) 
 	fmt.Fprintf(w, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f",
 		sum.StartStep+1, sum.Step, cfg.Steps, sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
 	if !math.IsNaN(sum.ValLoss) {
-		fmt.Fprintf(w, ", held-out loss %.4f", sum.ValLoss)
+		fmt.Fprintf(w, ", held-out loss %.4f (%d tokens)", sum.ValLoss, cfg.EvalTokensCovered())
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)

@@ -65,6 +65,18 @@ type Result struct {
 	WarmupSteps   int    `json:"warmup_steps"`
 	Steps         int    `json:"steps"` // timed steps
 
+	// MicroBatch and AccumSteps are the plan the step ran (train.Plan):
+	// AccumSteps forward passes of MicroBatch sequences per update, for
+	// the batch × accum sequences that make it. PlanHow says how the plan
+	// was chosen, MemoryBudgetBytes is the budget in force (only a probed
+	// plan is held to it) and ProbePeakBytes the probe's measured peak
+	// for the chosen step (probed plans only).
+	MicroBatch        int    `json:"micro_batch"`
+	AccumSteps        int    `json:"accum_steps"`
+	PlanHow           string `json:"plan"`
+	MemoryBudgetBytes uint64 `json:"memory_budget_bytes,omitempty"`
+	ProbePeakBytes    uint64 `json:"probe_peak_bytes,omitempty"`
+
 	MsPerStepMedian float64 `json:"ms_per_step_median"`
 	MsPerStepP10    float64 `json:"ms_per_step_p10"`
 	MsPerStepP90    float64 `json:"ms_per_step_p90"`
@@ -164,10 +176,13 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	if err != nil {
 		return err
 	}
-	batch, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
+	batch, err := s.Plan.NewBatch(cfg.Model.Context)
 	if err != nil {
 		return err
 	}
+	p := s.Plan
+	res.MicroBatch, res.AccumSteps, res.PlanHow, res.MemoryBudgetBytes, res.ProbePeakBytes =
+		p.MicroBatch, p.Steps, p.How, p.BudgetBytes, p.PeakBytes
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
 	var timed time.Duration
@@ -302,7 +317,9 @@ type Cell struct {
 }
 
 // Apply returns cfg set up for the cell, keeping the tokens per update of
-// cfg: the batch becomes cfg.Batch·cfg.Accum / cell.Accum sequences.
+// cfg: the batch becomes cfg.Batch·cfg.Accum / cell.Accum sequences, and
+// the cell runs them as that batch × accum (its micro-batch is forced to
+// the batch, so an automatic plan cannot fold the accumulation away).
 func (c Cell) Apply(cfg train.Config) (train.Config, error) {
 	cfg = cfg.WithDefaults()
 	if c.Accum < 1 {
@@ -314,6 +331,7 @@ func (c Cell) Apply(cfg train.Config) (train.Config, error) {
 			seqs, cfg.Batch, cfg.Accum, c.Accum)
 	}
 	cfg.Compile, cfg.Schedule, cfg.Accum, cfg.Batch = c.Compile, c.Schedule, c.Accum, seqs/c.Accum
+	cfg.MicroBatch = cfg.Batch
 	return cfg, nil
 }
 

@@ -1,0 +1,371 @@
+package train
+
+import (
+	"encoding/json"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// evalModel is a small model with z-loss and its parameters, trained for
+// nothing: its losses differ from token to token, which is all the
+// evaluation tests need.
+func evalModel(t *testing.T, context int) (*model.TinyGPT, []*mlx.Array) {
+	t.Helper()
+	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 1, Heads: 2, Context: context, ZLoss: 1e-3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := m.Init(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mlx.Free(params...) })
+	return m, params
+}
+
+// directSums evaluates windows (x, y pairs of equal length) one at a time,
+// each as a [1, len] batch through LossTerms, and returns the summed
+// cross-entropy and logsumexp² with the number of positions.
+func directSums(t *testing.T, m *model.TinyGPT, params []*mlx.Array, xs, ys [][]int32) (ce, sq float64, n int) {
+	t.Helper()
+	for i := range xs {
+		x := mlx.FromSlice(xs[i], 1, len(xs[i]))
+		y := mlx.FromSlice(ys[i], 1, len(ys[i]))
+		ceArr, lse := m.LossTerms(params, x, y)
+		c, err := ceArr.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := lse.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		mlx.Free(x, y, ceArr, lse)
+		for j := range c {
+			ce += float64(c[j])
+			sq += float64(l[j]) * float64(l[j])
+		}
+		n += len(c)
+	}
+	return ce, sq, n
+}
+
+func closeTo(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.Abs(want) }
+
+// TestEvaluateViewMatchesWindowByWindow cuts a view of 1,000 tokens into
+// windows of 16 (999 targets: 62 full windows and one of 7) and evaluates
+// it at batch sizes that leave different amounts of padding in the last
+// batch, or none. Every result must equal the mean over the same windows
+// evaluated one by one, unpadded: the padding is excluded from the sums and
+// from the token count.
+func TestEvaluateViewMatchesWindowByWindow(t *testing.T) {
+	const T = 16
+	m, params := evalModel(t, T)
+	tok, _ := data.NewTokenizer("byte")
+	tokens := data.NewTokens(tok.Encode(syntheticText(1_200)))
+	view := tokens.View(100, 1100)
+
+	var xs, ys [][]int32
+	for s := 0; s < view.Len()-1; s += T {
+		n := min(T, view.Len()-1-s)
+		x, y := make([]int32, n), make([]int32, n)
+		view.CopyInto(x, s)
+		view.CopyInto(y, s+1)
+		xs, ys = append(xs, x), append(ys, y)
+	}
+	if len(xs) != 63 || len(xs[62]) != 7 {
+		t.Fatalf("test set-up: %d windows, the last of %d tokens; want 63 and 7", len(xs), len(xs[len(xs)-1]))
+	}
+	ce, sq, n := directSums(t, m, params, xs, ys)
+	wantLoss, wantSq := ce/float64(n), sq/float64(n)
+
+	// Padding counted as tokens would move the mean by far more than the
+	// tolerance: 9 padded positions of the last window in 1,008.
+	for _, batch := range []int{1, 4, 7, 9, 64} {
+		res, err := EvaluateView(m, params, view, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Tokens != 999 {
+			t.Fatalf("batch %d: %d tokens evaluated, want 999 (every token after the first)", batch, res.Tokens)
+		}
+		if !closeTo(res.Loss, wantLoss, 1e-5) || !closeTo(res.LSESquared, wantSq, 1e-5) {
+			t.Fatalf("batch %d: loss %.7f, mean logsumexp² %.5f; window by window %.7f, %.5f",
+				batch, res.Loss, res.LSESquared, wantLoss, wantSq)
+		}
+		if p := res.Perplexity(); !closeTo(p, math.Exp(wantLoss), 1e-4) {
+			t.Fatalf("batch %d: perplexity %.5f, want exp(loss) %.5f", batch, p, math.Exp(wantLoss))
+		}
+	}
+}
+
+// The padded positions must not count: a batch of windows whose padding
+// holds tokens of high loss gives the mean of the real windows alone.
+func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
+	const B, T = 3, 8
+	m, params := evalModel(t, T)
+	traces := 0
+	f, err := newEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
+		traces++
+		return m.LossTerms(p, x, y)
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.free()
+	// Batch 0 is full; batch 1 keeps 5 positions of its first row and
+	// nothing else, its other positions holding arbitrary tokens.
+	rows := func(i int) ([]int32, []int32) {
+		x, y := make([]int32, B*T), make([]int32, B*T)
+		for j := range x {
+			x[j], y[j] = int32((j*37+i*11)%256), int32((j*53+i*7+1)%256)
+		}
+		return x, y
+	}
+	res, err := f.run(params, B, T, 2, func(i int, x, y []int32, mask []float32) int {
+		rx, ry := rows(i)
+		copy(x, rx)
+		copy(y, ry)
+		kept := 0
+		for j := range mask {
+			mask[j] = 0
+			if i == 0 || j < 5 {
+				mask[j], kept = 1, kept+1
+			}
+		}
+		return kept
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if traces != 1 {
+		t.Fatalf("the evaluation traced %d times for two batches, want 1", traces)
+	}
+	var xs, ys [][]int32
+	x0, y0 := rows(0)
+	for r := range B {
+		xs, ys = append(xs, x0[r*T:(r+1)*T]), append(ys, y0[r*T:(r+1)*T])
+	}
+	x1, y1 := rows(1)
+	xs, ys = append(xs, x1[:5]), append(ys, y1[:5])
+	ce, sq, n := directSums(t, m, params, xs, ys)
+	if res.Tokens != n || !closeTo(res.Loss, ce/float64(n), 1e-5) || !closeTo(res.LSESquared, sq/float64(n), 1e-5) {
+		t.Fatalf("masked evaluation: %d tokens, loss %.7f, lse² %.5f; the kept positions alone: %d, %.7f, %.5f",
+			res.Tokens, res.Loss, res.LSESquared, n, ce/float64(n), sq/float64(n))
+	}
+}
+
+func TestEvaluateViewRejectsTooLittle(t *testing.T) {
+	m, params := evalModel(t, 8)
+	tokens := data.NewTokens([]int32{1, 2, 3})
+	if _, err := EvaluateView(m, params, tokens.View(0, 1), 4); err == nil || !strings.Contains(err.Error(), "at least 2") {
+		t.Fatalf("a one-token view: want an error asking for 2 tokens, got %v", err)
+	}
+	if _, err := EvaluateView(m, params, tokens.All(), 0); err == nil || !strings.Contains(err.Error(), "batch 0") {
+		t.Fatalf("batch 0: want an error naming it, got %v", err)
+	}
+	// Two tokens are one prediction.
+	res, err := EvaluateView(m, params, tokens.View(1, 3), 4)
+	if err != nil || res.Tokens != 1 {
+		t.Fatalf("a two-token view: %+v, %v; want one token evaluated", res, err)
+	}
+}
+
+// The evaluator draws ceil(tokens / (batch·context)) batches of the
+// sampler's windows, the same ones every call: its result is the mean over
+// those windows, computed window by window.
+func TestEvaluatorCoversItsTokensWithFixedWindows(t *testing.T) {
+	const B, T, seed = 3, 8, 7
+	m, params := evalModel(t, T)
+	tok, _ := data.NewTokenizer("byte")
+	view := data.NewTokens(tok.Encode(syntheticText(3_000))).All()
+	for _, compile := range []bool{true, false} {
+		e, err := NewEvaluator(m.LossTerms, view, B, T, 50, seed, compile) // 50 tokens: 3 batches of 24
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Free()
+		if e.Tokens() != 72 {
+			t.Fatalf("an evaluation of at least 50 tokens in batches of %d×%d covers %d, want 72", B, T, e.Tokens())
+		}
+		first, err := e.Evaluate(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := e.Evaluate(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first != again {
+			t.Fatalf("compile %v: two evaluations of the same parameters differ: %+v, %+v", compile, first, again)
+		}
+		s, err := data.NewSampler(view, T, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var xs, ys [][]int32
+		for range 9 {
+			x, y := make([]int32, T), make([]int32, T)
+			s.Fill(x, y)
+			xs, ys = append(xs, x), append(ys, y)
+		}
+		ce, sq, n := directSums(t, m, params, xs, ys)
+		if first.Tokens != n || !closeTo(first.Loss, ce/float64(n), 1e-5) || !closeTo(first.LSESquared, sq/float64(n), 1e-5) {
+			t.Fatalf("compile %v: %+v; the sampler's 9 windows one by one: %d tokens, loss %.7f, lse² %.5f",
+				compile, first, n, ce/float64(n), sq/float64(n))
+		}
+	}
+}
+
+// A run with z-loss logs the held-out cross-entropy as val_loss and the
+// z-loss term apart as val_z_loss, with the tokens covered; the values are
+// those a fresh evaluator computes from the final checkpoint.
+func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Model.ZLoss = 1e-2
+	cfg.Steps, cfg.EvalEvery, cfg.EvalTokens = 10, 5, 300 // 3 batches of 4 × 32
+	dir := t.TempDir()
+	sum, ms := runTrainer(t, cfg, dir, "")
+	var evals []Metrics
+	for _, m := range ms {
+		if m.ValLoss != nil {
+			evals = append(evals, m)
+		}
+	}
+	if len(evals) != 3 || evals[0].Step != 0 || evals[2].Step != 10 {
+		t.Fatalf("%d evaluations logged, want them at steps 0, 5 and 10", len(evals))
+	}
+	for _, m := range evals {
+		if m.ValZLoss == nil || !(*m.ValZLoss > 0) || m.ValTokens != 384 {
+			t.Fatalf("step %d: val_z_loss %v, val_tokens %d; want a positive z-loss term and 384 tokens", m.Step, m.ValZLoss, m.ValTokens)
+		}
+	}
+	last := evals[2]
+	if sum.ValLoss != *last.ValLoss {
+		t.Fatalf("summary held-out loss %v, the last logged val_loss %v", sum.ValLoss, *last.ValLoss)
+	}
+
+	ck, err := LatestCheckpoint(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, m, params, free, err := loadModel(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer free()
+	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	e, err := NewEvaluator(m.LossTerms, ds.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Free()
+	r, err := e.Evaluate(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The z-loss term is more than the tolerance, so a val_loss that
+	// included it would fail.
+	if !closeTo(*last.ValLoss, r.Loss, 1e-6) || !closeTo(*last.ValZLoss, cfg.Model.ZLoss*r.LSESquared, 1e-6) {
+		t.Fatalf("logged val_loss %.7f, val_z_loss %.7f; the checkpoint evaluates to cross-entropy %.7f, z-loss term %.7f",
+			*last.ValLoss, *last.ValZLoss, r.Loss, cfg.Model.ZLoss*r.LSESquared)
+	}
+
+	// Without z-loss the term is left out of the log.
+	cfg.Model.ZLoss = 0
+	_, ms = runTrainer(t, cfg, t.TempDir(), "")
+	for _, m := range ms {
+		if m.ValZLoss != nil {
+			t.Fatalf("step %d: val_z_loss %v logged for a model without z-loss", m.Step, *m.ValZLoss)
+		}
+		if b, _ := json.Marshal(m); strings.Contains(string(b), "val_z_loss") {
+			t.Fatalf("metrics line %s has val_z_loss", b)
+		}
+	}
+}
+
+func TestEvaluateCheckpointRejectsBadOptions(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := EvaluateCheckpoint(dir, EvalOptions{Split: "test"}); err == nil || !strings.Contains(err.Error(), `"test"`) {
+		t.Fatalf("split test: want an error naming it, got %v", err)
+	}
+	if _, err := EvaluateCheckpoint(filepath.Join(dir, "missing"), EvalOptions{}); err == nil {
+		t.Fatal("a missing path was accepted")
+	}
+	if _, err := EvaluateCheckpoint(dir, EvalOptions{}); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Fatalf("a folder without checkpoints: want an error saying so, got %v", err)
+	}
+}
+
+// ResolveCheckpoint is the rule of every --from and --resume: a checkpoint
+// directory as given, a run folder's newest checkpoint, and a clear error
+// for anything else.
+func TestResolveCheckpointRule(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
+	run := t.TempDir()
+	runTrainer(t, cfg, run, "")
+	older := filepath.Join(CheckpointRoot(run), "step-00000002")
+	for path, want := range map[string]string{
+		run:   filepath.Join(CheckpointRoot(run), "step-00000004"),
+		older: older,
+	} {
+		if got, err := ResolveCheckpoint(path); err != nil || got != want {
+			t.Errorf("ResolveCheckpoint(%s) = %s, %v; want %s", path, got, err, want)
+		}
+	}
+	file := filepath.Join(older, StateFile)
+	for path, want := range map[string][]string{
+		filepath.Join(run, "missing"): {"missing", "no such file"},
+		file:                          {"is a file", "run folder", "checkpoint directory"},
+		t.TempDir():                   {"no checkpoint", "run folder", "checkpoint directory", StateFile},
+	} {
+		_, err := ResolveCheckpoint(path)
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("ResolveCheckpoint(%s): error %v, want it to mention %q", path, err, w)
+			}
+		}
+	}
+}
+
+// Evaluations free what they allocate: MLX's active memory is the same
+// after 20 of them as after the first, for the sampled evaluator and for
+// a whole view.
+func TestEvaluationMemoryIsFlat(t *testing.T) {
+	const T = 16
+	m, params := evalModel(t, T)
+	tok, _ := data.NewTokenizer("byte")
+	view := data.NewTokens(tok.Encode(syntheticText(2_000))).All()
+	e, err := NewEvaluator(m.LossTerms, view, 4, T, 200, 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Free()
+	for name, eval := range map[string]func() error{
+		"Evaluator": func() error { _, err := e.Evaluate(params); return err },
+		"EvaluateView": func() error {
+			_, err := EvaluateView(m, params, view, 4)
+			return err
+		},
+	} {
+		if err := eval(); err != nil {
+			t.Fatal(err)
+		}
+		before := mlx.Memory().Active
+		for range 20 {
+			if err := eval(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := mlx.Memory().Active; after > before {
+			t.Fatalf("%s: active memory %d B after 21 evaluations, %d B after the first", name, after, before)
+		}
+	}
+}

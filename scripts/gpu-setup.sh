@@ -5,6 +5,7 @@
 #
 #   scripts/gpu-setup.sh            # install if missing, then check
 #   scripts/gpu-setup.sh libdir     # print the search path for the CUDA libmlx.so
+#   scripts/gpu-setup.sh installed  # exit 0 if mlx and mlx-cuda-13 are installed at the pinned version
 #
 # pip brings the CUDA libraries mlx-cuda-13 depends on (cuBLAS, cuDNN, NCCL,
 # NVRTC, ...) into the same environment. libmlx.so of the wheel finds them
@@ -35,19 +36,6 @@ print(":".join([mlx_lib] + sorted(glob.glob(os.path.join(site, "nvidia", "*", "l
 PY
 }
 
-cmd="${1:-install}"
-case "$cmd" in
-  libdir)
-    libdir
-    exit 0
-    ;;
-  install) ;;
-  *)
-    echo "gpu-setup: unknown command '$cmd': want install or libdir" >&2
-    exit 2
-    ;;
-esac
-
 have() {
   "$python" -P - "$MLX_VERSION" <<'PY' 2>/dev/null
 import sys
@@ -57,6 +45,24 @@ ok = all(metadata.version(p) == want for p in ("mlx", "mlx-cuda-13"))
 sys.exit(0 if ok else 1)
 PY
 }
+
+
+cmd="${1:-install}"
+case "$cmd" in
+  libdir)
+    libdir
+    exit 0
+    ;;
+  installed) # exit status only: are mlx and mlx-cuda-13 $MLX_VERSION installed?
+    have
+    exit
+    ;;
+  install) ;;
+  *)
+    echo "gpu-setup: unknown command '$cmd': want install, installed or libdir" >&2
+    exit 2
+    ;;
+esac
 
 if have; then
   echo "gpu-setup: mlx and mlx-cuda-13 $MLX_VERSION already installed"

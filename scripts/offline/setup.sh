@@ -67,17 +67,7 @@ for d in $(loads); do
   done
 done
 
-have() {
-  "$python" -P - "$MLX_VERSION" <<'PY' 2>/dev/null
-import sys
-from importlib import metadata
-want = sys.argv[1]
-ok = all(metadata.version(p) == want for p in ("mlx", "mlx-cuda-13"))
-sys.exit(0 if ok else 1)
-PY
-}
-
-if have; then
+if MLX_VERSION="$MLX_VERSION" PYTHON="$python" "$root/scripts/gpu-setup.sh" installed; then
   echo "offline: mlx and mlx-cuda-13 $MLX_VERSION already installed"
 else
   work="$(mktemp -d)"

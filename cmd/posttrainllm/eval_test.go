@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -175,13 +176,6 @@ func TestEvalBadInput(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, r.code, c.code, r.stderr)
 			continue
 		}
-		for _, w := range c.want {
-			if !strings.Contains(r.stderr, w) {
-				t.Errorf("%v: stderr %q does not mention %q", c.args, r.stderr, w)
-			}
-		}
-		if !strings.HasPrefix(r.stderr, "posttrainllm: ") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
-			t.Errorf("%v: want one line starting with posttrainllm:, got %q", c.args, r.stderr)
-		}
+		checkErrorLine(t, fmt.Sprint(c.args), r.stderr, c.want...)
 	}
 }

@@ -348,14 +348,7 @@ func TestBadInputCreatesNothing(t *testing.T) {
 			t.Errorf("%v: exit 0, want an error", c.args)
 			continue
 		}
-		for _, w := range c.want {
-			if !strings.Contains(r.stderr, w) {
-				t.Errorf("%v: stderr %q does not mention %q", c.args, r.stderr, w)
-			}
-		}
-		if !strings.HasPrefix(r.stderr, "posttrainllm: ") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
-			t.Errorf("%v: want one line starting with posttrainllm:, got %q", c.args, r.stderr)
-		}
+		checkErrorLine(t, fmt.Sprint(c.args), r.stderr, c.want...)
 	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {

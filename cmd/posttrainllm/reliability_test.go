@@ -120,12 +120,19 @@ func checkCleanFailure(t *testing.T, what string, r result, want ...string) {
 			return
 		}
 	}
-	if !strings.HasPrefix(r.stderr, "posttrainllm: ") || strings.Count(strings.TrimSpace(r.stderr), "\n") > 0 {
-		t.Errorf("%s: want one line starting with posttrainllm:, got %q", what, r.stderr)
+	checkErrorLine(t, what, r.stderr, want...)
+}
+
+// checkErrorLine checks that stderr is one line, "posttrainllm: …", that
+// mentions every string of want: how the CLI reports bad input.
+func checkErrorLine(t *testing.T, what, stderr string, want ...string) {
+	t.Helper()
+	if !strings.HasPrefix(stderr, "posttrainllm: ") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+		t.Errorf("%s: want one line starting with posttrainllm:, got %q", what, stderr)
 	}
 	for _, w := range want {
-		if !strings.Contains(r.stderr, w) {
-			t.Errorf("%s: stderr %q does not mention %q", what, r.stderr, w)
+		if !strings.Contains(stderr, w) {
+			t.Errorf("%s: stderr %q does not mention %q", what, stderr, w)
 		}
 	}
 }

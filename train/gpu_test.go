@@ -28,7 +28,7 @@ func requireGPU(t testing.TB) {
 func TestGPUStepMatchesCPU(t *testing.T) {
 	requireGPU(t)
 	cfg := tinyConfig()
-	cfg.Accum, cfg.Steps = 2, 5
+	cfg.Accum, cfg.Steps, cfg.Warmup = 2, 5, 2 // a cosine schedule needs warm-up < steps
 	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
 	// The CPU reference runs interpreted: the same losses as compiled (the
 	// CPU suite checks that), without JIT-compiling kernels with g++ first.

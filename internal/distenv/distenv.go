@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // FreeLoopbackPorts returns n distinct TCP ports on 127.0.0.1 that were
@@ -72,12 +73,18 @@ func Ring(rank int, hostfile string) []string {
 }
 
 // NCCL is the environment of rank r of size ranks that meet at ip:port,
-// each on its own GPU: CUDA_VISIBLE_DEVICES=rank makes GPU r the process's
-// only device. NVLink multicast (NVLS) stays off unless the caller's
-// environment sets NCCL_NVLS_ENABLE.
+// each on its own GPU: CUDA_VISIBLE_DEVICES makes the r-th GPU the
+// process's only device (the r-th of the caller's CUDA_VISIBLE_DEVICES
+// when that is set, so a parent limited to some GPUs hands out those).
+// NVLink multicast (NVLS) stays off unless the caller's environment sets
+// NCCL_NVLS_ENABLE.
 func NCCL(rank, size int, ip string, port int) []string {
+	gpu := strconv.Itoa(rank)
+	if visible := strings.Split(os.Getenv("CUDA_VISIBLE_DEVICES"), ","); len(visible) > rank && visible[rank] != "" {
+		gpu = strings.TrimSpace(visible[rank])
+	}
 	env := []string{"MLX_RANK=" + strconv.Itoa(rank), "MLX_WORLD_SIZE=" + strconv.Itoa(size),
-		"NCCL_HOST_IP=" + ip, "NCCL_PORT=" + strconv.Itoa(port), "CUDA_VISIBLE_DEVICES=" + strconv.Itoa(rank)}
+		"NCCL_HOST_IP=" + ip, "NCCL_PORT=" + strconv.Itoa(port), "CUDA_VISIBLE_DEVICES=" + gpu}
 	if _, set := os.LookupEnv("NCCL_NVLS_ENABLE"); !set {
 		env = append(env, "NCCL_NVLS_ENABLE=0")
 	}

@@ -23,18 +23,21 @@ import (
 // reports that it joined its group (joinGroup writes "ready" there).
 const readyFDEnv = "POSTTRAINLLM_READY_FD"
 
-// Bounds of a supervised run. They bound how long a failure takes to end
-// the run, not how fast anything must go.
-const (
-	// connectTimeout is how long the ranks have to start and connect to
-	// each other: the ring backend retries its connections for a while,
-	// NCCL's rendezvous may wait forever for a rank that never comes.
-	connectTimeout = 3 * time.Minute
-	// rankGrace is how long rank 0 has, once another rank has failed, to
-	// write a checkpoint before it is killed; and how long the other ranks
-	// have to finish after rank 0 finished.
-	rankGrace = 15 * time.Second
-)
+// bounds bound how long a failure takes to end a supervised run, not how
+// fast anything must go.
+type bounds struct {
+	// connect is how long the ranks have to start and connect to each
+	// other: a ring rank waits for its peers indefinitely, and so may
+	// NCCL's rendezvous.
+	connect time.Duration
+	// grace is how long rank 0 has, once another rank has failed, to write
+	// a checkpoint before it is killed; and how long the other ranks have
+	// to finish after rank 0 finished.
+	grace time.Duration
+}
+
+// runBounds are the bounds of --nproc.
+var runBounds = bounds{connect: 3 * time.Minute, grace: 15 * time.Second}
 
 // nprocHelp documents --nproc for train and bench.
 const nprocHelp = `--nproc N starts N ranks of this command on this machine and supervises
@@ -174,7 +177,7 @@ func launchRanks(stdout, stderr io.Writer, nproc int, device string) error {
 		pids[i] = fmt.Sprintf("rank %d pid %d", i, r.cmd.Process.Pid)
 	}
 	fmt.Fprintf(stderr, "posttrainllm: started %d ranks (%s backend): %s\n", nproc, backendOf(device), strings.Join(pids, ", "))
-	return supervise(ranks, stderr, ready, exits)
+	return supervise(ranks, stderr, ready, exits, runBounds)
 }
 
 // rankEnvs builds every rank's environment: a loopback ring (a hostfile in
@@ -257,12 +260,12 @@ func startRank(exe string, args, env []string, id int, stdout, stderr io.Writer,
 
 // supervise waits for the ranks, ending the others when one fails, when
 // they do not connect in time, or on a second signal.
-func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan rankExit) error {
+func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan rankExit, b bounds) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	connect := time.NewTimer(connectTimeout)
+	connect := time.NewTimer(b.connect)
 	defer connect.Stop()
 	var grace <-chan time.Time
 	connected, running := 0, len(ranks)
@@ -283,13 +286,13 @@ func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan r
 			}
 		case <-connect.C:
 			if connected < len(ranks) && result == nil {
-				result = fmt.Errorf("--nproc: only %d of %d ranks connected to each other within %s; ended them", connected, len(ranks), connectTimeout)
+				result = fmt.Errorf("--nproc: only %d of %d ranks connected to each other within %s; ended them", connected, len(ranks), b.connect)
 				killOthers(-1)
 			}
 		case <-grace:
 			for _, r := range ranks {
 				if !r.exited && result == nil {
-					fmt.Fprintf(stderr, "posttrainllm: rank %d had not exited %s after rank 0 finished; ended it\n", r.id, rankGrace)
+					fmt.Fprintf(stderr, "posttrainllm: rank %d had not exited %s after rank 0 finished; ended it\n", r.id, b.grace)
 				}
 			}
 			killOthers(-1)
@@ -313,7 +316,7 @@ func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan r
 			switch {
 			case r.id == 0 && e.err == nil:
 				// Done: the others ran the same steps and end now too.
-				grace = time.After(rankGrace)
+				grace = time.After(b.grace)
 			case r.id == 0:
 				// Rank 0 said why it stopped (or was interrupted and wrote
 				// a checkpoint); the others write nothing.
@@ -321,12 +324,12 @@ func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan r
 				result = rankZeroExit(e.err)
 			case e.err != nil:
 				result = fmt.Errorf("rank %d of %d %s; ended the other ranks (rank 0 had %s to write a checkpoint), "+
-					"the run folder's last checkpoint is intact%s", r.id, len(ranks), describeExit(e.err), rankGrace, r.stderr.quoted())
+					"the run folder's last checkpoint is intact%s", r.id, len(ranks), describeExit(e.err), b.grace, r.stderr.quoted())
 				// Rank 0 may checkpoint if it is not waiting in a collective
 				// for the rank that died; then it is killed.
 				killOthers(0)
 				ranks[0].cmd.Process.Signal(syscall.SIGTERM)
-				grace = time.After(rankGrace)
+				grace = time.After(b.grace)
 			}
 		}
 	}

@@ -49,9 +49,9 @@ draw), the gradients are averaged across the ranks inside the compiled
 step, and every rank applies the same update: N ranks × --batch B make
 the update of one process with --batch N·B. The learning rate is not
 scaled with N. Rank 0 alone prints, evaluates and writes the run folder.
-If a rank exits with an error or cannot connect, the others are ended
-within seconds and the command fails naming it; the last checkpoint stays
-intact. A process started with MLX_RANK set (by mlx.launch, or by hand on
+If a rank exits with an error, the others are ended within seconds and
+the command fails naming it; ranks not connected after 3 minutes are
+ended too. The last checkpoint stays intact. A process started with MLX_RANK set (by mlx.launch, or by hand on
 several hosts; see docs/distributed.md) is one rank of such a group.`
 
 // rankEnv reports whether this process was started as one rank of a

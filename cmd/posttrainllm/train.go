@@ -63,8 +63,10 @@ Ctrl-C (SIGINT) or SIGTERM finishes the step in flight, writes a checkpoint
 and exits with status 130 or 143; resume with --resume. A second signal
 quits at once.
 
-` + nprocHelp + ` A resumed run
-continues every rank's stream from the checkpoint; pass --nproc again.`,
+` + nprocHelp + `
+
+--resume continues every rank's stream from the checkpoint; pass --nproc
+again.`,
 		Example: `  posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
   posttrainllm train --resume runs/tiny --steps 400
   posttrainllm train --preset small --lr 1e-3 --schedule wsd --decay-fraction 0.2 --out runs/small

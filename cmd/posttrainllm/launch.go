@@ -51,8 +51,9 @@ the update of one process with --batch N·B. The learning rate is not
 scaled with N. Rank 0 alone prints, evaluates and writes the run folder.
 If a rank exits with an error, the others are ended within seconds and
 the command fails naming it; ranks not connected after 3 minutes are
-ended too. The last checkpoint stays intact. A process started with MLX_RANK set (by mlx.launch, or by hand on
-several hosts; see docs/distributed.md) is one rank of such a group.`
+ended too. The last checkpoint stays intact. A process started with
+MLX_RANK set (by mlx.launch, or by hand on several hosts; see
+docs/distributed.md) is one rank of such a group.`
 
 // rankEnv reports whether this process was started as one rank of a
 // group: MLX_RANK is set, by --nproc's supervisor, mlx.launch or by hand.

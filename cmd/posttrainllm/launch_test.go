@@ -253,3 +253,63 @@ func TestBenchNproc(t *testing.T) {
 	r = runCLI(t, "bench", "--preset", "tiny", "--compare", "--nproc", "2")
 	checkCleanFailure(t, "bench --compare --nproc 2", r, "--compare", "--nproc 2")
 }
+
+// Ctrl-C to the supervisor reaches rank 0, which finishes its step, writes
+// a checkpoint and exits 130 with the command that resumes every rank;
+// no rank is left running. The context only detects a hang.
+func TestNprocInterruptCheckpointsAndExits130(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "train", "--preset", "tiny", "--steps", "100000", "--log-every", "1",
+		"--eval-every", "0", "--corpus", corpus(t), "--out", out, "--no-progress", "--nproc", "2")
+	cmd.Env = command().Env
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sc := bufio.NewScanner(stdout)
+	signalled := false
+	for sc.Scan() {
+		text.WriteString(sc.Text() + "\n")
+		if !signalled && strings.HasPrefix(sc.Text(), "step 3/") {
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+	}
+	io.Copy(io.Discard, stdout)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != exitSIGINT {
+		t.Fatalf("interrupted --nproc 2 run: %v (context %v), want exit %d\nstdout:\n%s\nstderr:\n%s",
+			err, ctx.Err(), exitSIGINT, text.String(), stderr.String())
+	}
+	if !strings.Contains(text.String(), "--resume "+out+" --nproc 2") {
+		t.Errorf("the interrupted run does not say how to resume both ranks:\n%s", text.String())
+	}
+	started := rankPID.FindAllStringSubmatch(stderr.String(), -1)
+	if len(started) != 2 {
+		t.Errorf("the supervisor named %d rank pids, want 2:\n%s", len(started), stderr.String())
+	}
+	for _, m := range started {
+		pid, _ := strconv.Atoi(m[2])
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("rank %s (pid %d) still exists after the supervisor exited", m[1], pid)
+		}
+	}
+	ck, err := train.LatestCheckpoint(out)
+	if err != nil {
+		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text.String())
+	}
+	if step := loadFinite(t, ck); step < 3 {
+		t.Fatalf("checkpoint at step %d, want one taken at the interrupt (step >= 3)", step)
+	}
+}

@@ -54,6 +54,10 @@ func (s *Sampler) FillBatch(batch *Batch) error {
 		return fmt.Errorf("batch [N=%d, B=%d, T=%d] has len(X) = %d and len(Y) = %d, want %d",
 			batch.N, batch.B, batch.T, len(batch.X), len(batch.Y), size)
 	}
+	if sh := s.shard; sh.size > 1 && (batch.N*batch.B)%sh.rows != 0 {
+		return fmt.Errorf("batch [N=%d, B=%d] has %d windows, want a multiple of the %d rows per microbatch of rank %d of %d",
+			batch.N, batch.B, batch.N*batch.B, sh.rows, sh.rank, sh.size)
+	}
 	s.Fill(batch.X, batch.Y)
 	state, err := s.AppendState(batch.State[:0])
 	if err != nil {

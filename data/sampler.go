@@ -27,6 +27,7 @@ type Sampler struct {
 	context int
 	pcg     *rand.PCG
 	rng     *rand.Rand
+	shard   shard // the zero value keeps the whole stream
 }
 
 // NewSampler returns a sampler of windows of context tokens from view,
@@ -50,12 +51,17 @@ func (s *Sampler) Context() int { return s.context }
 func (s *Sampler) View() View { return s.view }
 
 // Fill draws len(x)/T windows into x and their targets into y, window k at
-// x[k*T:(k+1)*T]. It does not allocate. It panics unless len(x) == len(y)
+// x[k*T:(k+1)*T] (on a Shard, this rank's windows of the whole run's
+// draw). It does not allocate. It panics unless len(x) == len(y)
 // and len(x) is a multiple of T.
 func (s *Sampler) Fill(x, y []int32) {
 	t := s.context
 	if len(x) != len(y) || len(x)%t != 0 {
 		panic(fmt.Sprintf("data: Sampler.Fill: len(x) = %d, len(y) = %d, want equal multiples of the context %d", len(x), len(y), t))
+	}
+	if s.shard.size > 1 {
+		s.fillShard(x, y)
+		return
 	}
 	starts := uint64(s.view.Len() - t) // s in [0, Len-T-1]
 	for off := 0; off < len(x); off += t {

@@ -19,6 +19,7 @@ typedef struct ptlm_vec_* ptlm_vec;           // std::vector<mlx::core::array>
 typedef struct ptlm_closure_* ptlm_closure;   // vector<array> -> vector<array>
 typedef struct ptlm_vag_* ptlm_vag;           // value_and_grad function
 typedef struct ptlm_st_* ptlm_st;             // loaded safetensors file
+typedef struct ptlm_group_* ptlm_group;       // mlx::core::distributed::Group
 
 // Dtypes, numbered like mlx::core::Dtype::Val.
 enum {
@@ -110,6 +111,20 @@ int ptlm_st_num_arrays(ptlm_st st, size_t* out);
 int ptlm_st_num_meta(ptlm_st st, size_t* out);
 int ptlm_st_array(ptlm_st st, size_t i, const char** name, ptlm_array* out);
 int ptlm_st_meta(ptlm_st st, size_t i, const char** key, const char** val);
+
+// Distributed (bridge_distributed.cpp). init returns the group of every
+// process the backend ("any", "ring", "nccl", "mpi", "jaccl") finds; with
+// strict false and no backend it is a size-1 group on which every
+// collective is the identity. The collectives are ordinary ops: they may
+// sit inside a compiled function.
+int ptlm_distributed_available(const char* backend, bool* out);
+int ptlm_distributed_init(bool strict, const char* backend, ptlm_group* out);
+int ptlm_group_free(ptlm_group g);
+int ptlm_group_rank(ptlm_group g, int* out);
+int ptlm_group_size(ptlm_group g, int* out);
+int ptlm_all_sum(ptlm_array a, ptlm_group g, ptlm_array* out);
+int ptlm_all_max(ptlm_array a, ptlm_group g, ptlm_array* out);
+int ptlm_all_gather(ptlm_array a, ptlm_group g, ptlm_array* out);
 
 // Unary ops.
 #define PTLM_UNARY_OPS(X) X(abs) X(negative) X(sign) X(sqrt) X(rsqrt) X(square) X(exp) X(log) \

@@ -64,6 +64,16 @@ type Setup struct {
 // a fresh run), checking that the checkpoint belongs to this model and
 // optimizer. The plan is no part of a checkpoint: any plan resumes it.
 func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
+	return NewGroupSetup(cfg, m, resumeFrom, nil)
+}
+
+// NewGroupSetup is NewSetup for one rank of the data-parallel group g: its
+// step averages the gradients across g (StepOptions.Group). Every rank
+// starts from the same parameters (cfg.Seed or the checkpoint), so the
+// ranks stay in step. The plan probe runs without the group: each rank
+// plans its own micro-batch, which changes how its share runs, not what
+// the update computes. A nil group is NewSetup.
+func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group) (*Setup, error) {
 	s := &Setup{Config: cfg, Model: m}
 	err := mlx.Do(func() error {
 		if err := mlx.UseDevice(cfg.Device); err != nil {
@@ -79,7 +89,9 @@ func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 		if s.Schedule, err = NewSchedule(cfg); err != nil {
 			return err
 		}
-		s.Step, err = NewStep(m.Loss, s.Optimizer, len(m.Specs), len(s.Optimizer.StateNames()), s.Plan.StepOptions(cfg))
+		opts := s.Plan.StepOptions(cfg)
+		opts.Group = g
+		s.Step, err = NewStep(m.Loss, s.Optimizer, len(m.Specs), len(s.Optimizer.StateNames()), opts)
 		if err != nil {
 			return err
 		}

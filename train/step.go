@@ -48,6 +48,13 @@ type StepOptions struct {
 	// only with ComputeCopies. mlx.Dtype's zero value is mlx.Bool, a real
 	// dtype, hence the separate switch.
 	ComputeDtype mlx.Dtype
+	// Group is the data-parallel group the step averages over: after its
+	// own microbatches, each rank's float32 gradients and loss are summed
+	// across the group in one flattened all-reduce inside the traced
+	// function and divided by its size, so every rank applies the same
+	// update, that of the union of the ranks' batches. nil or a size-1
+	// group leaves the step as it is without one.
+	Group *mlx.Group
 
 	// dependsOn picks, from what the microbatches so far accumulated
 	// (every gradient, then the loss), what each microbatch after the first
@@ -186,7 +193,8 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 }
 
 // body is the traced function: N forward/backward passes, gradient
-// averaging and clipping, and the optimizer update; with ComputeCopies the
+// averaging (over the microbatches, then across StepOptions.Group's
+// ranks) and clipping, and the optimizer update; with ComputeCopies the
 // passes take the copies and the body also emits the new parameters cast
 // to ComputeDtype, which MLX's compiler fuses into the update's kernel.
 //
@@ -251,6 +259,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			grads[j] = mlx.MulScalar(grads[j], 1/float64(n))
 		}
 	}
+	grads, loss = averageAcrossRanks(s.opts.Group, grads, loss)
 	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
 	newParams, newState, err := s.opt.Update(params, clipped, state, lr)
 	if err != nil {

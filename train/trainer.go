@@ -66,7 +66,21 @@ type Trainer struct {
 	Data   *Dataset
 	RunDir string
 	Hooks  Hooks
+	// Group is the data-parallel group this process is a rank of; nil (or
+	// size 1) trains alone. Every rank runs the same updates on its shard
+	// of the data (data.Sampler.Shard with Config.Batch rows), so an update
+	// covers Size() × Batch × Accum sequences. Rank 0 alone evaluates,
+	// writes the run folder (metrics, checkpoints) and calls the Hooks;
+	// the others check the same loss and parameters for non-finite values,
+	// so every rank stops at the same step.
+	Group *mlx.Group
 }
+
+// lead reports whether this process writes the run's output: rank 0.
+func (t *Trainer) lead() bool { return t.Group.Rank() == 0 }
+
+// tokensPerStep is the tokens one update covers across the whole group.
+func (t *Trainer) tokensPerStep() int { return t.Config.TokensPerStep() * t.Group.Size() }
 
 // New checks cfg against the dataset (vocabulary, context) and returns a
 // trainer writing into runDir.
@@ -134,10 +148,12 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 			r.close()
 		}
 	}()
-	if err := os.MkdirAll(t.RunDir, 0o755); err != nil {
-		return nil, fmt.Errorf("run folder: %w", err)
+	if t.lead() { // rank 0 owns the run folder
+		if err := os.MkdirAll(t.RunDir, 0o755); err != nil {
+			return nil, fmt.Errorf("run folder: %w", err)
+		}
 	}
-	if r.setup, err = NewSetup(cfg, t.Model, resumeFrom); err != nil {
+	if r.setup, err = NewGroupSetup(cfg, t.Model, resumeFrom, t.Group); err != nil {
 		return nil, err
 	}
 	if rs := r.setup.Resumed; rs != nil {
@@ -145,13 +161,20 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 	}
 	sum.StartStep, sum.Step = r.step, r.step
-	r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
-	if err != nil {
-		return nil, err
+	if t.lead() {
+		r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
+		if err != nil {
+			return nil, err
+		}
 	}
 	sampler, err := data.NewSampler(t.Data.Train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		return nil, err
+	}
+	if g := t.Group; g.Size() > 1 {
+		if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
+			return nil, err
+		}
 	}
 	if r.samplerState != nil {
 		if err := sampler.SetState(r.samplerState); err != nil {
@@ -165,12 +188,15 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	if r.prefetch, err = data.NewPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth); err != nil {
 		return nil, err
 	}
+	if !t.lead() {
+		return r, nil
+	}
 	if r.metrics, err = openMetrics(filepath.Join(t.RunDir, MetricsFile), r.step, resumeFrom != ""); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
 	if t.Hooks.OnStart != nil {
 		t.Hooks.OnStart(Start{Step: r.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
-			TokensPerStep: cfg.TokensPerStep(), Resumed: resumeFrom, Plan: plan})
+			TokensPerStep: t.tokensPerStep(), Resumed: resumeFrom, Plan: plan})
 	}
 	return r, nil
 }
@@ -228,7 +254,7 @@ func (r *run) train(ctx context.Context) error {
 // initialEval measures and logs the held-out loss of a fresh run's initial
 // parameters, as step 0.
 func (r *run) initialEval() error {
-	if r.cfg.EvalEvery == 0 || r.step != 0 {
+	if r.cfg.EvalEvery == 0 || r.step != 0 || !r.t.lead() {
 		return nil
 	}
 	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.setup.Schedule.LR(0)}
@@ -255,7 +281,7 @@ func (r *run) update() (float64, error) {
 		return 0, err
 	}
 	r.step++
-	r.tokensSeen += int64(r.cfg.TokensPerStep())
+	r.tokensSeen += int64(r.t.tokensPerStep())
 	return lr, nil
 }
 
@@ -291,9 +317,13 @@ func (r *run) log(lr float64, eval bool) error {
 		MicroBatch: r.setup.Plan.MicroBatch, AccumSteps: r.setup.Plan.Steps}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
-		m.TokensPerS = m.StepsPerS * float64(r.cfg.TokensPerStep())
+		m.TokensPerS = m.StepsPerS * float64(r.t.tokensPerStep())
 	}
 	r.lastLog, r.lastLogStep = now, r.step
+	r.sum.TokensPerS = m.TokensPerS
+	if !r.t.lead() {
+		return nil
+	}
 	if eval {
 		v, err := r.eval.record(r.setup.State.Params(), r.cfg.Model.ZLoss, &m)
 		if err != nil {
@@ -301,7 +331,6 @@ func (r *run) log(lr float64, eval bool) error {
 		}
 		r.sum.ValLoss = v
 	}
-	r.sum.TokensPerS = m.TokensPerS
 	if err := writeMetrics(r.metrics, m); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -324,6 +353,9 @@ func (r *run) checkpoint() error {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s is not finite; stopping without a checkpoint, the last good one is %s: %w",
 			r.step, bad, r.lastGood(), ErrNonFinite)
+	}
+	if !r.t.lead() {
+		return nil
 	}
 	names := make([]string, len(r.t.Model.Specs))
 	for i, s := range r.t.Model.Specs {
@@ -366,7 +398,7 @@ func (r *run) finish() {
 	mem := mlx.Memory()
 	sum.PeakMemoryBytes, sum.ActiveMemoryBytes = mem.Peak, mem.Active
 	if elapsed := sum.Elapsed.Seconds(); elapsed > 0 && sum.TokensPerS == 0 {
-		sum.TokensPerS = float64(int64(r.step-sum.StartStep)*int64(r.cfg.TokensPerStep())) / elapsed
+		sum.TokensPerS = float64(int64(r.step-sum.StartStep)*int64(r.t.tokensPerStep())) / elapsed
 	}
 }
 

@@ -9,9 +9,19 @@ clipped to a global norm, AdamW, host-computed cosine learning rate) and the
 same timing, written the way a PyTorch user writes it: an nn.Module,
 loss.backward() per microbatch, clip_grad_norm_ and the fused AdamW; with
 --compile the model's forward and loss go through torch.compile.
+
+Under torchrun (WORLD_SIZE > 1) it trains data-parallel with
+DistributedDataParallel over NCCL, one GPU per process, each rank with the
+preset's batch on its own windows; gradients are all-reduced during the
+last microbatch's backward pass (no_sync before it). Rank 0 prints the
+result, with tokens per step and per second counting every rank:
+
+    python3 -m torch.distributed.run --standalone --nproc_per_node 2 bench/peers/torch_peer.py --preset mega
 """
 
+import contextlib
 import math
+import os
 
 import torch
 import torch.nn as nn
@@ -109,6 +119,10 @@ class TinyGPT(nn.Module):
         self.register_buffer("cos", ang.cos().to(self.dtype), persistent=False)
         self.register_buffer("sin", ang.sin().to(self.dtype), persistent=False)
 
+    def forward(self, x, y):
+        """The loss, as forward, so DistributedDataParallel's hooks see the call."""
+        return self.loss(x, y)
+
     def loss(self, x, y):
         emb = self.tok_embeddings.weight.to(self.dtype)
         T = x.shape[1]
@@ -148,20 +162,32 @@ def main():
     m = cfg["model"]
     if not m.get("master_fp32") and m["dtype"] != "float32":
         raise SystemExit("torch_peer: the preset stores parameters in the compute dtype; only float32 masters are written")
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     dev = torch.device("cuda" if args.device == "gpu" else "cpu")
+    if world > 1 and dev.type == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(dev)
+        torch.distributed.init_process_group("nccl", device_id=dev)
+    elif world > 1:
+        torch.distributed.init_process_group("gloo")  # CPU smoke runs
     model = TinyGPT(m).to(dev)
     init_params(model, m, args.seed)
+    ddp = None
+    if world > 1:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     total = args.warmup + args.steps
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=common.cosine_lr(cfg, 0, total), betas=(0.9, 0.95), eps=1e-8,
                             fused=dev.type == "cuda")
-    loss_fn = model.loss
+    loss_fn = ddp if ddp is not None else model.loss
     name = "pytorch eager"
     if args.compile:
-        loss_fn = torch.compile(model.loss, mode=args.compile_mode)
+        loss_fn = torch.compile(loss_fn, mode=args.compile_mode)
         name = "pytorch torch.compile" + (f" ({args.compile_mode})" if args.compile_mode else "")
+    if world > 1:
+        name += f" DDP×{world}"
     n, clip = cfg["accum"], cfg.get("grad_clip", 0.0)
     params = list(model.parameters())
 
@@ -170,8 +196,11 @@ def main():
             g["lr"] = lr
         total_loss = torch.zeros((), device=dev)
         for i in range(n):
-            loss = loss_fn(x[i], y[i])
-            (loss / n).backward()
+            # DDP all-reduces in the last microbatch's backward pass only.
+            sync_ctx = ddp.no_sync() if ddp is not None and i < n - 1 else contextlib.nullcontext()
+            with sync_ctx:
+                loss = loss_fn(x[i], y[i])
+                (loss / n).backward()
             total_loss += loss.detach()
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(params, clip, foreach=dev.type == "cuda")
@@ -179,7 +208,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         return total_loss / n
 
-    data = common.Batches(cfg, args.seed)
+    data = common.Batches(cfg, args.seed + rank)
     timer = common.Timer(args.warmup)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     for i in range(total):
@@ -203,6 +232,16 @@ def main():
             step(x, y, common.cosine_lr(cfg, total + i, total)).item()
 
         extra.update(kernel_profile(args.profile_steps, profiled))
+    if world > 1:
+        # Every rank ran the same steps; the step time is rank 0's, which
+        # waited for the all-reduce. Tokens count every rank's.
+        tokens = world * cfg["batch"] * cfg["accum"] * m["context"]
+        steps_per_s = len(timer.times) / (sum(timer.times) / 1e3)
+        extra.update({"ranks": world, "tokens_per_step": tokens, "tokens_per_s": steps_per_s * tokens})
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+        if rank != 0:
+            return
     common.report(name, cfg, args, timer, peak, extra)
 
 

@@ -22,6 +22,7 @@ type benchOptions struct {
 	compare    bool
 	rounds     int
 	tokenCache string
+	nproc      int
 }
 
 func newBenchCmd() *cobra.Command {
@@ -53,12 +54,18 @@ each cell and the interpreted/compiled ratios; --schedule or --accum pick
 one schedule or accum instead of both. --rounds N runs the whole comparison
 N times over, so a shared machine's drift hits compiled and interpreted
 alike; the ratios are then medians of the rounds' ratios, with their range.
---json prints one JSON object, or with --compare a JSON array.`,
+--json prints one JSON object, or with --compare a JSON array.
+
+--nproc N measures N data-parallel ranks on this machine (one GPU each on
+a GPU, a loopback ring on the CPU), each with the preset's batch: the
+tokens per step and per second count every rank's, and the JSON field
+ranks says N. Rank 0 prints. It does not combine with --compare.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
   posttrainllm bench --preset huge --device gpu --compare --schedule cosine --accum 4 --rounds 5
-  posttrainllm bench --preset tiny --compile=false --corpus input.txt`,
+  posttrainllm bench --preset tiny --compile=false --corpus input.txt
+  posttrainllm bench --preset mega --device gpu --nproc 2 --json`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -69,6 +76,7 @@ alike; the ratios are then medians of the rounds' ratios, with their range.
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
+	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
@@ -88,6 +96,12 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	}
 	if opts.rounds > 1 && !opts.compare {
 		return usageError("--rounds %d without --compare: rounds repeat a comparison; add --compare", opts.rounds)
+	}
+	if err := checkNproc(opts.nproc); err != nil {
+		return err
+	}
+	if opts.compare && (opts.nproc > 1 || rankEnv()) {
+		return usageError("--compare with --nproc %d: a comparison runs in one process; drop one", opts.nproc)
 	}
 	if opts.compare && ov.isChanged("compile") {
 		return usageError("--compile %s with --compare: the comparison runs compiled and interpreted; drop --compile", ov.value("compile"))
@@ -112,12 +126,19 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if err := cfg.CheckMemory(); err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	out := cmd.OutOrStdout()
+	if opts.nproc > 1 {
+		return launchRanks(cmd.OutOrStdout(), cmd.ErrOrStderr(), opts.nproc, cfg.Device)
+	}
+	group, err := joinGroup()
+	if err != nil {
+		return err
+	}
+	out := rankOutput(group, cmd.OutOrStdout())
 	status := out
 	if opts.json {
-		status = cmd.ErrOrStderr()
+		status = rankOutput(group, cmd.ErrOrStderr())
 	}
-	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps}
+	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps, Group: group}
 	if cfg.Corpus != "" {
 		ds, err := openDataset(status, cfg, opts.tokenCache)
 		if err != nil {

@@ -28,6 +28,7 @@ type trainOptions struct {
 	overwrite  bool
 	noProgress bool
 	tokenCache string
+	nproc      int
 }
 
 func newTrainCmd() *cobra.Command {
@@ -60,12 +61,18 @@ checkpoint's); only the flags given override it.
 
 Ctrl-C (SIGINT) or SIGTERM finishes the step in flight, writes a checkpoint
 and exits with status 130 or 143; resume with --resume. A second signal
-quits at once.`,
+quits at once.
+
+` + nprocHelp + `
+
+--resume continues every rank's stream from the checkpoint; pass --nproc
+again.`,
 		Example: `  posttrainllm train --preset tiny --steps 200 --corpus input.txt --out runs/tiny
   posttrainllm train --resume runs/tiny --steps 400
   posttrainllm train --preset small --lr 1e-3 --schedule wsd --decay-fraction 0.2 --out runs/small
   posttrainllm train --preset huge --batch 8 --out runs/huge
-  posttrainllm train --preset tiny --out runs/tiny --overwrite --no-progress`,
+  posttrainllm train --preset tiny --out runs/tiny --overwrite --no-progress
+  posttrainllm train --preset huge --device gpu --nproc 2 --out runs/huge-dp`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -75,6 +82,7 @@ quits at once.`,
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (default $XDG_CACHE_HOME/posttrainllm/tokens)")
+	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	ov := addConfigFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runTrain(cmd, opts, ov)
@@ -222,14 +230,28 @@ func sameDir(a, b string) bool {
 }
 
 func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
+	if err := checkNproc(opts.nproc); err != nil {
+		return err
+	}
 	p, err := planTrain(cmd, opts, ov)
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
 	cfg := p.cfg
+	if opts.nproc > 1 {
+		return launchRanks(cmd.OutOrStdout(), cmd.ErrOrStderr(), opts.nproc, cfg.Device)
+	}
+	group, err := joinGroup()
+	if err != nil {
+		return err
+	}
+	out := rankOutput(group, cmd.OutOrStdout())
 
 	fmt.Fprintln(out, describe(p.label, cfg))
+	if group.Size() > 1 {
+		fmt.Fprintf(out, "%*s  data-parallel: %d ranks (%s) × %d tokens = %d tokens per update\n",
+			len(p.label), "", group.Size(), group.Backend(), cfg.TokensPerStep(), cfg.TokensPerStep()*group.Size())
+	}
 	for _, n := range p.notes {
 		fmt.Fprintln(out, n)
 	}
@@ -246,7 +268,8 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
-	if opts.overwrite {
+	tr.Group = group
+	if opts.overwrite && group.Rank() == 0 {
 		if err := clearRun(p.out); err != nil {
 			return err
 		}
@@ -260,7 +283,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	// The plot is drawn at checkpoints: a run that fails before its first
 	// one leaves the folder as it was.
 	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params · %d tokens/step", p.label,
-		humanCount(cfg.Model.NumParams()), cfg.TokensPerStep())}
+		humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()*group.Size())}
 	tr.Hooks = plot.hook(prog.hooks())
 	sum, runErr := tr.Run(ctx, p.checkpoint)
 	plot.wait()
@@ -269,8 +292,8 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	switch {
 	case errors.Is(runErr, train.ErrInterrupted):
 		sig := <-signalled
-		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm train --resume %s\n",
-			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out)
+		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm train --resume %s%s\n",
+			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out, nprocArg(group))
 		code := exitSIGTERM
 		if sig == syscall.SIGINT {
 			code = exitSIGINT

@@ -31,6 +31,11 @@ type Options struct {
 	// stream of random tokens (see syntheticStream), so a bench needs no
 	// corpus.
 	Data *train.Dataset
+	// Group makes this process one rank of a data-parallel run: the
+	// step averages gradients across it, each rank draws its shard of the
+	// windows, and tokens per step and per second count every rank's.
+	// nil measures one process.
+	Group *mlx.Group
 }
 
 // Validate reports options that cannot run.
@@ -64,6 +69,9 @@ type Result struct {
 	Data          string `json:"data"` // "synthetic" or the corpus path
 	WarmupSteps   int    `json:"warmup_steps"`
 	Steps         int    `json:"steps"` // timed steps
+	// Ranks is the number of data-parallel processes that ran the
+	// steps together (Options.Group); TokensPerStep counts all of them.
+	Ranks int `json:"ranks"`
 
 	// MicroBatch and AccumSteps are the plan the step ran (train.Plan):
 	// AccumSteps forward passes of MicroBatch sequences per update, for
@@ -154,11 +162,11 @@ func Run(cfg train.Config, opts Options) (Result, error) {
 	res := Result{
 		Preset: opts.Label, Device: cfg.Device, Compile: cfg.Compile, Schedule: cfg.Schedule,
 		Optimizer: cfg.Optimizer, Dtype: cfg.Model.Dtype, Accum: cfg.Accum, Batch: cfg.Batch,
-		Context: cfg.Model.Context, TokensPerStep: cfg.TokensPerStep(), Params: cfg.Model.NumParams(),
-		Data: source, WarmupSteps: opts.Warmup, Steps: opts.Steps,
+		Context: cfg.Model.Context, TokensPerStep: cfg.TokensPerStep() * opts.Group.Size(), Params: cfg.Model.NumParams(),
+		Data: source, WarmupSteps: opts.Warmup, Steps: opts.Steps, Ranks: opts.Group.Size(),
 	}
 	err = mlx.Do(func() error {
-		s, err := train.NewSetup(cfg, m, "")
+		s, err := train.NewGroupSetup(cfg, m, "", opts.Group)
 		if err != nil {
 			return err
 		}
@@ -175,6 +183,11 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	sampler, err := data.NewSampler(view, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		return err
+	}
+	if g := opts.Group; g.Size() > 1 {
+		if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
+			return err
+		}
 	}
 	batch, err := s.Plan.NewBatch(cfg.Model.Context)
 	if err != nil {

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package main
+
+import "syscall"
+
+// rankProcAttr puts a rank in its own process group, so a terminal's
+// Ctrl-C reaches only the supervisor, which passes it on to rank 0.
+func rankProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

@@ -1,0 +1,46 @@
+package train
+
+import (
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// GroupSum sums a over every rank of g: the hook for any quantity that must
+// be global across a data-parallel run rather than per rank, such as a
+// token count that normalises a loss. With a nil or size-1 group it returns
+// a itself. Inside the traced step it becomes part of the compiled
+// function.
+func GroupSum(g *mlx.Group, a *mlx.Array) *mlx.Array { return mlx.AllSum(a, g) }
+
+// averageAcrossRanks returns the mean over g's ranks of each rank's
+// gradients and loss, with one collective: the float32 gradients and the
+// loss are flattened into one buffer, summed across ranks, scaled by
+// 1/size and split back into their shapes. One large all-reduce keeps
+// the per-collective latency (a ring round trip, an NCCL launch) to one per
+// step, whatever the number of parameters. A nil or size-1 group returns
+// the inputs unchanged, so the traced graph is that of a single process.
+func averageAcrossRanks(g *mlx.Group, grads []*mlx.Array, loss *mlx.Array) ([]*mlx.Array, *mlx.Array) {
+	if g.Size() == 1 {
+		return grads, loss
+	}
+	flat := make([]*mlx.Array, 0, len(grads)+1)
+	sizes := make([]int, 0, len(grads))
+	for _, gr := range grads {
+		flat = append(flat, mlx.Reshape(gr, -1))
+		sizes = append(sizes, gr.Size())
+	}
+	flat = append(flat, mlx.Reshape(mlx.AsType(loss, mlx.Float32), 1))
+	sum := mlx.AllSum(mlx.Concatenate(flat, 0), g)
+	mean := mlx.MulScalar(sum, 1/float64(g.Size()))
+	indices := make([]int, len(sizes))
+	at := 0
+	for i, n := range sizes {
+		at += n
+		indices[i] = at
+	}
+	parts := mlx.SplitAt(mean, indices, 0)
+	out := make([]*mlx.Array, len(grads))
+	for i, gr := range grads {
+		out[i] = mlx.Reshape(parts[i], gr.Shape()...)
+	}
+	return out, mlx.AsType(mlx.Reshape(parts[len(grads)], loss.Shape()...), loss.Dtype())
+}

@@ -419,14 +419,17 @@ func (r *ftRun) train(ctx context.Context) error {
 // validation rows.
 func (r *ftRun) evaluate() (EvalResult, error) {
 	params := append(append([]*mlx.Array{}, r.state.Params()...), r.state.Frozen()...)
-	return evaluateRows(r.eval, params, r.f.Valid, r.cfg.Batch)
+	return evaluateRows(r.eval, params, r.f.Valid, r.cfg.Batch, r.cfg.EvalTokens)
 }
 
-// evaluateRows is the loss of params over the counted targets of rows, in
-// batches of batch rows (the last padded with rows that count nothing).
-func evaluateRows(fn *evalFunc, params []*mlx.Array, rows *data.Rows, batch int) (EvalResult, error) {
+// evaluateRows is the loss of params over the counted targets of the
+// first rows of rows, as many as cover tokens positions (all of them when
+// fewer), in batches of batch rows (the last padded with rows that count
+// nothing). The same rows every time, so successive values compare.
+func evaluateRows(fn *evalFunc, params []*mlx.Array, rows *data.Rows, batch, tokens int) (EvalResult, error) {
 	T := rows.T
-	batches := (rows.Len() + batch - 1) / batch
+	n := min(rows.Len(), max(1, (tokens+T-1)/T))
+	batches := (n + batch - 1) / batch
 	sc := mlx.NewScope()
 	defer sc.Close()
 	return fn.run(params, batch, T, batches, func(i int, x, y []int32, w []float32) int {
@@ -434,7 +437,7 @@ func evaluateRows(fn *evalFunc, params []*mlx.Array, rows *data.Rows, batch int)
 		clear(y)
 		clear(w)
 		lo := i * batch * T
-		hi := min(lo+batch*T, len(rows.X))
+		hi := min(lo+batch*T, n*T)
 		copy(x, rows.X[lo:hi])
 		copy(y, rows.Y[lo:hi])
 		copy(w, rows.W[lo:hi])

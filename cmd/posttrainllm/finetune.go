@@ -31,7 +31,7 @@ type finetuneOptions struct {
 // runs its batch as given.
 var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
-	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "eval-tokens", "prefetch-depth"}
+	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth"}
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
@@ -59,7 +59,7 @@ trains every weight and writes ordinary checkpoints.
 
 The run folder --out is like train's: metrics.jsonl, checkpoints/,
 loss.png; with --valid, the held-out loss over its counted tokens is
-logged every --eval-every updates. --resume continues a fine-tune exactly;
+logged every --eval-every updates, over its first --eval-tokens positions. --resume continues a fine-tune exactly;
 Ctrl-C writes a checkpoint first. Sample with
 posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
@@ -95,7 +95,7 @@ func finetuneDefaults(base train.Config) train.Config {
 	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
 	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", 1e-3, 1e-4, 10, 0
 	c.Compile, c.Seed = true, 1
-	c.LogEvery, c.EvalEvery, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 0, 3
+	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
 	return c
 }
 

@@ -22,6 +22,7 @@ type benchOptions struct {
 	compare    bool
 	rounds     int
 	tokenCache string
+	finetune   finetuneBench
 }
 
 func newBenchCmd() *cobra.Command {
@@ -53,12 +54,20 @@ each cell and the interpreted/compiled ratios; --schedule or --accum pick
 one schedule or accum instead of both. --rounds N runs the whole comparison
 N times over, so a shared machine's drift hits compiled and interpreted
 alike; the ratios are then medians of the rounds' ratios, with their range.
---json prints one JSON object, or with --compare a JSON array.`,
+--json prints one JSON object, or with --compare a JSON array.
+
+--finetune lora,full times the fine-tune step instead (posttrainllm
+finetune's weighted step on synthetic windows whose first half is masked):
+adapters of --rank, --alpha and --targets on a frozen base, or every weight.
+With --compare each method runs compiled and interpreted; the ratio table
+gives interpreted/compiled and each method's time and peak memory relative
+to full, measured in the same process.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
   posttrainllm bench --preset huge --device gpu --compare --schedule cosine --accum 4 --rounds 5
-  posttrainllm bench --preset tiny --compile=false --corpus input.txt`,
+  posttrainllm bench --preset tiny --compile=false --corpus input.txt
+  posttrainllm bench --preset tiny --finetune lora,full --compare`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -69,6 +78,10 @@ alike; the ratios are then medians of the rounds' ratios, with their range.
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
+	fs.StringSliceVar(&opts.finetune.methods, "finetune", nil, "time the fine-tune step of these methods (lora, dora, full) instead")
+	fs.IntVar(&opts.finetune.rank, "rank", 8, "with --finetune: adapter rank")
+	fs.Float64Var(&opts.finetune.alpha, "alpha", 16, "with --finetune: adapter alpha")
+	fs.StringSliceVar(&opts.finetune.targets, "targets", []string{"attn"}, "with --finetune: projections to adapt")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
@@ -127,6 +140,12 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 		bo.Data = ds
 	}
 	fmt.Fprintln(status, describe(opts.preset, cfg))
+	if len(opts.finetune.methods) > 0 {
+		if cfg.Corpus != "" {
+			return usageError("--corpus with --finetune: the fine-tune bench runs on synthetic masked windows; drop --corpus")
+		}
+		return runFinetuneBench(out, status, cfg, bo, opts.finetune, opts.compare, opts.json, opts.rounds)
+	}
 	if !opts.compare {
 		res, err := bench.Run(cfg, bo)
 		if err != nil {

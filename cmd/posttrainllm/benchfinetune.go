@@ -61,47 +61,75 @@ func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options,
 	return printFinetuneRatios(out, results, compiles)
 }
 
-// printFinetuneRatios writes, per method, the median over rounds of
-// ms/step and peak memory, interpreted/compiled, and each method's time
-// and memory relative to a full fine-tune measured in the same run.
+// printFinetuneRatios writes, per method and compile mode, the median
+// over rounds of ms/step and peak memory, and the medians of the per-round
+// ratios (so a shared machine's drift between rounds cancels):
+// interpreted/compiled, and time and peak memory relative to the full
+// fine-tune of the same round.
 func printFinetuneRatios(w io.Writer, results []bench.Result, compiles []bool) error {
 	type key struct {
+		round   int
 		preset  string
 		compile bool
 	}
-	ms, mem := map[key][]float64{}, map[key][]float64{}
+	byKey := map[key]bench.Result{}
 	var presets []string
-	params := map[string]int{}
+	var rounds []int
 	for _, r := range results {
-		k := key{r.Preset, r.Compile}
-		ms[k] = append(ms[k], r.MsPerStepMedian)
-		mem[k] = append(mem[k], float64(r.PeakMemoryBytes))
+		byKey[key{r.Round, r.Preset, r.Compile}] = r
 		if !slices.Contains(presets, r.Preset) {
 			presets = append(presets, r.Preset)
 		}
-		params[r.Preset] = r.Params
+		if !slices.Contains(rounds, r.Round) {
+			rounds = append(rounds, r.Round)
+		}
 	}
-	var full string
+	full := ""
 	for _, p := range presets {
 		if strings.HasSuffix(p, "/"+train.MethodFull) {
 			full = p
 		}
 	}
+	// median of f over the rounds, with its range when there are several.
+	median := func(f func(round int) float64, format string) string {
+		var v []float64
+		for _, r := range rounds {
+			v = append(v, f(r))
+		}
+		s := fmt.Sprintf(format, bench.Quantile(v, 0.5))
+		if len(v) > 1 {
+			s += fmt.Sprintf(" (%s–%s)", fmt.Sprintf(format, slices.Min(v)), fmt.Sprintf(format, slices.Max(v)))
+		}
+		return s
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "fine-tune\tcompile\ttrainable\tms/step\tpeak mem\tinterpreted/compiled\tms vs full\tpeak mem vs full\t")
+	fmt.Fprintln(tw, "fine-tune\tcompile\trounds\ttrainable\tms/step\tpeak mem\tinterpreted/compiled\tms vs full\tpeak mem vs full\t")
 	for _, p := range presets {
 		for _, c := range compiles {
-			k := key{p, c}
-			t, m := bench.Quantile(ms[k], 0.5), bench.Quantile(mem[k], 0.5)
+			get := func(r int) bench.Result { return byKey[key{r, p, c}] }
+			ms := median(func(r int) float64 { return get(r).MsPerStepMedian }, "%.1f")
+			mem := humanBytes(uint64(bench.Quantile(func() []float64 {
+				var v []float64
+				for _, r := range rounds {
+					v = append(v, float64(get(r).PeakMemoryBytes))
+				}
+				return v
+			}(), 0.5)))
 			ratio, vsFull, memFull := "", "", ""
 			if c && len(compiles) == 2 {
-				ratio = fmt.Sprintf("%.2fx", bench.Quantile(ms[key{p, false}], 0.5)/t)
+				ratio = median(func(r int) float64 {
+					return byKey[key{r, p, false}].MsPerStepMedian / get(r).MsPerStepMedian
+				}, "%.2fx")
 			}
 			if full != "" {
-				vsFull = fmt.Sprintf("%.2fx", t/bench.Quantile(ms[key{full, c}], 0.5))
-				memFull = fmt.Sprintf("%.2fx", m/bench.Quantile(mem[key{full, c}], 0.5))
+				vsFull = median(func(r int) float64 {
+					return get(r).MsPerStepMedian / byKey[key{r, full, c}].MsPerStepMedian
+				}, "%.2fx")
+				memFull = median(func(r int) float64 {
+					return float64(get(r).PeakMemoryBytes) / float64(byKey[key{r, full, c}].PeakMemoryBytes)
+				}, "%.2fx")
 			}
-			fmt.Fprintf(tw, "%s\t%t\t%s\t%.1f\t%s\t%s\t%s\t%s\t\n", p, c, humanCount(params[p]), t, humanBytes(uint64(m)), ratio, vsFull, memFull)
+			fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p, c, len(rounds), humanCount(get(rounds[0]).Params), ms, mem, ratio, vsFull, memFull)
 		}
 	}
 	return tw.Flush()

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
@@ -34,11 +35,17 @@ type FineTuner struct {
 
 // NewFineTuner reads the base checkpoint's model and tokenizer into cfg,
 // renders the records of ft.Train (and ft.Valid) into rows of the model's
-// context, and checks everything before anything is written.
+// context, and checks everything before anything is written. ft.Base may
+// name a run folder: it becomes its newest checkpoint (ResolveCheckpoint).
 func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
 	if err := ft.Validate(); err != nil {
 		return nil, err
 	}
+	base, err := ResolveCheckpoint(ft.Base)
+	if err != nil {
+		return nil, fmt.Errorf("base: %w", err)
+	}
+	ft.Base = base
 	st, err := ReadRunState(filepath.Join(ft.Base, StateFile))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
@@ -279,6 +286,15 @@ func (r *ftRun) loadResumed(base []*mlx.Array) ([]*mlx.Array, []*mlx.Array, erro
 	st, err := ReadRunState(filepath.Join(dir, StateFile))
 	if err != nil {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
+	}
+	saved, err := ReadFineTuneConfig(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("resume: %w", err)
+	}
+	if ft := r.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
+		!slices.Equal(saved.Targets, ft.Targets) {
+		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v)",
+			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets)
 	}
 	if st.Config.Model != r.cfg.Model {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)

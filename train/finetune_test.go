@@ -199,3 +199,28 @@ func TestFullFineTuneWritesOrdinaryCheckpoint(t *testing.T) {
 		t.Errorf("sampling the full fine-tune: %v", err)
 	}
 }
+
+// A checkpoint resumes only into the fine-tune it belongs to, and a base
+// given as a run folder means its newest checkpoint.
+func TestFineTuneResumeRefusesOtherAdapters(t *testing.T) {
+	base := writeBase(t)
+	ft := FineTuneConfig{Base: filepath.Dir(filepath.Dir(base)), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
+		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
+	cfg := fineTuneConfig(3)
+	cfg.EvalEvery = 0
+	dir := filepath.Join(t.TempDir(), "run")
+	sum := runFineTune(t, cfg, ft, dir, "")
+	ft.Rank = 2
+	cfg.Steps = 6
+	f, err := NewFineTuner(cfg, ft, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.FineTune.Base != base {
+		t.Errorf("base %s resolved to %s, want %s", ft.Base, f.FineTune.Base, base)
+	}
+	_, err = f.Run(context.Background(), sum.LastCheckpoint)
+	if err == nil || !strings.Contains(err.Error(), "is a lora fine-tune (rank 4") {
+		t.Errorf("resuming rank-4 adapters as rank 2: error %v", err)
+	}
+}

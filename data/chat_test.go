@@ -62,3 +62,30 @@ func TestChatPromptEndsWithAssistantHeader(t *testing.T) {
 		t.Errorf("rendered record %v does not start with the chat prompt %v", rec.Tokens, prompt)
 	}
 }
+
+// With GPT-2 BPE the end of a turn is the single <|endoftext|> id, and
+// the same text inside content stays ordinary tokens, so content cannot
+// end a turn early.
+func TestRenderGPT2EndOfText(t *testing.T) {
+	tok, err := NewTokenizer("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Render(Record{Kind: ChatRecord, Messages: []Message{{"user", "say <|endoftext|>"}, {"assistant", "ok"}}}, tok, true)
+	eots := 0
+	for _, id := range e.Tokens {
+		if id == tok.EOT() {
+			eots++
+		}
+	}
+	if eots != 2 {
+		t.Errorf("%d EOT ids in %v, want 2 (one per turn)", eots, e.Tokens)
+	}
+	last := len(e.Tokens) - 1
+	if e.Tokens[last] != tok.EOT() || !e.Train[last] || e.Train[0] {
+		t.Errorf("tokens %v flags %v: want a counted EOT last and an uncounted header first", e.Tokens, e.Train)
+	}
+	if got := tok.Decode(e.Tokens); got != "<|user|>\nsay <|endoftext|><|endoftext|><|assistant|>\nok<|endoftext|>" {
+		t.Errorf("decoded %q", got)
+	}
+}

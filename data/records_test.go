@@ -68,3 +68,39 @@ func TestReadRecordsNamesMissingFile(t *testing.T) {
 		t.Errorf("ReadRecords = %v, %v", recs, err)
 	}
 }
+
+// Whatever a line holds, parsing returns records of one form without NUL
+// characters, or an error naming the line; it never panics.
+func FuzzParseRecords(f *testing.F) {
+	for _, s := range []string{
+		`{"text": "a"}`, `{"prompt": "p", "completion": ""}`,
+		`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}`,
+		`{"messages": [{"role": "user"}]}`, `{"text": "a\u0000"}`, `[]`, `{`, `null`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		recs, err := ParseRecords(strings.NewReader(in), "f.jsonl")
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "f.jsonl") {
+				t.Fatalf("error %q does not name the file", err)
+			}
+			return
+		}
+		for _, r := range recs {
+			if _, nul := r.nulField(); nul {
+				t.Fatalf("accepted a record with a NUL: %+v", r)
+			}
+			switch r.Kind {
+			case TextRecord:
+				if r.Text == "" || r.Messages != nil {
+					t.Fatalf("text record %+v", r)
+				}
+			case ChatRecord:
+				if len(r.Messages) == 0 {
+					t.Fatalf("chat record without messages %+v", r)
+				}
+			}
+		}
+	})
+}

@@ -11,14 +11,18 @@ import (
 // function.
 func GroupSum(g *mlx.Group, a *mlx.Array) *mlx.Array { return mlx.AllSum(a, g) }
 
-// averageAcrossRanks returns the mean over g's ranks of each rank's
-// gradients and loss, with one collective: the float32 gradients and the
-// loss are flattened into one buffer, summed across ranks, scaled by
-// 1/size and split back into their shapes. One large all-reduce keeps
-// the per-collective latency (a ring round trip, an NCCL launch) to one per
-// step, whatever the number of parameters. A nil or size-1 group returns
-// the inputs unchanged, so the traced graph is that of a single process.
-func averageAcrossRanks(g *mlx.Group, grads []*mlx.Array, loss *mlx.Array) ([]*mlx.Array, *mlx.Array) {
+// reduceAcrossRanks returns the mean (mean true) or the sum over g's ranks
+// of each rank's gradients and loss, with one collective: the float32
+// gradients and the loss are flattened into one buffer, summed across
+// ranks, scaled by 1/size when averaging and split back into their shapes.
+// A plain step averages; a weighted step sums, since its weights are
+// already normalised by the update's token count (Batch.WeightSum, which a
+// data-parallel run makes global), so the sum is the global mean. One large
+// all-reduce keeps the per-collective latency (a ring round trip, an NCCL
+// launch) to one per step, whatever the number of parameters. A nil or
+// size-1 group returns the inputs unchanged, so the traced graph is that of
+// a single process.
+func reduceAcrossRanks(g *mlx.Group, grads []*mlx.Array, loss *mlx.Array, mean bool) ([]*mlx.Array, *mlx.Array) {
 	if g.Size() == 1 {
 		return grads, loss
 	}
@@ -30,14 +34,16 @@ func averageAcrossRanks(g *mlx.Group, grads []*mlx.Array, loss *mlx.Array) ([]*m
 	}
 	flat = append(flat, mlx.Reshape(mlx.AsType(loss, mlx.Float32), 1))
 	sum := mlx.AllSum(mlx.Concatenate(flat, 0), g)
-	mean := mlx.MulScalar(sum, 1/float64(g.Size()))
+	if mean {
+		sum = mlx.MulScalar(sum, 1/float64(g.Size()))
+	}
 	indices := make([]int, len(sizes))
 	at := 0
 	for i, n := range sizes {
 		at += n
 		indices[i] = at
 	}
-	parts := mlx.SplitAt(mean, indices, 0)
+	parts := mlx.SplitAt(sum, indices, 0)
 	out := make([]*mlx.Array, len(grads))
 	for i, gr := range grads {
 		out[i] = mlx.Reshape(parts[i], gr.Shape()...)

@@ -118,9 +118,19 @@ func SaveCheckpoint(root string, st RunState, paramNames []string, params []*mlx
 	return dir, err
 }
 
-// saveCheckpoint is SaveCheckpoint on the MLX thread.
+// checkpointFile is a file of a checkpoint besides the model, optimizer
+// and state files (a fine-tune's adapters and settings): write creates it
+// at path, inside the temporary directory that becomes the checkpoint.
+type checkpointFile struct {
+	name  string
+	write func(path string) error
+}
+
+// saveCheckpoint is SaveCheckpoint on the MLX thread, with extra files;
+// no paramNames and params leave out the model file (an adapter
+// checkpoint holds adapters instead).
 func saveCheckpoint(root string, st RunState, paramNames []string, params []*mlx.Array,
-	stateNames []string, optState []*mlx.Array) (string, error) {
+	stateNames []string, optState []*mlx.Array, extra ...checkpointFile) (string, error) {
 	if len(paramNames) != len(params) || len(stateNames) != len(optState) {
 		return "", fmt.Errorf("checkpoint: %d names for %d params, %d names for %d state arrays",
 			len(paramNames), len(params), len(stateNames), len(optState))
@@ -139,8 +149,15 @@ func saveCheckpoint(root string, st RunState, paramNames []string, params []*mlx
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
 	meta := map[string]string{"model_config": string(cfgJSON), "step": strconv.Itoa(st.Step), "format": "mlx"}
-	if err := saveArrays(filepath.Join(tmp, ModelFile), paramNames, params, meta); err != nil {
-		return "", err
+	if paramNames != nil || params != nil {
+		if err := saveArrays(filepath.Join(tmp, ModelFile), paramNames, params, meta); err != nil {
+			return "", err
+		}
+	}
+	for _, f := range extra {
+		if err := f.write(filepath.Join(tmp, f.name)); err != nil {
+			return "", err
+		}
 	}
 	if err := saveArrays(filepath.Join(tmp, OptimizerFile), stateNames, optState,
 		map[string]string{"optimizer": st.Config.Optimizer, "step": strconv.Itoa(st.Step)}); err != nil {

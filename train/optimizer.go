@@ -19,6 +19,12 @@ func OptimizerParams(specs []model.ParamSpec) []optim.Param {
 // NewOptimizer builds the run's optimizer with its defaults, overriding the
 // weight decay when the config sets one.
 func NewOptimizer(cfg Config, specs []model.ParamSpec) (optim.Optimizer, error) {
+	return NewOptimizerFor(cfg, OptimizerParams(specs))
+}
+
+// NewOptimizerFor is NewOptimizer for any list of trainable parameters,
+// such as a fine-tune's adapters (AdapterOptimizerParams).
+func NewOptimizerFor(cfg Config, params []optim.Param) (optim.Optimizer, error) {
 	oc := optim.DefaultConfig()
 	if wd := cfg.WeightDecay; wd != nil {
 		oc.AdamW.WeightDecay = *wd
@@ -28,5 +34,5 @@ func NewOptimizer(cfg Config, specs []model.ParamSpec) (optim.Optimizer, error) 
 		oc.Muon.AdamW.WeightDecay = *wd
 		oc.SGD.WeightDecay = *wd
 	}
-	return optim.New(cfg.Optimizer, OptimizerParams(specs), oc)
+	return optim.New(cfg.Optimizer, params, oc)
 }

@@ -19,6 +19,16 @@ import (
 type Batch struct {
 	X, Y    []int32 // inputs and their next-token targets, N·B·T each
 	N, B, T int
+	// W weighs each target's loss, N·B·T values (typically 1 for a
+	// target that counts and 0 for prompt or padding); only a weighted
+	// step (NewWeightedStep) reads it, and needs it.
+	W []float32
+	// WeightSum is what W is normalised by: the update's loss is
+	// Σ W·loss / WeightSum. Zero means the sum of W, this update's own
+	// token count. A data-parallel loop passes the sum over all ranks, so
+	// every rank divides by the global count. An update whose weights are
+	// all zero has loss 0 and zero gradients, not 0/0.
+	WeightSum float64
 }
 
 // BatchOf views a data batch (from a Sampler or Prefetcher) as a step's
@@ -36,7 +46,37 @@ func (b Batch) check(accum int) error {
 		return fmt.Errorf("train: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
 			len(b.X), len(b.Y), b.N, b.B, b.T, n)
 	}
+	if b.W != nil && len(b.W) != len(b.X) {
+		return fmt.Errorf("train: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
+	}
 	return nil
+}
+
+// NormalizedWeights returns b.W divided by the update's weight total
+// (WeightSum, or the sum of W when that is 0), the weights a weighted
+// step takes, and that total. All-zero weights stay zero.
+func (b Batch) NormalizedWeights() ([]float32, float64, error) {
+	total := b.WeightSum
+	if total == 0 {
+		for _, w := range b.W {
+			total += float64(w)
+		}
+	}
+	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
+		return nil, 0, fmt.Errorf("train: loss weights sum to %g, want a finite value >= 0", total)
+	}
+	out := make([]float32, len(b.W))
+	if total == 0 {
+		return out, 0, nil
+	}
+	inv := 1 / total
+	for i, w := range b.W {
+		if w < 0 || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
+			return nil, 0, fmt.Errorf("train: loss weight %d is %g, want a finite value >= 0", i, w)
+		}
+		out[i] = float32(float64(w) * inv)
+	}
+	return out, total, nil
 }
 
 // StepStats are what one update measured.
@@ -63,6 +103,7 @@ type StepStats struct {
 type State struct {
 	step           *Step
 	params, opt    []*mlx.Array
+	frozen         []*mlx.Array // a weighted step's frozen inputs
 	copies         []*mlx.Array // nil without ComputeCopies
 	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
 	stats          StepStats
@@ -83,16 +124,45 @@ func NewState(step *Step, params, optState []*mlx.Array) (*State, error) {
 		if err := firstErr(params, optState); err != nil {
 			return fmt.Errorf("train: state: %w", err)
 		}
-		s = &State{step: step, params: params, opt: optState}
-		if step.nCopies > 0 {
-			s.copies = make([]*mlx.Array, len(params))
-			for i, p := range params {
-				s.copies[i] = mlx.AsType(p, step.opts.ComputeDtype)
-			}
+		if step.nFrozen > 0 {
+			return fmt.Errorf("train: the step takes %d frozen arrays; use NewFrozenState", step.nFrozen)
 		}
+		s = newState(step, params, nil, optState)
 		return nil
 	})
 	return s, err
+}
+
+// NewFrozenState is NewState for a weighted step: trainable are the
+// arrays the step updates (in the order its optimizer was built for) and
+// frozen the arrays it only reads (a fine-tune's base weights). It takes
+// ownership of all three lists.
+func NewFrozenState(step *Step, trainable, frozen, optState []*mlx.Array) (*State, error) {
+	var s *State
+	err := mlx.Do(func() error {
+		if len(trainable) != step.nParams || len(frozen) != step.nFrozen || len(optState) != step.nState {
+			return fmt.Errorf("train: state of %d trainable, %d frozen and %d optimizer arrays for a step built for %d, %d and %d",
+				len(trainable), len(frozen), len(optState), step.nParams, step.nFrozen, step.nState)
+		}
+		if err := firstErr(trainable, frozen, optState); err != nil {
+			return fmt.Errorf("train: state: %w", err)
+		}
+		s = newState(step, trainable, frozen, optState)
+		return nil
+	})
+	return s, err
+}
+
+// newState builds a checked state, casting the compute-dtype copies.
+func newState(step *Step, params, frozen, optState []*mlx.Array) *State {
+	s := &State{step: step, params: params, frozen: frozen, opt: optState}
+	if step.nCopies > 0 {
+		s.copies = make([]*mlx.Array, len(params))
+		for i, p := range params {
+			s.copies[i] = mlx.AsType(p, step.opts.ComputeDtype)
+		}
+	}
+	return s
 }
 
 // firstErr returns the first error an array of lists carries.
@@ -188,11 +258,24 @@ func (s *State) apply(lr float64, b Batch) error {
 	if err := b.check(s.step.opts.Accum); err != nil {
 		return err
 	}
-	x := mlx.FromSlice(b.X, b.N, b.B, b.T)
-	y := mlx.FromSlice(b.Y, b.N, b.B, b.T)
+	var w []float32
+	if s.step.weighted {
+		if b.W == nil {
+			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
+		}
+		var err error
+		if w, _, err = b.NormalizedWeights(); err != nil {
+			return err
+		}
+	}
+	batch := []*mlx.Array{mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T)}
+	if w != nil {
+		batch = append(batch, mlx.FromSlice(w, b.N, b.B, b.T))
+	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
-	out, err := s.step.apply(s.params, s.copies, s.opt, lrArr, x, y)
-	mlx.Free(x, y, lrArr)
+	out, err := s.step.apply(s.params, s.copies, s.frozen, s.opt, lrArr, batch...)
+	mlx.Free(batch...)
+	mlx.Free(lrArr)
 	if err != nil {
 		return err
 	}
@@ -281,6 +364,10 @@ func (s *State) GraphOps() (map[string]int, error) {
 // owns them: they stay valid until the next update or Free.
 func (s *State) Params() []*mlx.Array { return s.params }
 
+// Frozen returns the frozen arrays of a weighted step's state (nil
+// otherwise). The state owns them, as Params.
+func (s *State) Frozen() []*mlx.Array { return s.frozen }
+
 // OptState returns the current optimizer state in the order of the
 // optimizer's StateNames. The state owns it, as Params.
 func (s *State) OptState() []*mlx.Array { return s.opt }
@@ -295,7 +382,8 @@ func (s *State) Free() {
 	mlx.Do(func() error {
 		if !s.freed {
 			s.release()
-			s.params, s.copies, s.opt = nil, nil, nil
+			mlx.Free(s.frozen...)
+			s.params, s.copies, s.frozen, s.opt = nil, nil, nil, nil
 			s.freed = true
 		}
 		return nil

@@ -23,6 +23,16 @@ import (
 // from its arguments (and constants), so it traces into a compiled step.
 type LossFunc func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array
 
+// WeightedLossFunc is a training loss of trainable parameters (the ones
+// differentiated and updated), frozen arrays (inputs of the step that are
+// neither: a fine-tune's base weights) and one microbatch of inputs x,
+// targets y ([B, T] int32) and per-target loss weights w ([B, T] float32).
+// It returns Σ w·loss over the microbatch's positions. The step passes
+// weights already divided by the whole update's weight total (Batch.W,
+// Batch.WeightSum), so the sum over the microbatches is the mean loss per
+// counted token of the update, whatever the microbatch holds.
+type WeightedLossFunc func(trainable, frozen []*mlx.Array, x, y, w *mlx.Array) *mlx.Array
+
 // StepOptions fix the shape of the traced step.
 type StepOptions struct {
 	// Accum is the number N of microbatches per optimizer update. The loop
@@ -85,6 +95,12 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, copies, state, lr, x, y) → (params', copies', state', mean loss, grad norm)
 //
+// A weighted step (NewWeightedStep) also takes frozen arrays and the
+// update's loss weights w[N,B,T]; only the trainable params are
+// differentiated and have optimizer state:
+//
+//	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
+//
 // The learning rate is an input array, never a captured float, and N is
 // fixed, so a run with a schedule and accumulation traces exactly once.
 // A State applies a Step to the arrays it owns; Run is the bare function.
@@ -94,6 +110,8 @@ type Step struct {
 	nParams  int
 	nState   int
 	nCopies  int // nParams with ComputeCopies, else 0
+	nFrozen  int // frozen (not differentiated) inputs of a weighted step
+	weighted bool
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
 	traces   int // written on the MLX thread, read after mlx.Do returns
@@ -120,6 +138,32 @@ func (o stepOutputs) all() []*mlx.Array {
 // NewStep builds the step for a loss over nParams parameters and an
 // optimizer whose state has nState arrays (len(opt.StateNames())).
 func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
+	return newStep(func(in []*mlx.Array) *mlx.Array {
+		return loss(in[:nParams], in[nParams], in[nParams+1])
+	}, opt, nParams, 0, nState, false, opts)
+}
+
+// NewWeightedStep builds the step for a weighted loss over nTrainable
+// parameters, which the optimizer (with nState state arrays) updates, and
+// nFrozen arrays that are inputs of the step but neither differentiated
+// nor updated: fine-tuning with adapters passes the base weights here, so
+// the optimizer holds state for the adapters alone. Each update takes
+// per-target loss weights (Batch.W); microbatch losses and gradients are
+// summed, not averaged, since the weights already normalise them over the
+// whole update.
+func NewWeightedStep(loss WeightedLossFunc, opt optim.Optimizer, nTrainable, nFrozen, nState int, opts StepOptions) (*Step, error) {
+	if nFrozen < 0 {
+		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
+	}
+	P, F := nTrainable, nFrozen
+	return newStep(func(in []*mlx.Array) *mlx.Array {
+		return loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])
+	}, opt, nTrainable, nFrozen, nState, true, opts)
+}
+
+// newStep builds a step whose loss reads the flat list (trainable params,
+// frozen arrays, x, y and, when weighted, w).
+func newStep(loss func(in []*mlx.Array) *mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
 	if opts.Accum < 1 {
 		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
 	}
@@ -135,7 +179,7 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	if nParams < 1 || nState < 0 {
 		return nil, fmt.Errorf("train: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
 	}
-	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState}
+	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted}
 	if opts.ComputeCopies {
 		s.nCopies = nParams
 	}
@@ -145,7 +189,7 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	}
 	err := mlx.Do(func() error {
 		vag, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-			return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}, nil
+			return []*mlx.Array{loss(in)}, nil
 		}, argnums...)
 		if err != nil {
 			return fmt.Errorf("train: building value_and_grad: %w", err)
@@ -172,6 +216,10 @@ func (s *Step) Traces() int { return s.traces }
 
 // Compiled reports whether the step is compiled.
 func (s *Step) Compiled() bool { return s.compiled != nil }
+
+// Weighted reports whether the step takes frozen arrays and loss weights
+// (NewWeightedStep).
+func (s *Step) Weighted() bool { return s.weighted }
 
 // Free releases the step's MLX functions and trace cache. A nil step is
 // a no-op.
@@ -211,9 +259,10 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // (docs/performance/cpu.md measures it against fewer dependencies).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
-	P, C, S := s.nParams, s.nCopies, s.nState
-	params, state := in[:P], in[P+C:P+C+S]
-	lr, x, y := in[P+C+S], in[P+C+S+1], in[P+C+S+2]
+	P, C, F, S := s.nParams, s.nCopies, s.nFrozen, s.nState
+	params, frozen, state := in[:P], in[P+C:P+C+F], in[P+C+F:P+C+F+S]
+	batch := in[P+C+F+S+1:] // x, y and, when weighted, w
+	lr := in[P+C+F+S]
 	lossParams := params
 	if C > 0 {
 		lossParams = in[P : P+C]
@@ -221,18 +270,21 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := s.opts.Accum
 	var grads []*mlx.Array
 	var lossSum *mlx.Array
-	args := make([]*mlx.Array, P+2)
+	args := make([]*mlx.Array, P+F+len(batch))
 	copy(args, lossParams)
+	copy(args[P:], frozen)
+	mb := args[P+F:] // this microbatch's slices of batch
 	for i := 0; i < n; i++ {
-		args[P], args[P+1] = microbatch(x, i), microbatch(y, i)
+		for k, a := range batch {
+			mb[k] = microbatch(a, i)
+		}
 		if i > 0 {
 			deps := append(slices.Clip(grads), lossSum)
 			if s.opts.dependsOn != nil {
 				deps = s.opts.dependsOn(deps)
 			}
 			if len(deps) > 0 {
-				d := mlx.Depends(args[P:P+2], deps)
-				args[P], args[P+1] = d[0], d[1]
+				copy(mb, mlx.Depends(mb, deps))
 			}
 		}
 		vals, g, err := s.vag.Call(args...)
@@ -252,14 +304,19 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			grads[j] = mlx.Add(grads[j], mlx.AsType(g[j], mlx.Float32))
 		}
 	}
+	// A weighted loss is normalised by its weights, over the whole update:
+	// the sums are already the mean. (A data-parallel step all-reduces the
+	// summed gradients and loss here, before clipping; with weights
+	// normalised by the global token count, Batch.WeightSum, the sum over
+	// ranks is the global mean.)
 	loss := lossSum
-	if n > 1 {
+	if n > 1 && !s.weighted {
 		loss = mlx.MulScalar(lossSum, 1/float64(n))
 		for j := range grads {
 			grads[j] = mlx.MulScalar(grads[j], 1/float64(n))
 		}
 	}
-	grads, loss = averageAcrossRanks(s.opts.Group, grads, loss)
+	grads, loss = reduceAcrossRanks(s.opts.Group, grads, loss, !s.weighted)
 	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
 	newParams, newState, err := s.opt.Update(params, clipped, state, lr)
 	if err != nil {
@@ -286,7 +343,31 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult, error) {
 	var res StepResult
 	err := mlx.Do(func() error {
-		out, err := s.apply(params, nil, state, lr, x, y)
+		if s.weighted {
+			return fmt.Errorf("train: Run on a weighted step; use RunWeighted")
+		}
+		out, err := s.apply(params, nil, nil, state, lr, x, y)
+		if err != nil {
+			return err
+		}
+		mlx.Free(out.copies...)
+		res = StepResult{Params: out.params, State: out.state, Loss: out.loss, GradNorm: out.gradNorm}
+		return nil
+	})
+	return res, err
+}
+
+// RunWeighted applies one update of a weighted step (NewWeightedStep):
+// Run with the frozen arrays and the loss weights w, [Accum, B, T]
+// float32, already divided by the update's weight total. Its loss is
+// Σ w·loss over the update.
+func (s *Step) RunWeighted(params, frozen, state []*mlx.Array, lr, x, y, w *mlx.Array) (StepResult, error) {
+	var res StepResult
+	err := mlx.Do(func() error {
+		if !s.weighted {
+			return fmt.Errorf("train: RunWeighted on an unweighted step; use Run")
+		}
+		out, err := s.apply(params, nil, frozen, state, lr, x, y, w)
 		if err != nil {
 			return err
 		}
@@ -298,15 +379,20 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 }
 
 // apply checks the inputs and runs the step on the MLX thread. copies are
-// the compute-dtype copies of params; nil casts them here. Inputs are not
-// freed.
-func (s *Step) apply(params, copies, state []*mlx.Array, lr, x, y *mlx.Array) (stepOutputs, error) {
-	if len(params) != s.nParams || len(state) != s.nState {
-		return stepOutputs{}, fmt.Errorf("train: step got %d params and %d state arrays, built for %d and %d",
-			len(params), len(state), s.nParams, s.nState)
+// the compute-dtype copies of params; nil casts them here. batch is x, y
+// and, for a weighted step, w. Inputs are not freed.
+func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
+	if len(params) != s.nParams || len(state) != s.nState || len(frozen) != s.nFrozen {
+		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, built for %d, %d and %d",
+			len(params), len(frozen), len(state), s.nParams, s.nFrozen, s.nState)
 	}
-	if err := s.checkInputs(lr, x, y); err != nil {
+	if err := s.checkInputs(lr, batch[0], batch[1]); err != nil {
 		return stepOutputs{}, err
+	}
+	if s.weighted {
+		if err := checkWeights(batch[2], batch[0]); err != nil {
+			return stepOutputs{}, err
+		}
 	}
 	var cast []*mlx.Array
 	if s.nCopies > 0 && copies == nil {
@@ -319,8 +405,8 @@ func (s *Step) apply(params, copies, state []*mlx.Array, lr, x, y *mlx.Array) (s
 	if len(copies) != s.nCopies {
 		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
 	}
-	in := make([]*mlx.Array, 0, s.nParams+s.nCopies+s.nState+3)
-	in = append(append(append(append(in, params...), copies...), state...), lr, x, y)
+	in := make([]*mlx.Array, 0, s.nParams+s.nCopies+s.nFrozen+s.nState+1+len(batch))
+	in = append(append(append(append(append(append(in, params...), copies...), frozen...), state...), lr), batch...)
 	out, err := s.call(in)
 	// The outputs' graph holds what it needs of the inputs.
 	mlx.Free(cast...)
@@ -359,6 +445,20 @@ func (s *Step) checkInputs(lr, x, y *mlx.Array) error {
 	}
 	if !slices.Equal(x.Shape(), y.Shape()) {
 		return fmt.Errorf("train: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
+	}
+	return nil
+}
+
+// checkWeights refuses loss weights that are not float32 of x's shape.
+func checkWeights(w, x *mlx.Array) error {
+	if w == nil {
+		return fmt.Errorf("train: a weighted step needs loss weights")
+	}
+	if err := w.Err(); err != nil {
+		return fmt.Errorf("train: loss weights: %w", err)
+	}
+	if w.Dtype() != mlx.Float32 || !slices.Equal(w.Shape(), x.Shape()) {
+		return fmt.Errorf("train: loss weights are %v of shape %v, want float32 of the batch's shape %v", w.Dtype(), w.Shape(), x.Shape())
 	}
 	return nil
 }

@@ -23,6 +23,7 @@ type benchOptions struct {
 	rounds     int
 	tokenCache string
 	nproc      int
+	finetune   finetuneBench
 }
 
 func newBenchCmd() *cobra.Command {
@@ -59,13 +60,21 @@ alike; the ratios are then medians of the rounds' ratios, with their range.
 --nproc N measures N data-parallel ranks on this machine (one GPU each on
 a GPU, a loopback ring on the CPU), each with the preset's batch: the
 tokens per step and per second count every rank's, and the JSON field
-ranks says N. Rank 0 prints. It does not combine with --compare.`,
+ranks says N. Rank 0 prints. It does not combine with --compare.
+
+--finetune lora,full times the fine-tune step instead (posttrainllm
+finetune's weighted step on synthetic windows whose first half is masked):
+adapters of --rank, --alpha and --targets on a frozen base, or every weight.
+With --compare each method runs compiled and interpreted; the ratio table
+gives interpreted/compiled and each method's time and peak memory relative
+to full, measured in the same process.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
   posttrainllm bench --preset huge --device gpu --compare --schedule cosine --accum 4 --rounds 5
   posttrainllm bench --preset tiny --compile=false --corpus input.txt
-  posttrainllm bench --preset mega --device gpu --nproc 2 --json`,
+  posttrainllm bench --preset mega --device gpu --nproc 2 --json
+  posttrainllm bench --preset tiny --finetune lora,full --compare`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -77,6 +86,10 @@ ranks says N. Rank 0 prints. It does not combine with --compare.`,
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine")
+	fs.StringSliceVar(&opts.finetune.methods, "finetune", nil, "time the fine-tune step of these methods (lora, dora, full) instead")
+	fs.IntVar(&opts.finetune.rank, "rank", 8, "with --finetune: adapter rank")
+	fs.Float64Var(&opts.finetune.alpha, "alpha", 16, "with --finetune: adapter alpha")
+	fs.StringSliceVar(&opts.finetune.targets, "targets", []string{"attn"}, "with --finetune: projections to adapt")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
@@ -99,6 +112,9 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	}
 	if err := checkNproc(opts.nproc); err != nil {
 		return err
+	}
+	if len(opts.finetune.methods) > 0 && (opts.nproc > 1 || rankEnv()) {
+		return usageError("--finetune with --nproc %d: fine-tuning runs in one process; drop --nproc", opts.nproc)
 	}
 	if opts.compare && (opts.nproc > 1 || rankEnv()) {
 		return usageError("--compare with --nproc %d: a comparison runs in one process; drop one", opts.nproc)
@@ -148,6 +164,12 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 		bo.Data = ds
 	}
 	fmt.Fprintln(status, describe(opts.preset, cfg))
+	if len(opts.finetune.methods) > 0 {
+		if cfg.Corpus != "" {
+			return usageError("--corpus with --finetune: the fine-tune bench runs on synthetic masked windows; drop --corpus")
+		}
+		return runFinetuneBench(out, status, cfg, bo, opts.finetune, opts.compare, opts.json, opts.rounds)
+	}
 	if !opts.compare {
 		res, err := bench.Run(cfg, bo)
 		if err != nil {

@@ -10,8 +10,8 @@ import (
 
 func newSampleCmd() *cobra.Command {
 	var (
-		from, prompt, device string
-		opts                 train.SampleOptions
+		from, adapter, prompt, device string
+		opts                          train.SampleOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "sample",
@@ -20,13 +20,17 @@ func newSampleCmd() *cobra.Command {
 the model at most its context. --temperature 0 always picks the most likely
 token; --top-k limits sampling to the k most likely.
 
-` + checkpointRule("--from"),
+` + checkpointRule("--from") + `
+
+--adapter samples a fine-tune (posttrainllm finetune): its adapters applied
+to its base, the checkpoint its finetune.json records or, given, --from.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
-  posttrainllm sample --from runs/huge --device cpu --seed 7`,
+  posttrainllm sample --from runs/huge --device cpu --seed 7
+  posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if from == "" {
+			if from == "" && adapter == "" {
 				return usageError("sample needs --from RUN: %s", checkpointPaths)
 			}
 			if err := opts.Validate(); err != nil {
@@ -38,15 +42,31 @@ token; --top-k limits sampling to the k most likely.
 				}
 				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
 			}
-			if _, err := train.ResolveCheckpoint(from); err != nil {
-				return usageError("invalid --from %s: %v", from, err)
+			if from != "" {
+				if _, err := train.ResolveCheckpoint(from); err != nil {
+					return usageError("invalid --from %s: %v", from, err)
+				}
+			}
+			if adapter != "" {
+				dir, err := train.ResolveCheckpoint(adapter)
+				if err != nil {
+					return usageError("invalid --adapter %s: %v", adapter, err)
+				}
+				if _, err := train.ReadFineTuneConfig(dir); err != nil {
+					return usageError("invalid --adapter %s: %v", adapter, err)
+				}
 			}
 			// Sampling needs no GPU: auto takes one where there is one.
 			device, err := pickDevice(device, "cpu", "")
 			if err != nil {
 				return err
 			}
-			text, err := train.SampleCheckpoint(from, prompt, device, opts)
+			var text string
+			if adapter != "" {
+				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
+			} else {
+				text, err = train.SampleCheckpoint(from, prompt, device, opts)
+			}
 			if err != nil {
 				return err
 			}
@@ -56,6 +76,7 @@ token; --top-k limits sampling to the k most likely.
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint) or checkpoint directory")
+	fs.StringVar(&adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")
 	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/train/bench"
+)
+
+// finetuneBench are bench's fine-tune flags.
+type finetuneBench struct {
+	methods []string
+	rank    int
+	alpha   float64
+	targets []string
+}
+
+// runFinetuneBench times the fine-tune step of each method (compiled and
+// interpreted with --compare), rounds times over, and prints the results
+// and their ratios.
+func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options, fb finetuneBench, compare, asJSON bool, rounds int) error {
+	for _, m := range fb.methods {
+		if !slices.Contains(train.FineTuneMethods(), m) {
+			return usageError("invalid --finetune %s: want methods among %s", m, strings.Join(train.FineTuneMethods(), ", "))
+		}
+	}
+	compiles := []bool{cfg.Compile}
+	if compare {
+		compiles = []bool{true, false}
+	}
+	ad := peft.Config{Rank: fb.rank, Alpha: fb.alpha, Targets: fb.targets}
+	var results []bench.Result
+	for round := 1; round <= rounds; round++ {
+		for _, m := range fb.methods {
+			for _, c := range compiles {
+				cc := cfg
+				cc.Compile = c
+				r, err := bench.RunFineTune(cc, bench.FineTune{Method: m, Adapter: ad}, bo)
+				if err != nil {
+					return fmt.Errorf("fine-tune %s, compile=%t: %w", m, c, err)
+				}
+				r.Round = round
+				fmt.Fprintf(status, "  round %d %-10s compile=%-5t %8.1f ms/step  trainable %s  traces %d\n",
+					round, r.Preset, r.Compile, r.MsPerStepMedian, humanCount(r.Params), r.Traces)
+				results = append(results, r)
+			}
+		}
+	}
+	if asJSON {
+		return writeJSON(out, results)
+	}
+	if err := printBench(out, results); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	return printFinetuneRatios(out, results, compiles)
+}
+
+// printFinetuneRatios writes, per method and compile mode, the median
+// over rounds of ms/step and peak memory, and the medians of the per-round
+// ratios (so a shared machine's drift between rounds cancels):
+// interpreted/compiled, and time and peak memory relative to the full
+// fine-tune of the same round.
+func printFinetuneRatios(w io.Writer, results []bench.Result, compiles []bool) error {
+	type key struct {
+		round   int
+		preset  string
+		compile bool
+	}
+	byKey := map[key]bench.Result{}
+	var presets []string
+	var rounds []int
+	for _, r := range results {
+		byKey[key{r.Round, r.Preset, r.Compile}] = r
+		if !slices.Contains(presets, r.Preset) {
+			presets = append(presets, r.Preset)
+		}
+		if !slices.Contains(rounds, r.Round) {
+			rounds = append(rounds, r.Round)
+		}
+	}
+	full := ""
+	for _, p := range presets {
+		if strings.HasSuffix(p, "/"+train.MethodFull) {
+			full = p
+		}
+	}
+	// median of f over the rounds, with its range when there are several.
+	median := func(f func(round int) float64, format string) string {
+		var v []float64
+		for _, r := range rounds {
+			v = append(v, f(r))
+		}
+		s := fmt.Sprintf(format, bench.Quantile(v, 0.5))
+		if len(v) > 1 {
+			s += fmt.Sprintf(" (%s–%s)", fmt.Sprintf(format, slices.Min(v)), fmt.Sprintf(format, slices.Max(v)))
+		}
+		return s
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "fine-tune\tcompile\trounds\ttrainable\tms/step\tpeak mem\tinterpreted/compiled\tms vs full\tpeak mem vs full\t")
+	for _, p := range presets {
+		for _, c := range compiles {
+			get := func(r int) bench.Result { return byKey[key{r, p, c}] }
+			ms := median(func(r int) float64 { return get(r).MsPerStepMedian }, "%.1f")
+			mem := humanBytes(uint64(bench.Quantile(func() []float64 {
+				var v []float64
+				for _, r := range rounds {
+					v = append(v, float64(get(r).PeakMemoryBytes))
+				}
+				return v
+			}(), 0.5)))
+			ratio, vsFull, memFull := "", "", ""
+			if c && len(compiles) == 2 {
+				ratio = median(func(r int) float64 {
+					return byKey[key{r, p, false}].MsPerStepMedian / get(r).MsPerStepMedian
+				}, "%.2fx")
+			}
+			if full != "" {
+				vsFull = median(func(r int) float64 {
+					return get(r).MsPerStepMedian / byKey[key{r, full, c}].MsPerStepMedian
+				}, "%.2fx")
+				memFull = median(func(r int) float64 {
+					return float64(get(r).PeakMemoryBytes) / float64(byKey[key{r, full, c}].PeakMemoryBytes)
+				}, "%.2fx")
+			}
+			fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p, c, len(rounds), humanCount(get(rounds[0]).Params), ms, mem, ratio, vsFull, memFull)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// finetuneOptions are the finetune command's own flags.
+type finetuneOptions struct {
+	from, data, valid, method string
+	rank                      int
+	alpha                     float64
+	targets                   []string
+	maskPrompt, pack          bool
+	out, resume               string
+	overwrite, noProgress     bool
+}
+
+// finetuneSkipped are the config flags a fine-tune does not take: the
+// model, tokenizer and corpus are the base checkpoint's, and a fine-tune
+// runs its batch as given.
+var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
+	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
+	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth"}
+
+// finetuneOwnFlags are the flags that define a fine-tune and that a
+// resumed one keeps.
+var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack"}
+
+func newFinetuneCmd() *cobra.Command {
+	var opts finetuneOptions
+	cmd := &cobra.Command{
+		Use:   "finetune",
+		Short: "Fine-tune a checkpoint on jsonl records with LoRA, DoRA or all weights",
+		Long: `finetune trains a checkpoint (--from) further on the jsonl records of --data,
+each line {"text": …}, {"prompt": …, "completion": …} or {"messages":
+[{"role": "user", "content": …}, …]}, rendered with the chat template of
+docs/finetuning.md. With --mask-prompt (the default) only completions and
+assistant turns count in the loss; role headers never do. The loss is the
+mean over the counted tokens of each whole update, across all --accum
+microbatches. Each example is one sequence of the model's context, cut or
+padded to it; --pack concatenates examples instead.
+
+--method lora (default) or dora trains rank --rank adapters scaled by
+--alpha/--rank on the projections --targets names (attn, mlp, all, or
+wq, wk, wv, wo, w1, w2); the base weights stay frozen, and checkpoints hold
+only the adapters (adapters.safetensors) and finetune.json. --method full
+trains every weight and writes ordinary checkpoints.
+
+The run folder --out is like train's: metrics.jsonl, checkpoints/,
+loss.png; with --valid, the held-out loss over its counted tokens is
+logged every --eval-every updates, over its first --eval-tokens positions. --resume continues a fine-tune exactly;
+Ctrl-C writes a checkpoint first. Sample with
+posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
+		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
+  posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
+  posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
+  posttrainllm finetune --resume runs/tiny-lora --steps 400`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&opts.from, "from", "", "base checkpoint: a run folder (its newest checkpoint) or a checkpoint directory")
+	fs.StringVar(&opts.data, "data", "", "training records, a jsonl file")
+	fs.StringVar(&opts.valid, "valid", "", "held-out records, a jsonl file (optional)")
+	fs.StringVar(&opts.method, "method", train.MethodLoRA, "lora, dora or full")
+	fs.IntVar(&opts.rank, "rank", 8, "adapter rank r")
+	fs.Float64Var(&opts.alpha, "alpha", 16, "adapter scale numerator: the update is alpha/r · B·A")
+	fs.StringSliceVar(&opts.targets, "targets", []string{"attn"}, "projections to adapt: attn, mlp, all, or names such as wq,wv")
+	fs.BoolVar(&opts.maskPrompt, "mask-prompt", true, "count only completions and assistant turns in the loss")
+	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each")
+	fs.StringVar(&opts.out, "out", "", "run folder (default runs/finetune, or the resumed run's folder)")
+	fs.StringVar(&opts.resume, "resume", "", "continue the fine-tune of this run folder or checkpoint directory")
+	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
+	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
+	ov := addConfigFlags(fs, finetuneSkipped...)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
+	return cmd
+}
+
+// finetuneDefaults are a fresh fine-tune's run settings over the base's
+// config: a short cosine run with a learning rate suited to adapters.
+func finetuneDefaults(base train.Config) train.Config {
+	c := base
+	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
+	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
+	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", 1e-3, 1e-4, 10, 0
+	c.Compile, c.Seed = true, 1
+	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
+	return c
+}
+
+// finetunePlan is a validated finetune command.
+type finetunePlan struct {
+	cfg        train.Config
+	ft         train.FineTuneConfig
+	out        string
+	checkpoint string // resumed checkpoint, or ""
+}
+
+// absFile checks that flag names an existing file and makes it absolute,
+// so checkpoints name it from any working directory.
+func absFile(flag, path string) (string, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "", usageError("invalid --%s %s: %v", flag, path, errors.Unwrap(err))
+	}
+	if info.IsDir() {
+		return "", usageError("invalid --%s %s: a directory; want a jsonl file", flag, path)
+	}
+	return filepath.Abs(path)
+}
+
+func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (finetunePlan, error) {
+	var p finetunePlan
+	flags := cmd.Flags()
+	var base train.Config
+	if opts.resume != "" {
+		for _, name := range finetuneOwnFlags {
+			if flags.Changed(name) {
+				return p, usageError("--%s with --resume: a resumed fine-tune keeps its settings (finetune.json); drop --%s", name, name)
+			}
+		}
+		dir, err := train.ResolveCheckpoint(opts.resume)
+		if err != nil {
+			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		if err != nil {
+			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		if p.ft, err = train.ReadFineTuneConfig(dir); err != nil {
+			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		if ov.isChanged("optimizer") && ov.value("optimizer") != st.Config.Optimizer {
+			return p, usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed fine-tune keeps its optimizer",
+				ov.value("optimizer"), dir, st.Config.Optimizer)
+		}
+		base, p.checkpoint = st.Config, dir
+		if opts.out == "" {
+			opts.out = runFolderOf(opts.resume, dir)
+		}
+	} else {
+		if opts.from == "" {
+			return p, usageError("finetune needs --from BASE: %s", checkpointPaths)
+		}
+		if opts.data == "" {
+			return p, usageError("finetune needs --data FILE.jsonl: the training records")
+		}
+		dir, err := train.ResolveCheckpoint(opts.from)
+		if err != nil {
+			return p, usageError("invalid --from %s: %v", opts.from, err)
+		}
+		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		if err != nil {
+			return p, usageError("invalid --from %s: %v", opts.from, err)
+		}
+		if dir, err = filepath.Abs(dir); err != nil {
+			return p, usageError("invalid --from %s: %v", opts.from, err)
+		}
+		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack}
+		if opts.method != train.MethodFull {
+			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
+		}
+		if p.ft.Train, err = absFile("data", opts.data); err != nil {
+			return p, err
+		}
+		if opts.valid != "" {
+			if p.ft.Valid, err = absFile("valid", opts.valid); err != nil {
+				return p, err
+			}
+		}
+		if err := p.ft.Validate(); err != nil {
+			return p, usageError("invalid fine-tune settings: %v", err)
+		}
+		base = finetuneDefaults(st.Config)
+		if opts.out == "" {
+			opts.out = filepath.Join("runs", "finetune")
+		}
+	}
+	cfg, err := ov.apply(base)
+	if err != nil {
+		return p, &exitError{code: exitUsage, err: err}
+	}
+	if p.checkpoint != "" {
+		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, train.StateFile))
+		if cfg.Steps <= st.Step {
+			return p, usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
+				p.checkpoint, st.Step, cfg.Steps, st.Step)
+		}
+	}
+	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, "fine-tune"); err != nil {
+		return p, err
+	}
+	resumingHere := p.checkpoint != "" && sameDir(opts.out, runFolderOf(opts.resume, p.checkpoint))
+	if err := checkOut(opts.out, resumingHere, opts.overwrite); err != nil {
+		return p, err
+	}
+	p.cfg, p.out = cfg, opts.out
+	return p, nil
+}
+
+func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error {
+	p, err := planFinetune(cmd, opts, ov)
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	f, err := train.NewFineTuner(p.cfg, p.ft, p.out)
+	if err != nil {
+		return &exitError{code: exitUsage, err: err}
+	}
+	cfg := f.Config
+	label := "finetune " + p.ft.Method
+	fmt.Fprintln(out, describe(label, cfg))
+	fmt.Fprintf(out, "base: %s\n", p.ft.Base)
+	if p.ft.Method != train.MethodFull {
+		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
+	}
+	printRows(out, "train", p.ft.Train, f.Train)
+	if f.Valid != nil {
+		printRows(out, "valid", p.ft.Valid, f.Valid)
+	}
+	if opts.overwrite {
+		if err := clearRun(p.out); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(out, "run folder: %s\n", p.out)
+
+	ctx, signalled, stopSignals := notifySignals(cmd.ErrOrStderr())
+	defer stopSignals()
+	prog := newProgress(out, opts.noProgress)
+	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams()))}
+	hooks := prog.hooks()
+	start := hooks.OnStart
+	hooks.OnStart = func(s train.Start) {
+		fmt.Fprintf(out, "trainable: %s of %s params\n", humanCount(s.Params), humanCount(cfg.Model.NumParams()))
+		start(s)
+	}
+	f.Hooks = plot.hook(hooks)
+	sum, runErr := f.Run(ctx, p.checkpoint)
+	plot.wait()
+	prog.finish()
+	switch {
+	case errors.Is(runErr, train.ErrInterrupted):
+		sig := <-signalled
+		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm finetune --resume %s\n",
+			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out)
+		code := exitSIGTERM
+		if sig == syscall.SIGINT {
+			code = exitSIGINT
+		}
+		return &exitError{code: code}
+	case errors.Is(runErr, train.ErrNonFinite):
+		return fmt.Errorf("fine-tuning diverged: %w; try a lower --lr", runErr)
+	case runErr != nil:
+		return runErr
+	}
+	fmt.Fprintf(out, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f", sum.StartStep+1, sum.Step, cfg.Steps,
+		sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
+	if !isNaN(sum.ValLoss) {
+		if !isNaN(sum.InitialValLoss) {
+			fmt.Fprintf(out, ", held-out loss %.4f -> %.4f", sum.InitialValLoss, sum.ValLoss)
+		} else {
+			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
+		}
+	}
+	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
+	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
+	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
+	if plot.err != nil {
+		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)
+	}
+	fmt.Fprintf(out, "plot:       %s\n", plot.path)
+	return nil
+}
+
+func isNaN(v float64) bool { return v != v }
+
+// printRows describes the rows a records file became.
+func printRows(w io.Writer, what, path string, r *data.Rows) {
+	fmt.Fprintf(w, "%s: %s: %d sequences of %d, %d counted targets", what, path, r.Len(), r.T, r.Targets())
+	if r.Truncated > 0 {
+		fmt.Fprintf(w, ", %d examples cut at the context", r.Truncated)
+	}
+	if r.NoTargets > 0 {
+		fmt.Fprintf(w, ", %d sequences with no counted target (prompt fills the context)", r.NoTargets)
+	}
+	fmt.Fprintln(w)
+}
+
+func newFuseCmd() *cobra.Command {
+	var adapter, from, out string
+	var overwrite bool
+	cmd := &cobra.Command{
+		Use:   "fuse",
+		Short: "Merge a fine-tune's adapters into its base as an ordinary checkpoint",
+		Long: `fuse applies the adapters of a LoRA or DoRA fine-tune (--adapter, a run folder
+or checkpoint directory) to its base, the checkpoint recorded in its
+finetune.json or --from, and writes the merged weights as an ordinary
+checkpoint (step 0, fresh optimizer state) in the run folder --out. The
+merged model computes exactly the logits of base + adapters, so sample,
+eval and train --resume use it like any checkpoint.`,
+		Example: `  posttrainllm fuse --adapter runs/tiny-lora --out runs/tiny-fused
+  posttrainllm sample --from runs/tiny-fused --prompt "ROMEO:"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if adapter == "" {
+				return usageError("fuse needs --adapter RUN: the fine-tune's %s", checkpointPaths)
+			}
+			if out == "" {
+				return usageError("fuse needs --out DIR: the run folder to write the merged checkpoint into")
+			}
+			dir, err := train.ResolveCheckpoint(adapter)
+			if err != nil {
+				return usageError("invalid --adapter %s: %v", adapter, err)
+			}
+			if _, err := train.ReadFineTuneConfig(dir); err != nil {
+				return usageError("invalid --adapter %s: %v", adapter, err)
+			}
+			if err := checkOut(out, false, overwrite); err != nil {
+				return err
+			}
+			if overwrite {
+				if err := clearRun(out); err != nil {
+					return err
+				}
+			}
+			ck, err := train.Fuse(dir, from, out)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "fused %s into %s\n", dir, ck)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&adapter, "adapter", "", "the fine-tune: a run folder (its newest checkpoint) or checkpoint directory")
+	fs.StringVar(&from, "from", "", "base checkpoint (default: the one the fine-tune recorded)")
+	fs.StringVar(&out, "out", "", "run folder for the merged checkpoint")
+	fs.BoolVar(&overwrite, "overwrite", false, "replace the run in --out")
+	return cmd
+}

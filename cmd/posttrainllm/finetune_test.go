@@ -1,0 +1,124 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// writeRecords writes "continue this line" records, one per line of the
+// synthetic corpus text.
+func writeRecords(t *testing.T, dir, name string, lines int) string {
+	t.Helper()
+	text, err := os.ReadFile(writeCorpus(t, t.TempDir(), "c.txt", 80*lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, l := range strings.Split(string(text), "\n")[:lines] {
+		f := strings.Fields(l)
+		rec, _ := json.Marshal(map[string]string{"prompt": strings.Join(f[:3], " ") + " ", "completion": strings.Join(f[3:], " ") + "\n"})
+		b.Write(append(rec, '\n'))
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// A LoRA fine-tune from the command line writes a run folder with small
+// adapter checkpoints, metrics and a plot, resumes, samples with its
+// adapters, and fuses into a checkpoint that samples the same text.
+func TestFinetuneResumeSampleFuse(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	mustRun(t, "train", "--preset", "tiny", "--steps", "10", "--corpus", writeCorpus(t, dir, "corpus.txt", 40_000),
+		"--out", base, "--no-progress")
+	trainFile, validFile := writeRecords(t, dir, "train.jsonl", 40), writeRecords(t, dir, "valid.jsonl", 8)
+	out := filepath.Join(dir, "lora")
+	r := mustRun(t, "finetune", "--from", base, "--data", trainFile, "--valid", validFile, "--out", out,
+		"--steps", "6", "--eval-every", "3", "--targets", "attn,mlp", "--no-progress")
+	for _, want := range []string{"trainable: ", "counted targets", "1 trace(s)", "held-out loss"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("finetune output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	ck, err := train.LatestCheckpoint(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{train.AdapterFile, train.FineTuneFile, train.OptimizerFile, train.StateFile} {
+		if _, err := os.Stat(filepath.Join(ck, f)); err != nil {
+			t.Errorf("adapter checkpoint lacks %s: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ck, train.ModelFile)); err == nil {
+		t.Errorf("adapter checkpoint %s holds a whole model", ck)
+	}
+	checkPNG(t, filepath.Join(out, plotFile))
+	vals := 0
+	for _, m := range readMetrics(t, out) {
+		if m.ValLoss != nil {
+			vals++
+		}
+	}
+	if vals != 3 { // steps 0, 3, 6
+		t.Errorf("%d held-out losses in metrics.jsonl, want 3", vals)
+	}
+
+	r = mustRun(t, "finetune", "--resume", out, "--steps", "8", "--no-progress")
+	if !strings.Contains(r.stdout, "resuming at step 6") {
+		t.Errorf("resume does not say where it starts:\n%s", r.stdout)
+	}
+	r = runCLI(t, "finetune", "--resume", out, "--steps", "10", "--rank", "4")
+	checkCleanFailure(t, "--rank with --resume", r, "--rank", "--resume")
+
+	sample := []string{"--prompt", "the quick ", "--tokens", "20", "--temperature", "0"}
+	adapted := mustRun(t, append([]string{"sample", "--adapter", out}, sample...)...).stdout
+	fused := filepath.Join(dir, "fused")
+	mustRun(t, "fuse", "--adapter", out, "--out", fused)
+	if got := mustRun(t, append([]string{"sample", "--from", fused}, sample...)...).stdout; got != adapted {
+		t.Errorf("the fused checkpoint samples %q, base + adapters %q", got, adapted)
+	}
+	r = runCLI(t, "sample", "--adapter", base, "--prompt", "x")
+	checkCleanFailure(t, "sample --adapter on a pretraining run", r, "no fine-tune checkpoint")
+}
+
+// Bad fine-tune input fails with one line naming the problem, and writes
+// nothing.
+func TestFinetuneBadInputCreatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	mustRun(t, "train", "--preset", "tiny", "--steps", "2", "--corpus", writeCorpus(t, dir, "corpus.txt", 20_000),
+		"--out", base, "--no-progress")
+	good := writeRecords(t, dir, "train.jsonl", 10)
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, []byte("{\"text\": \"fine\"}\n{\"prompt\": \"no completion\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--from", base, "--data", bad}, []string{"bad.jsonl:2", `"completion"`}},
+		{[]string{"--from", base, "--data", filepath.Join(dir, "missing.jsonl")}, []string{"--data", "missing.jsonl"}},
+		{[]string{"--from", base, "--data", good, "--method", "qlora"}, []string{"qlora", "lora, dora, full"}},
+		{[]string{"--from", base, "--data", good, "--targets", "attn,wz"}, []string{"target wz"}},
+		{[]string{"--from", base, "--data", good, "--rank", "0"}, []string{"rank 0"}},
+		{[]string{"--from", filepath.Join(dir, "nobase"), "--data", good}, []string{"--from", "nobase"}},
+		{[]string{"--data", good}, []string{"--from"}},
+	} {
+		r := runCLI(t, append(append([]string{"finetune", "--out", out}, tc.args...), "--steps", "3")...)
+		checkCleanFailure(t, strings.Join(tc.args, " "), r, tc.want...)
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%s: created %s", strings.Join(tc.args, " "), out)
+		}
+	}
+	checkCleanFailure(t, "fuse without --adapter", runCLI(t, "fuse", "--out", out), "--adapter")
+}

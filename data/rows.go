@@ -1,0 +1,208 @@
+package data
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+)
+
+// Rows are fine-tuning sequences of one context length T, the static
+// shape of every batch: row r is X[r·T:(r+1)·T], its next-token targets Y
+// and the targets' loss weights W (1 where the target counts, 0 for prompt
+// tokens and padding).
+type Rows struct {
+	T    int
+	X, Y []int32
+	W    []float32
+	// Truncated counts examples longer than the context, cut to its
+	// length (their tail is not trained on); NoTargets counts rows in
+	// which no target counts, such as a prompt that fills the context.
+	Truncated, NoTargets int
+}
+
+// Len is the number of rows.
+func (r *Rows) Len() int { return len(r.X) / r.T }
+
+// Targets counts the targets that count in the loss.
+func (r *Rows) Targets() int {
+	n := 0
+	for _, w := range r.W {
+		if w > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// add appends one row from tokens and flags of up to T+1 tokens: inputs
+// tokens[:n-1], targets tokens[1:], and the weight of each target the
+// flag of the target token itself (flags[1:]): the prediction of token
+// t+1 counts when token t+1 is a completion token, whatever token t is.
+// Short rows are padded with pad, weight 0.
+func (r *Rows) add(tokens []int32, flags []bool, pad int32) {
+	T := r.T
+	counted := false
+	for i := 0; i < T; i++ {
+		x, y, w := pad, pad, float32(0)
+		if i+1 < len(tokens) {
+			x, y = tokens[i], tokens[i+1]
+			if flags[i+1] {
+				w, counted = 1, true
+			}
+		}
+		r.X, r.Y, r.W = append(r.X, x), append(r.Y, y), append(r.W, w)
+	}
+	if !counted {
+		r.NoTargets++
+	}
+}
+
+// BuildRows lays examples out in rows of T targets. Padded (pack false),
+// each example is one row, cut after T+1 tokens and padded with pad, as
+// mlx-lm and TRL do without packing. Packed, the examples are concatenated
+// (each ends in EOT) and cut into consecutive rows of T targets, so no
+// position is padding; a sequence then attends across the boundaries of
+// the examples it holds, as in TRL's packing. An example of fewer than two
+// tokens has no target and is left out; a set of rows with no counted
+// target at all is an error.
+func BuildRows(examples []Example, T int, pad int32, pack bool) (*Rows, error) {
+	if T < 1 {
+		return nil, fmt.Errorf("rows: context %d, want >= 1", T)
+	}
+	r := &Rows{T: T}
+	if pack {
+		var tokens []int32
+		var flags []bool
+		for _, e := range examples {
+			tokens, flags = append(tokens, e.Tokens...), append(flags, e.Train...)
+		}
+		for start := 0; start+1 < len(tokens); start += T {
+			end := min(start+T+1, len(tokens))
+			r.add(tokens[start:end], flags[start:end], pad)
+		}
+	} else {
+		for _, e := range examples {
+			if len(e.Tokens) < 2 {
+				continue
+			}
+			n := len(e.Tokens)
+			if n > T+1 {
+				r.Truncated++
+				n = T + 1
+			}
+			r.add(e.Tokens[:n], e.Train[:n], pad)
+		}
+	}
+	if r.Len() == 0 || r.Targets() == 0 {
+		return nil, errors.New("rows: no example has a target that counts in the loss within the context")
+	}
+	return r, nil
+}
+
+// WeightedBatch is one optimizer update's rows: N microbatches of B rows
+// of T tokens, laid out [N, B, T] like Batch, with loss weights W.
+type WeightedBatch struct {
+	X, Y    []int32
+	W       []float32
+	N, B, T int
+	// State is the sampler state after the batch (RowSampler.SetState
+	// resumes with the next one).
+	State []byte
+}
+
+// NewWeightedBatch allocates a batch of n microbatches of b rows of t
+// tokens.
+func NewWeightedBatch(n, b, t int) (*WeightedBatch, error) {
+	if err := checkBatchShape(n, b, t); err != nil {
+		return nil, err
+	}
+	size := n * b * t
+	return &WeightedBatch{X: make([]int32, size), Y: make([]int32, size), W: make([]float32, size), N: n, B: b, T: t}, nil
+}
+
+// RowSampler draws rows in epochs: each epoch visits every row once, in
+// an order shuffled by the seed and the epoch number. Its state (epoch and
+// position) restores exactly, so a resumed fine-tune sees the rows it
+// would have seen. It is not safe for concurrent use.
+type RowSampler struct {
+	rows       *Rows
+	seed       uint64
+	epoch, pos int
+	perm       []int
+}
+
+// NewRowSampler returns a sampler over rows seeded with seed.
+func NewRowSampler(rows *Rows, seed uint64) (*RowSampler, error) {
+	if rows == nil || rows.Len() == 0 {
+		return nil, errors.New("row sampler: no rows")
+	}
+	s := &RowSampler{rows: rows, seed: seed}
+	s.shuffle()
+	return s, nil
+}
+
+// shuffle draws the permutation of the current epoch.
+func (s *RowSampler) shuffle() {
+	s.perm = rand.New(rand.NewPCG(s.seed, uint64(s.epoch))).Perm(s.rows.Len())
+}
+
+// Epoch returns the number of completed passes over the rows.
+func (s *RowSampler) Epoch() int { return s.epoch }
+
+// FillBatch copies the next batch.N·batch.B rows into batch and records
+// the state after them in batch.State.
+func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
+	T := s.rows.T
+	if batch.T != T {
+		return fmt.Errorf("row batch T = %d, want the rows' context %d", batch.T, T)
+	}
+	if size := batch.N * batch.B * T; len(batch.X) != size || len(batch.Y) != size || len(batch.W) != size {
+		return fmt.Errorf("row batch [N=%d, B=%d, T=%d] has buffers of %d, %d and %d, want %d",
+			batch.N, batch.B, T, len(batch.X), len(batch.Y), len(batch.W), size)
+	}
+	for k := 0; k < batch.N*batch.B; k++ {
+		if s.pos == len(s.perm) {
+			s.epoch, s.pos = s.epoch+1, 0
+			s.shuffle()
+		}
+		r := s.perm[s.pos]
+		s.pos++
+		copy(batch.X[k*T:(k+1)*T], s.rows.X[r*T:(r+1)*T])
+		copy(batch.Y[k*T:(k+1)*T], s.rows.Y[r*T:(r+1)*T])
+		copy(batch.W[k*T:(k+1)*T], s.rows.W[r*T:(r+1)*T])
+	}
+	batch.State = s.AppendState(batch.State[:0])
+	return nil
+}
+
+// rowStateMagic starts a RowSampler state.
+const rowStateMagic = "PTLMRWS1"
+
+// AppendState appends the sampler's state (epoch, position, row count)
+// to b.
+func (s *RowSampler) AppendState(b []byte) []byte {
+	b = append(b, rowStateMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.epoch))
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.pos))
+	return binary.LittleEndian.AppendUint64(b, uint64(s.rows.Len()))
+}
+
+// SetState restores a state from AppendState, checking that it belongs to
+// a sampler over as many rows.
+func (s *RowSampler) SetState(b []byte) error {
+	if len(b) != len(rowStateMagic)+24 || string(b[:len(rowStateMagic)]) != rowStateMagic {
+		return errors.New("row sampler state: not a row sampler state")
+	}
+	b = b[len(rowStateMagic):]
+	epoch, pos, n := binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:])
+	if n != uint64(s.rows.Len()) {
+		return fmt.Errorf("row sampler state: saved over %d rows, the data has %d", n, s.rows.Len())
+	}
+	if pos > n || epoch > 1<<40 {
+		return fmt.Errorf("row sampler state: epoch %d position %d over %d rows is not valid", epoch, pos, n)
+	}
+	s.epoch, s.pos = int(epoch), int(pos)
+	s.shuffle()
+	return nil
+}

@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// FineTune says which fine-tune step RunFineTune measures.
+type FineTune struct {
+	// Method is train.MethodLoRA, MethodDoRA or MethodFull.
+	Method string
+	// Adapter shapes the adapters of LoRA and DoRA (its Method is set
+	// from Method).
+	Adapter peft.Config
+}
+
+// RunFineTune times the fine-tune step of cfg's model, as Run times the
+// pretraining step: opts.Warmup untimed and opts.Steps timed updates of
+// the weighted step (train.NewWeightedStep) on freshly initialised base
+// weights, LoRA/DoRA adapters trainable and the base frozen, or every
+// weight trainable for a full fine-tune. The data are synthetic windows
+// whose first half of positions is masked out of the loss, as a prompt
+// would be. Result.Preset is opts.Label with the method appended
+// ("tiny/lora") and Result.Params the trainable parameters.
+func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
+	if err := opts.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.WithDefaults()
+	total := opts.Warmup + opts.Steps
+	cfg.Steps, cfg.Warmup = total, min(cfg.Warmup, total/2)
+	cfg, m, err := train.Prepare(cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	res := Result{
+		Preset: opts.Label + "/" + ft.Method, Device: cfg.Device, Compile: cfg.Compile, Schedule: cfg.Schedule,
+		Optimizer: cfg.Optimizer, Dtype: cfg.Model.Dtype, Accum: cfg.Accum, Batch: cfg.Batch,
+		Context: cfg.Model.Context, TokensPerStep: cfg.TokensPerStep(), Params: cfg.Model.NumParams(),
+		Data: "synthetic, first half of each window masked", WarmupSteps: opts.Warmup, Steps: opts.Steps,
+		MicroBatch: cfg.Batch, AccumSteps: cfg.Accum, PlanHow: train.PlanForced,
+	}
+	err = mlx.Do(func() error {
+		if err := mlx.UseDevice(cfg.Device); err != nil {
+			return err
+		}
+		state, step, trainable, err := fineTuneState(cfg, m, ft)
+		if err != nil {
+			return err
+		}
+		defer mlx.ClearCache()
+		defer step.Free()
+		defer state.Free()
+		res.Params = trainable
+		sched, err := train.NewSchedule(cfg)
+		if err != nil {
+			return err
+		}
+		return measureFineTune(state, step, sched, cfg, opts, &res)
+	})
+	return res, err
+}
+
+// fineTuneState builds the weighted step and its state, and counts the
+// trainable parameters.
+func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.State, *train.Step, int, error) {
+	base, err := m.Init(cfg.Seed)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var (
+		opt       optim.Optimizer
+		loss      train.WeightedLossFunc
+		trainable []*mlx.Array
+		frozen    []*mlx.Array
+		count     int
+	)
+	opts := train.RunStepOptions(cfg)
+	switch ft.Method {
+	case train.MethodFull:
+		if opt, err = train.NewOptimizer(cfg, m.Specs); err == nil {
+			loss, trainable, count = train.FullLoss(m), base, cfg.Model.NumParams()
+		}
+	case train.MethodLoRA, train.MethodDoRA:
+		ac := ft.Adapter
+		ac.Method = peft.Method(ft.Method)
+		var a *peft.Adapter
+		if a, err = peft.New(ac, m.Specs); err == nil {
+			opt, err = train.NewOptimizerFor(cfg, train.AdapterOptimizerParams(a))
+		}
+		if err == nil {
+			trainable, err = a.Init(cfg.Seed+1, base)
+		}
+		loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
+		opts.ComputeCopies, opts.ComputeDtype = false, 0
+	default:
+		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
+	}
+	if err != nil {
+		mlx.Free(base...)
+		return nil, nil, 0, err
+	}
+	optState, err := opt.Init()
+	var step *train.Step
+	if err == nil {
+		step, err = train.NewWeightedStep(loss, opt, len(trainable), len(frozen), len(optState), opts)
+	}
+	var state *train.State
+	if err == nil {
+		state, err = train.NewFrozenState(step, trainable, frozen, optState)
+	}
+	if err != nil {
+		step.Free()
+		mlx.Free(optState...)
+		mlx.Free(base...)
+		if ft.Method != train.MethodFull {
+			mlx.Free(trainable...)
+		}
+		return nil, nil, 0, err
+	}
+	return state, step, count, nil
+}
+
+// measureFineTune runs the updates and fills in res, as measure does.
+func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cfg train.Config, opts Options, res *Result) error {
+	N, B, T := cfg.Accum, cfg.Batch, cfg.Model.Context
+	stream := syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(T+1)), cfg.Seed)
+	x, y, w := make([]int32, N*B*T), make([]int32, N*B*T), make([]float32, N*B*T)
+	for p := range w {
+		if p%T >= T/2 {
+			w[p] = 1
+		}
+	}
+	windows := (len(stream) - 1) / T
+	total := opts.Warmup + opts.Steps
+	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
+	var timed time.Duration
+	for i := 0; i < total; i++ {
+		if i == opts.Warmup {
+			mlx.ResetPeakMemory()
+		}
+		start := time.Now()
+		for r := 0; r < N*B; r++ {
+			off := ((i*N*B + r) % windows) * T
+			copy(x[r*T:(r+1)*T], stream[off:off+T])
+			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
+		}
+		if err := st.Apply(sched.LR(i), train.Batch{X: x, Y: y, W: w, N: N, B: B, T: T}); err != nil {
+			return fmt.Errorf("bench step %d: %w", i+1, err)
+		}
+		called := time.Now()
+		if i == 0 {
+			byOp, err := st.GraphOps()
+			if err != nil {
+				return err
+			}
+			res.GraphOps = countOps(byOp)
+			counting := time.Since(called)
+			start, called = start.Add(counting), called.Add(counting)
+		}
+		if err := st.Eval(); err != nil {
+			return fmt.Errorf("bench step %d: %w", i+1, err)
+		}
+		done := time.Now()
+		stats, err := st.Stats()
+		if err != nil {
+			return err
+		}
+		if math.IsNaN(stats.Loss) || math.IsInf(stats.Loss, 0) {
+			return fmt.Errorf("bench step %d: loss is %v: %w", i+1, stats.Loss, train.ErrNonFinite)
+		}
+		if i == 0 {
+			res.LossFirst = stats.Loss
+		}
+		res.LossLast = stats.Loss
+		if i >= opts.Warmup {
+			timed += done.Sub(start)
+			all = append(all, ms(done.Sub(start)))
+			host = append(host, ms(called.Sub(start)))
+			device = append(device, ms(done.Sub(called)))
+		}
+	}
+	mem := mlx.Memory()
+	res.PeakMemoryBytes, res.ActiveMemoryBytes = mem.Peak, mem.Active
+	res.Traces = step.Traces()
+	res.MsPerStepMedian = Quantile(all, 0.5)
+	res.MsPerStepP10 = Quantile(all, 0.1)
+	res.MsPerStepP90 = Quantile(all, 0.9)
+	res.HostMsPerStep = Quantile(host, 0.5)
+	res.DeviceMsPerStep = Quantile(device, 0.5)
+	res.StepsPerS = float64(opts.Steps) / timed.Seconds()
+	res.TokensPerS = res.StepsPerS * float64(res.TokensPerStep)
+	return nil
+}

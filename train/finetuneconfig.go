@@ -1,0 +1,123 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/peft"
+)
+
+// Fine-tuning methods.
+const (
+	MethodLoRA = "lora" // low-rank adapters on the target projections
+	MethodDoRA = "dora" // weight-decomposed low-rank adapters
+	MethodFull = "full" // every parameter trainable
+)
+
+// FineTuneMethods lists the methods a fine-tune accepts.
+func FineTuneMethods() []string { return []string{MethodLoRA, MethodDoRA, MethodFull} }
+
+// Files a fine-tune's checkpoints hold besides state.json and
+// optimizer.safetensors: the adapters (LoRA, DoRA) or model.safetensors
+// (full), and the fine-tune's settings.
+const (
+	AdapterFile  = "adapters.safetensors"
+	FineTuneFile = "finetune.json"
+)
+
+// FineTuneConfig is what a fine-tune adds to a run's Config, whose model
+// and tokenizer come from the base checkpoint. Checkpoints store it as
+// finetune.json, so a resumed fine-tune and sampling with its adapters use
+// the same settings.
+type FineTuneConfig struct {
+	// Base is the checkpoint directory fine-tuning starts from.
+	Base   string `json:"base"`
+	Method string `json:"method"` // lora, dora or full
+	// Rank, Alpha and Targets shape the adapters (peft.Config); unused by
+	// a full fine-tune.
+	Rank    int      `json:"rank,omitempty"`
+	Alpha   float64  `json:"alpha,omitempty"`
+	Targets []string `json:"targets,omitempty"`
+	// Train and Valid are jsonl files of records (data.ReadRecords);
+	// Valid may be empty (no held-out loss).
+	Train string `json:"train"`
+	Valid string `json:"valid,omitempty"`
+	// MaskPrompt leaves prompts, user and system turns out of the loss.
+	MaskPrompt bool `json:"mask_prompt"`
+	// Pack concatenates examples into the context instead of padding each
+	// to it (data.BuildRows).
+	Pack bool `json:"pack"`
+}
+
+// Adapter returns the adapter settings of a LoRA or DoRA fine-tune.
+func (c FineTuneConfig) Adapter() peft.Config {
+	return peft.Config{Method: peft.Method(c.Method), Rank: c.Rank, Alpha: c.Alpha, Targets: c.Targets}
+}
+
+// UsesAdapter reports whether the method trains adapters (not full).
+func (c FineTuneConfig) UsesAdapter() bool { return c.Method != MethodFull }
+
+// Validate reports the first setting that cannot run.
+func (c FineTuneConfig) Validate() error {
+	if !slices.Contains(FineTuneMethods(), c.Method) {
+		return fmt.Errorf("method %q, want one of %s", c.Method, strings.Join(FineTuneMethods(), ", "))
+	}
+	if c.Base == "" {
+		return errors.New("no base checkpoint")
+	}
+	if c.Train == "" {
+		return errors.New("no training data")
+	}
+	if c.UsesAdapter() {
+		if err := c.Adapter().Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadFineTuneConfig reads a fine-tune checkpoint's finetune.json.
+func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
+	var c FineTuneConfig
+	f, err := os.Open(filepath.Join(dir, FineTuneFile))
+	if err != nil {
+		return c, fmt.Errorf("checkpoint %s is no fine-tune checkpoint: %w", dir, err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, FineTuneFile), err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("%s: not valid: data after the JSON object", filepath.Join(dir, FineTuneFile))
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, FineTuneFile), err)
+	}
+	return c, nil
+}
+
+// fineTuneFiles are the extra checkpoint files of a fine-tune: its
+// settings and, with adapters, the adapter arrays.
+func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpointFile, error) {
+	js, err := json.MarshalIndent(ft, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	files := []checkpointFile{{FineTuneFile, func(path string) error { return writeFileSync(path, append(js, '\n')) }}}
+	if ft.UsesAdapter() {
+		meta := map[string]string{"peft": string(js), "format": "mlx"}
+		files = append(files, checkpointFile{AdapterFile, func(path string) error {
+			return saveArrays(path, adapterNames, adapters, meta)
+		}})
+	}
+	return files, nil
+}

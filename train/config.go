@@ -23,6 +23,11 @@ type Config struct {
 	Tokenizer   string  `json:"tokenizer"`    // "byte" or "gpt2"
 	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
+	// Data names llm.c token shards to train on instead of Corpus: a
+	// directory of .bin files or a glob (OpenShardDataset); ValData the
+	// held-out shards, by default the last shard of Data.
+	Data    string `json:"data,omitempty"`
+	ValData string `json:"val_data,omitempty"`
 
 	Steps int `json:"steps"` // optimizer updates
 	// Batch × Accum sequences make one optimizer update: the batch is
@@ -148,6 +153,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.ValFraction > 0 && c.ValFraction < 1) {
 		return fmt.Errorf("val_fraction = %g, want between 0 and 1", c.ValFraction)
+	}
+	if err := c.validateData(); err != nil {
+		return err
 	}
 	if c.Device != "cpu" && c.Device != "gpu" {
 		return fmt.Errorf("device %q, want cpu or gpu", c.Device)

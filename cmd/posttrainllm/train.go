@@ -163,6 +163,9 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 // resolveCorpus checks that --corpus exists and makes it absolute, so a
 // checkpoint's config names it from any working directory.
 func resolveCorpus(ov *overrides) error {
+	if err := resolveShards(ov); err != nil {
+		return err
+	}
 	if !ov.isChanged("corpus") {
 		return nil
 	}
@@ -332,6 +335,9 @@ func signalName(sig syscall.Signal) string {
 
 // openDataset loads and tokenises the corpus, saying which one is used.
 func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset, error) {
+	if cfg.Data != "" {
+		return openShardDataset(w, cfg)
+	}
 	name := cfg.Corpus
 	if name == "" {
 		dir, err := data.DefaultCorpus()

@@ -27,6 +27,7 @@ type Sampler struct {
 	context int
 	pcg     *rand.PCG
 	rng     *rand.Rand
+	dropout *BPEDropout // re-encodes each window (SetBPEDropout), or nil
 }
 
 // NewSampler returns a sampler of windows of context tokens from view,
@@ -56,6 +57,10 @@ func (s *Sampler) Fill(x, y []int32) {
 	t := s.context
 	if len(x) != len(y) || len(x)%t != 0 {
 		panic(fmt.Sprintf("data: Sampler.Fill: len(x) = %d, len(y) = %d, want equal multiples of the context %d", len(x), len(y), t))
+	}
+	if s.dropout != nil {
+		s.fillDropout(x, y)
+		return
 	}
 	starts := uint64(s.view.Len() - t) // s in [0, Len-T-1]
 	for off := 0; off < len(x); off += t {

@@ -28,6 +28,9 @@ type Config struct {
 	// held-out shards, by default the last shard of Data.
 	Data    string `json:"data,omitempty"`
 	ValData string `json:"val_data,omitempty"`
+	// BPEDropout, when above 0, re-tokenises every training window with
+	// GPT-2 BPE-dropout at this probability (data.BPEDropout); gpt2 only.
+	BPEDropout float64 `json:"bpe_dropout,omitempty"`
 
 	Steps int `json:"steps"` // optimizer updates
 	// Batch × Accum sequences make one optimizer update: the batch is

@@ -8,13 +8,18 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 )
 
-// validateData checks that a config names one source of training text.
+// validateData checks that a config names one source of training text,
+// and the BPE-dropout applied to it.
 func (c Config) validateData() error {
 	switch {
 	case c.Data != "" && c.Corpus != "":
 		return fmt.Errorf("data = %q and corpus = %q: want one source of training text, token shards (data) or a text corpus (corpus)", c.Data, c.Corpus)
 	case c.ValData != "" && c.Data == "":
 		return fmt.Errorf("val_data = %q without data: held-out shards go with training shards (data)", c.ValData)
+	case !(c.BPEDropout >= 0 && c.BPEDropout < 1):
+		return fmt.Errorf("bpe_dropout = %g, want a probability in [0, 1)", c.BPEDropout)
+	case c.BPEDropout > 0 && c.Tokenizer != "gpt2":
+		return fmt.Errorf("bpe_dropout = %g with tokenizer %q: BPE-dropout drops GPT-2 merges; want tokenizer gpt2", c.BPEDropout, c.Tokenizer)
 	}
 	return nil
 }
@@ -98,4 +103,18 @@ func (d *Dataset) closeTokens() error {
 		errs = append(errs, d.ValTokens.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// setBPEDropout makes the training sampler re-tokenise its windows with
+// BPE-dropout when cfg asks for it.
+func setBPEDropout(s *data.Sampler, cfg Config) error {
+	if cfg.BPEDropout == 0 {
+		return nil
+	}
+	b, err := data.NewBPEDropout(cfg.BPEDropout)
+	if err != nil {
+		return err
+	}
+	s.SetBPEDropout(b)
+	return nil
 }

@@ -91,9 +91,16 @@ func TestConfigValidatesDataSources(t *testing.T) {
 	}{
 		{"x.txt", "d/*.bin", "", "want one source of training text"},
 		{"", "", "d/val.bin", "val_data"},
+		{"", "", "", "bpe_dropout = 0.1 with tokenizer \"byte\""},
+		{"", "", "", "bpe_dropout = 1, want a probability in [0, 1)"},
 	} {
 		c := base
 		c.Corpus, c.Data, c.ValData = tc.corpus, tc.data, tc.val
+		if strings.HasPrefix(tc.want, "bpe_dropout = 0.1") {
+			c.BPEDropout = 0.1
+		} else if strings.HasPrefix(tc.want, "bpe_dropout = 1") {
+			c.BPEDropout = 1
+		}
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate with corpus %q data %q val_data %q = %v, want an error containing %q", tc.corpus, tc.data, tc.val, err, tc.want)
 		}

@@ -153,6 +153,9 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setBPEDropout(sampler, cfg); err != nil {
+		return nil, err
+	}
 	if r.samplerState != nil {
 		if err := sampler.SetState(r.samplerState); err != nil {
 			return nil, fmt.Errorf("resume: sampler state: %w", err)

@@ -100,6 +100,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	stringF("corpus", "corpus", false, "text file or directory to train on (default: the Go standard library sources)", func(c *train.Config) *string { return &c.Corpus })
 	stringF("data", "data", false, "llm.c token shards to train on instead of --corpus: a directory of .bin files or a quoted glob such as 'dir/*_train_*.bin'", func(c *train.Config) *string { return &c.Data })
 	stringF("val-data", "val_data", false, "held-out token shards for --data (default: the last shard of --data)", func(c *train.Config) *string { return &c.ValData })
+	floatF("bpe-dropout", "bpe_dropout", false, "re-tokenise each training window with GPT-2 BPE-dropout at this probability (gpt2 only; 0 disables)", func(c *train.Config) *float64 { return &c.BPEDropout })
 	floatF("val-fraction", "val_fraction", false, "share of the tokens held out for evaluation", func(c *train.Config) *float64 { return &c.ValFraction })
 
 	// The run.

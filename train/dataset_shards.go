@@ -105,9 +105,9 @@ func (d *Dataset) closeTokens() error {
 	return errors.Join(errs...)
 }
 
-// setBPEDropout makes the training sampler re-tokenise its windows with
+// SetBPEDropout makes a training sampler re-tokenise its windows with
 // BPE-dropout when cfg asks for it.
-func setBPEDropout(s *data.Sampler, cfg Config) error {
+func SetBPEDropout(s *data.Sampler, cfg Config) error {
 	if cfg.BPEDropout == 0 {
 		return nil
 	}

@@ -153,7 +153,7 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := setBPEDropout(sampler, cfg); err != nil {
+	if err := SetBPEDropout(sampler, cfg); err != nil {
 		return nil, err
 	}
 	if r.samplerState != nil {

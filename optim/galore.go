@@ -97,6 +97,17 @@ func NewGaLore(params []Param, cfg GaLoreConfig) (*GaLore, error) {
 	return o, nil
 }
 
+// Projected returns the names of the parameters GaLore projects.
+func (o *GaLore) Projected() []string {
+	var out []string
+	for i, p := range o.lay.params {
+		if o.proj[i] {
+			out = append(out, p.Name)
+		}
+	}
+	return out
+}
+
 // Name returns "galore".
 func (o *GaLore) Name() string { return "galore" }
 

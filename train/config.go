@@ -48,7 +48,12 @@ type Config struct {
 	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
 	MemoryBudget string `json:"memory_budget,omitempty"`
 
-	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd
+	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore
+	// GaLore's rank, refresh gap (updates) and scale; 0 takes
+	// optim.DefaultGaLoreConfig's. Used only with optimizer galore.
+	GaLoreRank  int     `json:"galore_rank,omitempty"`
+	GaLoreGap   int     `json:"galore_gap,omitempty"`
+	GaLoreScale float64 `json:"galore_scale,omitempty"`
 	// WeightDecay overrides the optimizer's default weight decay when set.
 	WeightDecay   *float64 `json:"weight_decay,omitempty"`
 	GradClip      float64  `json:"grad_clip"`      // global norm; 0 disables

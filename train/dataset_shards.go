@@ -9,7 +9,7 @@ import (
 )
 
 // validateData checks that a config names one source of training text,
-// and the BPE-dropout applied to it.
+// the BPE-dropout applied to it, and the GaLore settings.
 func (c Config) validateData() error {
 	switch {
 	case c.Data != "" && c.Corpus != "":
@@ -21,7 +21,7 @@ func (c Config) validateData() error {
 	case c.BPEDropout > 0 && c.Tokenizer != "gpt2":
 		return fmt.Errorf("bpe_dropout = %g with tokenizer %q: BPE-dropout drops GPT-2 merges; want tokenizer gpt2", c.BPEDropout, c.Tokenizer)
 	}
-	return nil
+	return c.validateGaLore()
 }
 
 // OpenConfigDataset opens the training data cfg names: the token shards of

@@ -27,6 +27,8 @@ func NewOptimizer(cfg Config, specs []model.ParamSpec) (optim.Optimizer, error) 
 		oc.Muon.WeightDecay = *wd
 		oc.Muon.AdamW.WeightDecay = *wd
 		oc.SGD.WeightDecay = *wd
+		oc.GaLore.AdamW.WeightDecay = *wd
 	}
+	setGaLoreConfig(&oc.GaLore, cfg)
 	return optim.New(cfg.Optimizer, OptimizerParams(specs), oc)
 }

@@ -112,6 +112,7 @@ type run struct {
 	setup      *Setup
 	eval       *Evaluator
 	prefetch   *data.Prefetcher
+	galore     *GaLoreRefresher // nil unless the optimizer is galore
 	metrics    *os.File
 	sum        *Summary
 
@@ -145,6 +146,9 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 	}
 	sum.StartStep, sum.Step = r.step, r.step
+	if r.galore, err = NewGaLoreRefresher(r.setup.Optimizer, t.Model); err != nil {
+		return nil, err
+	}
 	r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 	if err != nil {
 		return nil, err
@@ -187,6 +191,7 @@ func (r *run) close() {
 		r.prefetch.Stop()
 	}
 	r.eval.Free()
+	r.galore.Free()
 	r.setup.Free()
 }
 
@@ -251,6 +256,11 @@ func (r *run) update() (float64, error) {
 		return 0, err
 	}
 	lr := r.setup.Schedule.LR(r.step)
+	if r.galore.Due(r.step) {
+		if err := r.galore.Refresh(r.setup.State, BatchOf(batch)); err != nil {
+			return 0, err
+		}
+	}
 	err = r.setup.State.UpdateAsync(lr, BatchOf(batch))
 	r.samplerState = append(r.samplerState[:0], batch.State...)
 	r.prefetch.Release(batch)

@@ -51,6 +51,7 @@ type Config struct {
 	Muon      MuonConfig
 	SGD       SGDConfig
 	GaLore    GaLoreConfig
+	Sophia    SophiaConfig
 }
 
 // DefaultConfig returns every optimizer's defaults (see each Default*Config).
@@ -62,17 +63,18 @@ func DefaultConfig() Config {
 		Muon:      DefaultMuonConfig(),
 		SGD:       DefaultSGDConfig(),
 		GaLore:    DefaultGaLoreConfig(),
+		Sophia:    DefaultSophiaConfig(),
 	}
 }
 
 // names lists the registry in a fixed order.
-var names = []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore"}
+var names = []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore", "sophia"}
 
 // Names returns the optimizer names New accepts.
 func Names() []string { return append([]string(nil), names...) }
 
 // New builds the optimizer called name ("adamw", "lion", "adafactor",
-// "muon", "sgd" or "galore") for params, with the matching part of cfg.
+// "muon", "sgd", "galore" or "sophia") for params, with the matching part of cfg.
 func New(name string, params []Param, cfg Config) (Optimizer, error) {
 	switch name {
 	case "adamw":
@@ -87,6 +89,8 @@ func New(name string, params []Param, cfg Config) (Optimizer, error) {
 		return NewSGD(params, cfg.SGD)
 	case "galore":
 		return NewGaLore(params, cfg.GaLore)
+	case "sophia":
+		return NewSophia(params, cfg.Sophia)
 	}
 	return nil, fmt.Errorf("optim: unknown optimizer %q: want one of %s", name, strings.Join(names, ", "))
 }

@@ -27,7 +27,7 @@ func newAll(t *testing.T, params []Param, cfg Config) []Optimizer {
 }
 
 func TestNamesAreTheRegistry(t *testing.T) {
-	want := []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore"}
+	want := []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore", "sophia"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -47,6 +47,7 @@ func TestStateNamesMatchInit(t *testing.T) {
 			"muon":      1 + 2 + 2*2,           // two Matrix params, two AdamW params
 			"sgd":       1 + 4,
 			"galore":    1 + 2*4, // the default rank 128 projects none of the fixture's matrices
+			"sophia":    1 + 2*4,
 		}
 		for _, opt := range newAll(t, fixtureParams(), cfg) {
 			names := opt.StateNames()
@@ -109,6 +110,7 @@ func TestWeightDecayMasking(t *testing.T) {
 		with.Muon.AdamW.WeightDecay, without.Muon.AdamW.WeightDecay = 0.5, 0
 		with.SGD.WeightDecay, without.SGD.WeightDecay = 0.5, 0
 		with.GaLore.AdamW.WeightDecay, without.GaLore.AdamW.WeightDecay = 0.5, 0
+		with.Sophia.WeightDecay, without.Sophia.WeightDecay = 0.5, 0
 		params := fixtureParams()
 		ps := paramArrays(t, params, mlx.Float32)
 		gs := gradArrays(t, params, 0, mlx.Float32)

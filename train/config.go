@@ -48,12 +48,16 @@ type Config struct {
 	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
 	MemoryBudget string `json:"memory_budget,omitempty"`
 
-	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore
+	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore, sophia
 	// GaLore's rank, refresh gap (updates) and scale; 0 takes
 	// optim.DefaultGaLoreConfig's. Used only with optimizer galore.
 	GaLoreRank  int     `json:"galore_rank,omitempty"`
 	GaLoreGap   int     `json:"galore_gap,omitempty"`
 	GaLoreScale float64 `json:"galore_scale,omitempty"`
+	// Sophia's Hessian-estimate interval (updates) and ρ; 0 takes
+	// optim.DefaultSophiaConfig's. Used only with optimizer sophia.
+	SophiaEvery int     `json:"sophia_every,omitempty"`
+	SophiaRho   float64 `json:"sophia_rho,omitempty"`
 	// WeightDecay overrides the optimizer's default weight decay when set.
 	WeightDecay   *float64 `json:"weight_decay,omitempty"`
 	GradClip      float64  `json:"grad_clip"`      // global norm; 0 disables

@@ -24,6 +24,9 @@ func setGaLoreConfig(gc *optim.GaLoreConfig, cfg Config) {
 // validateGaLore checks the GaLore settings, building the optimizer when
 // it is galore so that a rank no matrix can take fails before the run.
 func (c Config) validateGaLore() error {
+	if c.SophiaEvery < 0 || !(c.SophiaRho >= 0) {
+		return fmt.Errorf("sophia_every = %d, sophia_rho = %g; want values >= 0 (0 for the default)", c.SophiaEvery, c.SophiaRho)
+	}
 	if c.GaLoreRank < 0 || c.GaLoreGap < 0 || !(c.GaLoreScale >= 0) {
 		return fmt.Errorf("galore_rank = %d, galore_gap = %d, galore_scale = %g; want values >= 0 (0 for the default)",
 			c.GaLoreRank, c.GaLoreGap, c.GaLoreScale)

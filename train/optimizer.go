@@ -28,7 +28,9 @@ func NewOptimizer(cfg Config, specs []model.ParamSpec) (optim.Optimizer, error) 
 		oc.Muon.AdamW.WeightDecay = *wd
 		oc.SGD.WeightDecay = *wd
 		oc.GaLore.AdamW.WeightDecay = *wd
+		oc.Sophia.WeightDecay = *wd
 	}
 	setGaLoreConfig(&oc.GaLore, cfg)
+	setSophiaConfig(&oc.Sophia, cfg)
 	return optim.New(cfg.Optimizer, OptimizerParams(specs), oc)
 }

@@ -113,6 +113,7 @@ type run struct {
 	eval       *Evaluator
 	prefetch   *data.Prefetcher
 	galore     *GaLoreRefresher // nil unless the optimizer is galore
+	sophia     *SophiaEstimator // nil unless the optimizer is sophia
 	metrics    *os.File
 	sum        *Summary
 
@@ -147,6 +148,9 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	}
 	sum.StartStep, sum.Step = r.step, r.step
 	if r.galore, err = NewGaLoreRefresher(r.setup.Optimizer, t.Model); err != nil {
+		return nil, err
+	}
+	if r.sophia, err = NewSophiaEstimator(r.setup.Optimizer, t.Model, cfg.Seed, cfg.Compile); err != nil {
 		return nil, err
 	}
 	r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
@@ -192,6 +196,7 @@ func (r *run) close() {
 	}
 	r.eval.Free()
 	r.galore.Free()
+	r.sophia.Free()
 	r.setup.Free()
 }
 
@@ -258,6 +263,11 @@ func (r *run) update() (float64, error) {
 	lr := r.setup.Schedule.LR(r.step)
 	if r.galore.Due(r.step) {
 		if err := r.galore.Refresh(r.setup.State, BatchOf(batch)); err != nil {
+			return 0, err
+		}
+	}
+	if r.sophia.Due(r.step) {
+		if err := r.sophia.Estimate(r.setup.State, BatchOf(batch), r.step); err != nil {
 			return 0, err
 		}
 	}

@@ -118,9 +118,11 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	stringF("memory-budget", "memory_budget", false,
 		fmt.Sprintf("peak memory an automatic --micro-batch may plan for: bytes (80GiB) or a fraction of the device's memory (default %g)", train.DefaultMemoryFraction),
 		func(c *train.Config) *string { return &c.MemoryBudget })
-	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon, sgd or galore", func(c *train.Config) *string { return &c.Optimizer })
+	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon, sgd, galore or sophia", func(c *train.Config) *string { return &c.Optimizer })
 	intF("galore-rank", "galore_rank", false, "galore: rank r of the gradient projection (default 128)", func(c *train.Config) *int { return &c.GaLoreRank })
 	intF("galore-gap", "galore_gap", false, "galore: updates between SVD refreshes of the projections (default 200)", func(c *train.Config) *int { return &c.GaLoreGap })
+	intF("sophia-every", "sophia_every", false, "sophia: updates between Hessian estimates (default 10)", func(c *train.Config) *int { return &c.SophiaEvery })
+	floatF("sophia-rho", "sophia_rho", false, "sophia: ρ, the Hessian's weight in the clipped preconditioner (default 0.04)", func(c *train.Config) *float64 { return &c.SophiaRho })
 	floatF("galore-scale", "galore_scale", false, "galore: scale of the projected-back update (default 0.25)", func(c *train.Config) *float64 { return &c.GaLoreScale })
 	if !skipped("weight-decay") {
 		v := new(float64)

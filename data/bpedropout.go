@@ -38,12 +38,7 @@ func NewBPEDropout(p float64) (*BPEDropout, error) {
 		return nil, fmt.Errorf("BPE-dropout probability %v, want a number in [0, 1)", p)
 	}
 	g := newGPT2()
-	g.decodeOnce.Do(g.buildDecodeTable)
-	ranks := make(map[string]int32, len(g.decodeTable))
-	for id, s := range g.decodeTable {
-		ranks[s] = int32(id)
-	}
-	return &BPEDropout{P: p, ranks: ranks, gpt2: g}, nil
+	return &BPEDropout{P: p, ranks: g.rankEncoder().ranks, gpt2: g}, nil
 }
 
 // Tokenizer returns the GPT-2 tokenizer whose ids the encoding produces.

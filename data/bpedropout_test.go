@@ -46,9 +46,12 @@ func TestBPEDropoutZeroIsGPT2(t *testing.T) {
 	}
 	g := newGPT2()
 	for _, text := range variedTexts(t) {
-		want := g.encodeChunk(text)
+		want := g.codecEncode(text)
 		if got := b.Encode(nil, text, nil); !slices.Equal(got, want) {
-			t.Fatalf("Encode(%q) with p = 0 = %v, want GPT-2's %v", text, got, want)
+			t.Fatalf("Encode(%q) with p = 0 = %v, want the tiktoken-go codec's %v", text, got, want)
+		}
+		if got := g.Encode(text); !slices.Equal(got, want) {
+			t.Fatalf("gpt2 Encode(%q) = %v, want the tiktoken-go codec's %v", text, got, want)
 		}
 	}
 }

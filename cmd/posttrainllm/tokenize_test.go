@@ -96,3 +96,22 @@ func TestTokenizeBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A GaLore run resumes with its rank; another rank is refused before
+// anything is written.
+func TestResumeKeepsGaLoreRank(t *testing.T) {
+	dir := t.TempDir()
+	text := writeCorpus(t, dir, "corpus.txt", 20000)
+	run := filepath.Join(dir, "run")
+	mustRun(t, "train", "--preset", "tiny", "--corpus", text, "--optimizer", "galore", "--galore-rank", "16",
+		"--galore-gap", "2", "--steps", "2", "--no-progress", "--out", run)
+	before := treeDigest(t, dir)
+	r := runCLI(t, "train", "--resume", run, "--steps", "4", "--galore-rank", "8", "--no-progress")
+	checkCleanFailure(t, "resume with another galore rank", r, "--galore-rank 8", "a resumed run keeps it")
+	if diff := sameDigest(before, treeDigest(t, dir)); diff != "" {
+		t.Errorf("the refused resume changed files: %s", diff)
+	}
+	mustRun(t, "train", "--resume", run, "--steps", "4", "--no-progress")
+	r = runCLI(t, "train", "--preset", "tiny", "--corpus", text, "--optimizer", "galore", "--steps", "2", "--out", filepath.Join(dir, "r2"))
+	checkCleanFailure(t, "galore rank above d_model", r, "galore_rank = 128 is above")
+}

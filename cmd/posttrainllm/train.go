@@ -197,6 +197,9 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 		case f.name == "optimizer":
 			return usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed run keeps its optimizer",
 				ov.value(f.name), p.checkpoint, base.Optimizer)
+		case f.name == "galore-rank" && base.Optimizer == "galore":
+			return usageError("invalid --galore-rank %s: %s holds GaLore state of the run's own rank; a resumed run keeps it",
+				ov.value(f.name), p.checkpoint)
 		case f.name == "tokenizer":
 			return usageError("invalid --tokenizer %s: %s was trained on %s tokens; a resumed run keeps its tokenizer",
 				ov.value(f.name), p.checkpoint, base.Tokenizer)

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tiktoken-go/tokenizer/codec"
+
 	"github.com/posttrainllm/posttrainllm/data"
 )
 
@@ -98,8 +100,8 @@ type rate struct {
 	MBPerSec     float64 `json:"mb_per_s"`
 }
 
-// timeEncodings times the tiktoken-go codec (posttrainllm's gpt2
-// tokenizer, documents encoded in parallel) and BPEDropout at p = 0 and
+// timeEncodings times the tiktoken-go codec, posttrainllm's gpt2
+// tokenizer (documents encoded in parallel) and BPEDropout at p = 0 and
 // p = 0.1 (EncodeBatch), each the fastest of rounds.
 func timeEncodings(tok data.Tokenizer, texts []string, rounds int) (result, error) {
 	res := result{Docs: len(texts), Threads: runtime.GOMAXPROCS(0), Rates: map[string]rate{}, Tokens: map[string]int64{}}
@@ -110,8 +112,21 @@ func timeEncodings(tok data.Tokenizer, texts []string, rounds int) (result, erro
 	for i := range seeds {
 		seeds[i] = uint64(i) + 1
 	}
+	cdc := codec.NewR50kBase()
+	codecEncode := func(text string) []int32 {
+		raw, _, err := cdc.Encode(text)
+		if err != nil {
+			log.Fatalf("tokbench: tiktoken-go codec: %v", err)
+		}
+		ids := make([]int32, len(raw))
+		for i, id := range raw {
+			ids[i] = int32(id)
+		}
+		return ids
+	}
 	encoders := map[string]func() [][]int32{
-		"tiktoken-go codec": func() [][]int32 { return parallel(texts, tok.Encode) },
+		"tiktoken-go codec":        func() [][]int32 { return parallel(texts, codecEncode) },
+		"posttrainllm gpt2 Encode": func() [][]int32 { return parallel(texts, tok.Encode) },
 	}
 	for _, p := range []float64{0, 0.1} {
 		b, err := data.NewBPEDropout(p)

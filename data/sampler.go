@@ -51,7 +51,8 @@ func (s *Sampler) Context() int { return s.context }
 func (s *Sampler) View() View { return s.view }
 
 // Fill draws len(x)/T windows into x and their targets into y, window k at
-// x[k*T:(k+1)*T]. It does not allocate. It panics unless len(x) == len(y)
+// x[k*T:(k+1)*T]. Without BPE-dropout (SetBPEDropout) it does not
+// allocate. It panics unless len(x) == len(y)
 // and len(x) is a multiple of T.
 func (s *Sampler) Fill(x, y []int32) {
 	t := s.context

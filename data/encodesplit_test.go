@@ -28,7 +28,7 @@ func TestSplitForEncodingPreservesIDs(t *testing.T) {
 	g := newGPT2()
 	for seed := range uint64(4) {
 		text := trickyText(seed, 4000)
-		want := g.encodeChunk(text)
+		want := g.codecEncode(text)
 		for _, minBytes := range []int{1, 5, 64, 1000} {
 			chunks := splitForEncoding(text, minBytes)
 			if strings.Join(chunks, "") != text {

@@ -28,6 +28,7 @@ type Sampler struct {
 	pcg     *rand.PCG
 	rng     *rand.Rand
 	shard   shard // the zero value keeps the whole stream
+	dropout *BPEDropout // re-encodes each window (SetBPEDropout), or nil
 }
 
 // NewSampler returns a sampler of windows of context tokens from view,
@@ -52,12 +53,17 @@ func (s *Sampler) View() View { return s.view }
 
 // Fill draws len(x)/T windows into x and their targets into y, window k at
 // x[k*T:(k+1)*T] (on a Shard, this rank's windows of the whole run's
-// draw). It does not allocate. It panics unless len(x) == len(y)
+// draw). Without BPE-dropout (SetBPEDropout) it does not allocate. It
+// panics unless len(x) == len(y)
 // and len(x) is a multiple of T.
 func (s *Sampler) Fill(x, y []int32) {
 	t := s.context
 	if len(x) != len(y) || len(x)%t != 0 {
 		panic(fmt.Sprintf("data: Sampler.Fill: len(x) = %d, len(y) = %d, want equal multiples of the context %d", len(x), len(y), t))
+	}
+	if s.dropout != nil {
+		s.fillDropout(x, y)
+		return
 	}
 	if s.shard.size > 1 {
 		s.fillShard(x, y)

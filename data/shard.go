@@ -1,50 +1,171 @@
 package data
 
-import "fmt"
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+)
 
-// shard is the part of a sampler's stream that one rank of a data-parallel
-// run keeps (Sampler.Shard).
-type shard struct {
-	rank, size, rows int
+// Token shards are the .bin format of llm.c and modded-nanogpt, so that
+// the token streams those tools prepare (FineWeb, TinyStories, ...) train
+// here unchanged and the other way round. All integers are little-endian.
+//
+//	offset size  field
+//	     0    4  magic: 20240520 (uint16 tokens) or 20240801 (uint32 tokens)
+//	     4    4  version: 1 with magic 20240520, 7 with magic 20240801
+//	     8    4  token count, a non-negative int32
+//	    12 1012  unused (llm.c writes zeros)
+//	  1024       payload: count tokens of 2 or 4 bytes each
+//
+// The pairs are llm.c's dev/data/data_common.py HEADERS_INFO: "gpt-2"
+// (20240520, 1, uint16) and "llama-3" (20240801, 7, uint32). Writers here
+// use the uint16 variant for vocabularies of at most 65,536 ids and the
+// uint32 one above. The format has no checksum and does not say which
+// tokenizer made it, so OpenShards checks every id against the vocabulary
+// the caller expects instead.
+const (
+	shardHeaderInts = 256
+	shardHeaderSize = 4 * shardHeaderInts
+	shardMagic16    = 20240520
+	shardVersion16  = 1
+	shardMagic32    = 20240801
+	shardVersion32  = 7
+	// MaxShardTokens is the most tokens one shard can hold: the header's
+	// count is an int32.
+	MaxShardTokens = 1<<31 - 1
+)
+
+// shardHeader returns the header of a shard of count tokens of width
+// bytes.
+func shardHeader(width, count int) []byte {
+	h := make([]byte, shardHeaderSize)
+	magic, version := uint32(shardMagic16), uint32(shardVersion16)
+	if width == 4 {
+		magic, version = shardMagic32, shardVersion32
+	}
+	binary.LittleEndian.PutUint32(h[0:], magic)
+	binary.LittleEndian.PutUint32(h[4:], version)
+	binary.LittleEndian.PutUint32(h[8:], uint32(count))
+	return h
 }
 
-// Shard makes the sampler draw rank's share of a data-parallel run of size
-// ranks with rows sequences per rank and microbatch. Every rank draws the
-// same seeded stream of windows that one process with size × rows
-// sequences per microbatch would draw, and keeps, of each microbatch's
-// size·rows windows, those at rows rank·rows … (rank+1)·rows−1. So size
-// ranks with batch B together see exactly the windows of one process with
-// batch size·B, and the random state after a batch is the same on every
-// rank: one rank's checkpointed State resumes all of them. Fill then takes
-// a multiple of rows windows. Size 1 is the whole stream.
-func (s *Sampler) Shard(rank, size, rows int) error {
-	if size < 1 || rank < 0 || rank >= size || rows < 1 {
-		return fmt.Errorf("sampler shard: rank %d of %d with %d rows, want 0 <= rank < size and rows >= 1", rank, size, rows)
+// parseShardHeader validates the header at the start of data, a whole
+// shard, against its size, and returns the token width and count.
+func parseShardHeader(data []byte) (width, count int, err error) {
+	if len(data) < shardHeaderSize {
+		return 0, 0, fmt.Errorf("%d bytes, shorter than the %d-byte shard header (truncated?)", len(data), shardHeaderSize)
 	}
-	s.shard = shard{rank: rank, size: size, rows: rows}
-	return nil
+	magic := binary.LittleEndian.Uint32(data[0:])
+	version := binary.LittleEndian.Uint32(data[4:])
+	switch {
+	case magic == shardMagic16 && version == shardVersion16:
+		width = 2
+	case magic == shardMagic32 && version == shardVersion32:
+		width = 4
+	case magic == shardMagic16 || magic == shardMagic32:
+		return 0, 0, fmt.Errorf("shard magic %d with version %d, want version %d for magic %d or %d for magic %d",
+			magic, version, shardVersion16, shardMagic16, shardVersion32, shardMagic32)
+	default:
+		return 0, 0, fmt.Errorf("magic %d, want %d (uint16 tokens) or %d (uint32 tokens): not an llm.c token shard",
+			magic, shardMagic16, shardMagic32)
+	}
+	n := int32(binary.LittleEndian.Uint32(data[8:]))
+	if n < 0 {
+		return 0, 0, fmt.Errorf("header token count %d, want a non-negative count", n)
+	}
+	payload := len(data) - shardHeaderSize
+	if payload != int(n)*width {
+		return 0, 0, fmt.Errorf("header says %d tokens of %d bytes (%d bytes), but the file has %d payload bytes (truncated or corrupt)",
+			n, width, int(n)*width, payload)
+	}
+	return width, int(n), nil
 }
 
-// fillShard is Fill for a sampler with a shard of size > 1: it draws the
-// windows of every rank, in the order one process would, and copies its
-// own. Drawing a start costs a random number; only the kept windows are
-// copied.
-func (s *Sampler) fillShard(x, y []int32) {
-	t, sh := s.context, s.shard
-	n := len(x) / t
-	if n%sh.rows != 0 {
-		panic(fmt.Sprintf("data: Sampler.Fill: %d windows on a shard of %d rows per microbatch, want a multiple", n, sh.rows))
+// OpenShard memory-maps the token shard at path and validates its header
+// against the file's size; it does not read the tokens (OpenShards checks
+// them against a vocabulary). The caller must Close the result.
+func OpenShard(path string) (*Tokens, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("token shard: %w", err)
 	}
-	starts := uint64(s.view.Len() - t)
-	global := sh.rows * sh.size // windows per microbatch of the whole run
-	for g := 0; g < n*sh.size; g++ {
-		start := int(s.rng.Uint64N(starts))
-		mb, row := g/global, g%global
-		if row/sh.rows != sh.rank {
-			continue
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("token shard: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("token shard %q: is a %s, want a regular file", path, st.Mode().Type())
+	}
+	size := st.Size()
+	if size < shardHeaderSize {
+		return nil, fmt.Errorf("token shard %q: %d bytes, shorter than the %d-byte header (truncated?)", path, size, shardHeaderSize)
+	}
+	if int64(int(size)) != size {
+		return nil, fmt.Errorf("token shard %q: %d bytes, too large to map on this platform", path, size)
+	}
+	data, unmap, err := mapFile(f, int(size))
+	if err != nil {
+		return nil, fmt.Errorf("token shard %q: mapping %d bytes: %w", path, size, err)
+	}
+	width, count, err := parseShardHeader(data)
+	if err != nil {
+		unmap()
+		return nil, fmt.Errorf("token shard %q: %w", path, err)
+	}
+	return &Tokens{
+		info:    TokenFileInfo{Width: width, Count: count},
+		path:    path,
+		payload: data[shardHeaderSize:],
+		n:       count,
+		release: unmap,
+	}, nil
+}
+
+// WriteShard writes ids as a token shard at path, atomically: readers see
+// either the old file or the complete new one. Tokens are uint16 when
+// vocabSize is at most 65,536 and uint32 otherwise; every id must be in
+// [0, vocabSize).
+func WriteShard(path string, vocabSize int, ids []int32) error {
+	if vocabSize < 1 || int64(vocabSize) > 1<<32 {
+		return fmt.Errorf("token shard %q: vocabulary size %d, want 1 to %d", path, vocabSize, int64(1)<<32)
+	}
+	if len(ids) > MaxShardTokens {
+		return fmt.Errorf("token shard %q: %d tokens, more than the format's %d", path, len(ids), MaxShardTokens)
+	}
+	width := tokenWidth(vocabSize)
+	buf := make([]byte, shardHeaderSize+width*len(ids))
+	copy(buf, shardHeader(width, len(ids)))
+	payload := buf[shardHeaderSize:]
+	for i, id := range ids {
+		if id < 0 || int64(id) >= int64(vocabSize) {
+			return fmt.Errorf("token shard %q: id %d at index %d is outside the vocabulary [0,%d)", path, id, i, vocabSize)
 		}
-		off := (mb*sh.rows + row%sh.rows) * t
-		s.view.CopyInto(x[off:off+t], start)
-		s.view.CopyInto(y[off:off+t], start+1)
+		if width == 2 {
+			binary.LittleEndian.PutUint16(payload[2*i:], uint16(id))
+		} else {
+			binary.LittleEndian.PutUint32(payload[4*i:], uint32(id))
+		}
 	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("token shard %q: %w", path, err)
+	}
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("token shard %q: %w", path, err)
+	}
+	syncDir(filepath.Dir(path))
+	return nil
 }

@@ -16,6 +16,10 @@ type Tokens struct {
 	payload []byte // n tokens of info.Width bytes, little-endian
 	n       int
 	release func() error
+	// parts, when set, are the shards these tokens concatenate (see
+	// ConcatTokens); ends[k] is the index just past part k.
+	parts []*Tokens
+	ends  []int
 }
 
 // NewTokens returns Tokens holding a copy of ids in memory, for small data
@@ -46,6 +50,10 @@ func (t *Tokens) At(i int) int32 {
 	if uint(i) >= uint(t.n) {
 		panic(fmt.Sprintf("data: token index %d out of range [0,%d)", i, t.n))
 	}
+	if t.parts != nil {
+		k := t.partOf(i)
+		return t.parts[k].At(i - t.partStart(k))
+	}
 	if t.info.Width == 2 {
 		return int32(binary.LittleEndian.Uint16(t.payload[2*i:]))
 	}
@@ -56,6 +64,10 @@ func (t *Tokens) At(i int) int32 {
 func (t *Tokens) CopyInto(dst []int32, start int) {
 	if start < 0 || start > t.n || len(dst) > t.n-start {
 		panic(fmt.Sprintf("data: token range [%d,%d) out of range [0,%d)", start, start+len(dst), t.n))
+	}
+	if t.parts != nil {
+		t.copyFromParts(dst, start)
+		return
 	}
 	if t.info.Width == 2 {
 		src := t.payload[2*start : 2*(start+len(dst))]
@@ -81,8 +93,12 @@ func (t *Tokens) View(start, end int) View {
 // All returns a View of every token.
 func (t *Tokens) All() View { return t.View(0, t.n) }
 
-// Close releases the memory mapping. It is safe to call more than once.
+// Close releases the memory mapping, or every shard's. It is safe to call
+// more than once.
 func (t *Tokens) Close() error {
+	if t.parts != nil {
+		return t.closeParts()
+	}
 	release := t.release
 	t.release, t.payload, t.n = nil, nil, 0
 	if release == nil {

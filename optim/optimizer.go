@@ -50,6 +50,8 @@ type Config struct {
 	Adafactor AdafactorConfig
 	Muon      MuonConfig
 	SGD       SGDConfig
+	GaLore    GaLoreConfig
+	Sophia    SophiaConfig
 }
 
 // DefaultConfig returns every optimizer's defaults (see each Default*Config).
@@ -60,17 +62,19 @@ func DefaultConfig() Config {
 		Adafactor: DefaultAdafactorConfig(),
 		Muon:      DefaultMuonConfig(),
 		SGD:       DefaultSGDConfig(),
+		GaLore:    DefaultGaLoreConfig(),
+		Sophia:    DefaultSophiaConfig(),
 	}
 }
 
 // names lists the registry in a fixed order.
-var names = []string{"adamw", "lion", "adafactor", "muon", "sgd"}
+var names = []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore", "sophia"}
 
 // Names returns the optimizer names New accepts.
 func Names() []string { return append([]string(nil), names...) }
 
 // New builds the optimizer called name ("adamw", "lion", "adafactor",
-// "muon" or "sgd") for params, with the matching part of cfg.
+// "muon", "sgd", "galore" or "sophia") for params, with the matching part of cfg.
 func New(name string, params []Param, cfg Config) (Optimizer, error) {
 	switch name {
 	case "adamw":
@@ -83,6 +87,10 @@ func New(name string, params []Param, cfg Config) (Optimizer, error) {
 		return NewMuon(params, cfg.Muon)
 	case "sgd":
 		return NewSGD(params, cfg.SGD)
+	case "galore":
+		return NewGaLore(params, cfg.GaLore)
+	case "sophia":
+		return NewSophia(params, cfg.Sophia)
 	}
 	return nil, fmt.Errorf("optim: unknown optimizer %q: want one of %s", name, strings.Join(names, ", "))
 }

@@ -27,7 +27,7 @@ func newAll(t *testing.T, params []Param, cfg Config) []Optimizer {
 }
 
 func TestNamesAreTheRegistry(t *testing.T) {
-	want := []string{"adamw", "lion", "adafactor", "muon", "sgd"}
+	want := []string{"adamw", "lion", "adafactor", "muon", "sgd", "galore", "sophia"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -46,6 +46,8 @@ func TestStateNamesMatchInit(t *testing.T) {
 			"adafactor": 1 + 2 + 2 + 2 + 1 + 4, // three factored params, one full, plus 4 first moments
 			"muon":      1 + 2 + 2*2,           // two Matrix params, two AdamW params
 			"sgd":       1 + 4,
+			"galore":    1 + 2*4, // the default rank 128 projects none of the fixture's matrices
+			"sophia":    1 + 2*4,
 		}
 		for _, opt := range newAll(t, fixtureParams(), cfg) {
 			names := opt.StateNames()
@@ -107,6 +109,8 @@ func TestWeightDecayMasking(t *testing.T) {
 		with.Muon.WeightDecay, without.Muon.WeightDecay = 0.5, 0
 		with.Muon.AdamW.WeightDecay, without.Muon.AdamW.WeightDecay = 0.5, 0
 		with.SGD.WeightDecay, without.SGD.WeightDecay = 0.5, 0
+		with.GaLore.AdamW.WeightDecay, without.GaLore.AdamW.WeightDecay = 0.5, 0
+		with.Sophia.WeightDecay, without.Sophia.WeightDecay = 0.5, 0
 		params := fixtureParams()
 		ps := paramArrays(t, params, mlx.Float32)
 		gs := gradArrays(t, params, 0, mlx.Float32)

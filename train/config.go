@@ -23,6 +23,14 @@ type Config struct {
 	Tokenizer   string  `json:"tokenizer"`    // "byte" or "gpt2"
 	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
+	// Data names llm.c token shards to train on instead of Corpus: a
+	// directory of .bin files or a glob (OpenShardDataset); ValData the
+	// held-out shards, by default the last shard of Data.
+	Data    string `json:"data,omitempty"`
+	ValData string `json:"val_data,omitempty"`
+	// BPEDropout, when above 0, re-tokenises every training window with
+	// GPT-2 BPE-dropout at this probability (data.BPEDropout); gpt2 only.
+	BPEDropout float64 `json:"bpe_dropout,omitempty"`
 
 	Steps int `json:"steps"` // optimizer updates
 	// Batch × Accum sequences make one optimizer update: the batch is
@@ -40,7 +48,16 @@ type Config struct {
 	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
 	MemoryBudget string `json:"memory_budget,omitempty"`
 
-	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd
+	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore, sophia
+	// GaLore's rank, refresh gap (updates) and scale; 0 takes
+	// optim.DefaultGaLoreConfig's. Used only with optimizer galore.
+	GaLoreRank  int     `json:"galore_rank,omitempty"`
+	GaLoreGap   int     `json:"galore_gap,omitempty"`
+	GaLoreScale float64 `json:"galore_scale,omitempty"`
+	// Sophia's Hessian-estimate interval (updates) and ρ; 0 takes
+	// optim.DefaultSophiaConfig's. Used only with optimizer sophia.
+	SophiaEvery int     `json:"sophia_every,omitempty"`
+	SophiaRho   float64 `json:"sophia_rho,omitempty"`
 	// WeightDecay overrides the optimizer's default weight decay when set.
 	WeightDecay   *float64 `json:"weight_decay,omitempty"`
 	GradClip      float64  `json:"grad_clip"`      // global norm; 0 disables
@@ -148,6 +165,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.ValFraction > 0 && c.ValFraction < 1) {
 		return fmt.Errorf("val_fraction = %g, want between 0 and 1", c.ValFraction)
+	}
+	if err := c.validateData(); err != nil {
+		return err
 	}
 	if c.Device != "cpu" && c.Device != "gpu" {
 		return fmt.Errorf("device %q, want cpu or gpu", c.Device)

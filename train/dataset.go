@@ -8,9 +8,13 @@ import (
 
 // Dataset is a tokenised corpus split into training and held-out views.
 type Dataset struct {
-	Corpus     *data.Corpus
-	Tokenizer  data.Tokenizer
-	Tokens     *data.Tokens
+	// Corpus is the text the tokens came from; nil for token shards.
+	Corpus    *data.Corpus
+	Tokenizer data.Tokenizer
+	Tokens    *data.Tokens
+	// ValTokens holds the held-out shards when they are files of their
+	// own (OpenShardDataset); nil when Val is a part of Tokens.
+	ValTokens  *data.Tokens
 	Train, Val data.View
 }
 
@@ -67,5 +71,5 @@ func corpusName(path string) string {
 	return path
 }
 
-// Close unmaps the token file.
-func (d *Dataset) Close() error { return d.Tokens.Close() }
+// Close unmaps the token files.
+func (d *Dataset) Close() error { return d.closeTokens() }

@@ -96,23 +96,47 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	}
 	out = CheckpointEval{Checkpoint: dir, Step: st.Step, Corpus: corpus, Tokenizer: cfg.Tokenizer, Split: split,
 		Context: cfg.Model.Context, ZLoss: cfg.Model.ZLoss}
-	_, _, tokens, err := openTokens(corpus, cfg.Tokenizer, opts.TokenCache)
-	if err != nil {
-		if opts.Corpus == "" {
-			return out, fmt.Errorf("the run's corpus %s: %w", corpusName(corpus), err)
-		}
-		return out, fmt.Errorf("corpus %s: %w", corpusName(corpus), err)
-	}
-	defer tokens.Close()
-	view := tokens.All()
-	if split != SplitAll {
-		trainView, valView, err := data.Split(tokens, cfg.ValFraction, cfg.Model.Context)
+	var view data.View
+	if opts.Corpus == "" && cfg.Data != "" {
+		ds, err := OpenConfigDataset(cfg, "")
 		if err != nil {
+			return out, fmt.Errorf("the run's token shards %s: %w", cfg.Data, err)
+		}
+		defer ds.Close()
+		out.Corpus = cfg.Data
+		if split == SplitVal && cfg.ValData != "" {
+			out.Corpus = cfg.ValData
+		}
+		view = ds.Val
+		switch split {
+		case SplitTrain:
+			view = ds.Train
+		case SplitAll:
+			if ds.ValTokens == nil {
+				view = ds.Tokens.All()
+				break
+			}
+			return out, fmt.Errorf("eval: split %s of token shards: the training and held-out shards are separate files; want %s or %s", split, SplitVal, SplitTrain)
+		}
+	} else {
+		_, _, tokens, err := openTokens(corpus, cfg.Tokenizer, opts.TokenCache)
+		if err != nil {
+			if opts.Corpus == "" {
+				return out, fmt.Errorf("the run's corpus %s: %w", corpusName(corpus), err)
+			}
 			return out, fmt.Errorf("corpus %s: %w", corpusName(corpus), err)
 		}
-		view = valView
-		if split == SplitTrain {
-			view = trainView
+		defer tokens.Close()
+		view = tokens.All()
+		if split != SplitAll {
+			trainView, valView, err := data.Split(tokens, cfg.ValFraction, cfg.Model.Context)
+			if err != nil {
+				return out, fmt.Errorf("corpus %s: %w", corpusName(corpus), err)
+			}
+			view = valView
+			if split == SplitTrain {
+				view = trainView
+			}
 		}
 	}
 	out.SplitLen = view.Len()

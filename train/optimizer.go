@@ -33,6 +33,10 @@ func NewOptimizerFor(cfg Config, params []optim.Param) (optim.Optimizer, error) 
 		oc.Muon.WeightDecay = *wd
 		oc.Muon.AdamW.WeightDecay = *wd
 		oc.SGD.WeightDecay = *wd
+		oc.GaLore.AdamW.WeightDecay = *wd
+		oc.Sophia.WeightDecay = *wd
 	}
+	setGaLoreConfig(&oc.GaLore, cfg)
+	setSophiaConfig(&oc.Sophia, cfg)
 	return optim.New(cfg.Optimizer, params, oc)
 }

@@ -126,6 +126,8 @@ type run struct {
 	setup      *Setup
 	eval       *Evaluator
 	prefetch   *data.Prefetcher
+	galore     *GaLoreRefresher // nil unless the optimizer is galore
+	sophia     *SophiaEstimator // nil unless the optimizer is sophia
 	metrics    *os.File
 	sum        *Summary
 
@@ -161,6 +163,15 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 	}
 	sum.StartStep, sum.Step = r.step, r.step
+	if g := t.Group; g.Size() > 1 && (cfg.Optimizer == "galore" || cfg.Optimizer == "sophia") {
+		return nil, fmt.Errorf("train: optimizer %q on %d data-parallel ranks: its refresh reads one rank's batch and the ranks would diverge; use it in one process", cfg.Optimizer, g.Size())
+	}
+	if r.galore, err = NewGaLoreRefresher(r.setup.Optimizer, t.Model); err != nil {
+		return nil, err
+	}
+	if r.sophia, err = NewSophiaEstimator(r.setup.Optimizer, t.Model, cfg.Seed, cfg.Compile); err != nil {
+		return nil, err
+	}
 	if t.lead() {
 		r.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 		if err != nil {
@@ -175,6 +186,9 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 		if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
 			return nil, err
 		}
+	}
+	if err := SetBPEDropout(sampler, cfg); err != nil {
+		return nil, err
 	}
 	if r.samplerState != nil {
 		if err := sampler.SetState(r.samplerState); err != nil {
@@ -210,6 +224,8 @@ func (r *run) close() {
 		r.prefetch.Stop()
 	}
 	r.eval.Free()
+	r.galore.Free()
+	r.sophia.Free()
 	r.setup.Free()
 }
 
@@ -274,6 +290,16 @@ func (r *run) update() (float64, error) {
 		return 0, err
 	}
 	lr := r.setup.Schedule.LR(r.step)
+	if r.galore.Due(r.step) {
+		if err := r.galore.Refresh(r.setup.State, BatchOf(batch)); err != nil {
+			return 0, err
+		}
+	}
+	if r.sophia.Due(r.step) {
+		if err := r.sophia.Estimate(r.setup.State, BatchOf(batch), r.step); err != nil {
+			return 0, err
+		}
+	}
 	err = r.setup.State.UpdateAsync(lr, BatchOf(batch))
 	r.samplerState = append(r.samplerState[:0], batch.State...)
 	r.prefetch.Release(batch)

@@ -98,6 +98,9 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	// Data.
 	stringF("tokenizer", "tokenizer", false, "tokenizer: byte or gpt2", func(c *train.Config) *string { return &c.Tokenizer })
 	stringF("corpus", "corpus", false, "text file or directory to train on (default: the Go standard library sources)", func(c *train.Config) *string { return &c.Corpus })
+	stringF("data", "data", false, "llm.c token shards to train on instead of --corpus: a directory of .bin files or a quoted glob such as 'dir/*_train_*.bin'", func(c *train.Config) *string { return &c.Data })
+	stringF("val-data", "val_data", false, "held-out token shards for --data (default: the last shard of --data)", func(c *train.Config) *string { return &c.ValData })
+	floatF("bpe-dropout", "bpe_dropout", false, "re-tokenise each training window with GPT-2 BPE-dropout at this probability (gpt2 only; 0 disables)", func(c *train.Config) *float64 { return &c.BPEDropout })
 	floatF("val-fraction", "val_fraction", false, "share of the tokens held out for evaluation", func(c *train.Config) *float64 { return &c.ValFraction })
 
 	// The run.
@@ -115,7 +118,12 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	stringF("memory-budget", "memory_budget", false,
 		fmt.Sprintf("peak memory an automatic --micro-batch may plan for: bytes (80GiB) or a fraction of the device's memory (default %g)", train.DefaultMemoryFraction),
 		func(c *train.Config) *string { return &c.MemoryBudget })
-	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon or sgd", func(c *train.Config) *string { return &c.Optimizer })
+	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon, sgd, galore or sophia", func(c *train.Config) *string { return &c.Optimizer })
+	intF("galore-rank", "galore_rank", false, "galore: rank r of the gradient projection (default 128)", func(c *train.Config) *int { return &c.GaLoreRank })
+	intF("galore-gap", "galore_gap", false, "galore: updates between SVD refreshes of the projections (default 200)", func(c *train.Config) *int { return &c.GaLoreGap })
+	intF("sophia-every", "sophia_every", false, "sophia: updates between Hessian estimates (default 10)", func(c *train.Config) *int { return &c.SophiaEvery })
+	floatF("sophia-rho", "sophia_rho", false, "sophia: ρ, the Hessian's weight in the clipped preconditioner (default 0.04)", func(c *train.Config) *float64 { return &c.SophiaRho })
+	floatF("galore-scale", "galore_scale", false, "galore: scale of the projected-back update (default 0.25)", func(c *train.Config) *float64 { return &c.GaLoreScale })
 	if !skipped("weight-decay") {
 		v := new(float64)
 		fs.Float64Var(v, "weight-decay", 0, "weight decay (default: the optimizer's)")

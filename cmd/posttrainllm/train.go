@@ -171,6 +171,9 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 // resolveCorpus checks that --corpus exists and makes it absolute, so a
 // checkpoint's config names it from any working directory.
 func resolveCorpus(ov *overrides) error {
+	if err := resolveShards(ov); err != nil {
+		return err
+	}
 	if !ov.isChanged("corpus") {
 		return nil
 	}
@@ -202,6 +205,9 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 		case f.name == "optimizer":
 			return usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed run keeps its optimizer",
 				ov.value(f.name), p.checkpoint, base.Optimizer)
+		case f.name == "galore-rank" && base.Optimizer == "galore":
+			return usageError("invalid --galore-rank %s: %s holds GaLore state of the run's own rank; a resumed run keeps it",
+				ov.value(f.name), p.checkpoint)
 		case f.name == "tokenizer":
 			return usageError("invalid --tokenizer %s: %s was trained on %s tokens; a resumed run keeps its tokenizer",
 				ov.value(f.name), p.checkpoint, base.Tokenizer)
@@ -355,6 +361,9 @@ func signalName(sig syscall.Signal) string {
 
 // openDataset loads and tokenises the corpus, saying which one is used.
 func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset, error) {
+	if cfg.Data != "" {
+		return openShardDataset(w, cfg)
+	}
 	name := cfg.Corpus
 	if name == "" {
 		dir, err := data.DefaultCorpus()

@@ -189,6 +189,10 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			return err
 		}
 	}
+	// BPE-dropout re-tokenises in the fill, so its cost shows in host time.
+	if err := train.SetBPEDropout(sampler, cfg); err != nil {
+		return err
+	}
 	batch, err := s.Plan.NewBatch(cfg.Model.Context)
 	if err != nil {
 		return err

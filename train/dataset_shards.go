@@ -1,0 +1,120 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/posttrainllm/posttrainllm/data"
+)
+
+// validateData checks that a config names one source of training text,
+// the BPE-dropout applied to it, and the GaLore settings.
+func (c Config) validateData() error {
+	switch {
+	case c.Data != "" && c.Corpus != "":
+		return fmt.Errorf("data = %q and corpus = %q: want one source of training text, token shards (data) or a text corpus (corpus)", c.Data, c.Corpus)
+	case c.ValData != "" && c.Data == "":
+		return fmt.Errorf("val_data = %q without data: held-out shards go with training shards (data)", c.ValData)
+	case !(c.BPEDropout >= 0 && c.BPEDropout < 1):
+		return fmt.Errorf("bpe_dropout = %g, want a probability in [0, 1)", c.BPEDropout)
+	case c.BPEDropout > 0 && c.Tokenizer != "gpt2":
+		return fmt.Errorf("bpe_dropout = %g with tokenizer %q: BPE-dropout drops GPT-2 merges; want tokenizer gpt2", c.BPEDropout, c.Tokenizer)
+	}
+	return c.validateGaLore()
+}
+
+// OpenConfigDataset opens the training data cfg names: the token shards of
+// cfg.Data (OpenShardDataset) or the text corpus cfg.Corpus, tokenised
+// through the token cache under cacheDir (OpenDataset).
+func OpenConfigDataset(cfg Config, cacheDir string) (*Dataset, error) {
+	if cfg.Data != "" {
+		return OpenShardDataset(cfg.Data, cfg.ValData, cfg.Tokenizer, cfg.Model.Context, cfg.ValFraction)
+	}
+	return OpenDataset(cfg.Corpus, cfg.Tokenizer, cacheDir, cfg.Model.Context, cfg.ValFraction)
+}
+
+// OpenShardDataset memory-maps the llm.c token shards that pattern names
+// (data.ShardPaths: a directory of .bin files or a glob) for training, and
+// holds out the shards valPattern names; shards matched by both are
+// held out only. With valPattern "" the last shard is held out, or, when
+// there is only one, its last valFraction of tokens. Every token must be
+// an id of the named tokenizer, which the shards do not record. Both parts
+// must hold at least context+1 tokens.
+func OpenShardDataset(pattern, valPattern, tokenizer string, context int, valFraction float64) (*Dataset, error) {
+	tok, err := data.NewTokenizer(tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	paths, err := data.ShardPaths(pattern)
+	if err != nil {
+		return nil, err
+	}
+	var valPaths []string
+	if valPattern != "" {
+		if valPaths, err = data.ShardPaths(valPattern); err != nil {
+			return nil, err
+		}
+		paths = slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(valPaths, p) })
+		if len(paths) == 0 {
+			return nil, fmt.Errorf("token shards %q: every shard is also held out by %q; want training shards besides the held-out ones", pattern, valPattern)
+		}
+	} else if len(paths) > 1 {
+		paths, valPaths = paths[:len(paths)-1], paths[len(paths)-1:]
+	}
+	tokens, err := data.OpenShards(paths, tok.VocabSize())
+	if err != nil {
+		return nil, err
+	}
+	ds := &Dataset{Tokenizer: tok, Tokens: tokens}
+	if valPaths == nil {
+		ds.Train, ds.Val, err = data.Split(tokens, valFraction, context)
+		if err != nil {
+			tokens.Close()
+			return nil, fmt.Errorf("token shard %s: %w", paths[0], err)
+		}
+		return ds, nil
+	}
+	if ds.ValTokens, err = data.OpenShards(valPaths, tok.VocabSize()); err != nil {
+		tokens.Close()
+		return nil, err
+	}
+	ds.Train, ds.Val = tokens.All(), ds.ValTokens.All()
+	for _, part := range []struct {
+		name  string
+		view  data.View
+		paths []string
+	}{{"training", ds.Train, paths}, {"held-out", ds.Val, valPaths}} {
+		if part.view.Len() <= context {
+			ds.Close()
+			return nil, fmt.Errorf("%s shards %v hold %d tokens, want at least context+1 = %d", part.name, part.paths, part.view.Len(), context+1)
+		}
+	}
+	return ds, nil
+}
+
+// closeTokens closes the dataset's token files.
+func (d *Dataset) closeTokens() error {
+	var errs []error
+	if d.Tokens != nil {
+		errs = append(errs, d.Tokens.Close())
+	}
+	if d.ValTokens != nil {
+		errs = append(errs, d.ValTokens.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// SetBPEDropout makes a training sampler re-tokenise its windows with
+// BPE-dropout when cfg asks for it.
+func SetBPEDropout(s *data.Sampler, cfg Config) error {
+	if cfg.BPEDropout == 0 {
+		return nil
+	}
+	b, err := data.NewBPEDropout(cfg.BPEDropout)
+	if err != nil {
+		return err
+	}
+	s.SetBPEDropout(b)
+	return nil
+}

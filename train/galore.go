@@ -1,0 +1,131 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
+)
+
+// setGaLoreConfig applies the config's GaLore settings where they are set.
+func setGaLoreConfig(gc *optim.GaLoreConfig, cfg Config) {
+	if cfg.GaLoreRank != 0 {
+		gc.Rank = cfg.GaLoreRank
+	}
+	if cfg.GaLoreGap != 0 {
+		gc.UpdateGap = cfg.GaLoreGap
+	}
+	if cfg.GaLoreScale != 0 {
+		gc.Scale = cfg.GaLoreScale
+	}
+}
+
+// validateGaLore checks the GaLore settings, building the optimizer when
+// it is galore so that a rank no matrix can take fails before the run.
+func (c Config) validateGaLore() error {
+	if c.SophiaEvery < 0 || !(c.SophiaRho >= 0) {
+		return fmt.Errorf("sophia_every = %d, sophia_rho = %g; want values >= 0 (0 for the default)", c.SophiaEvery, c.SophiaRho)
+	}
+	if c.GaLoreRank < 0 || c.GaLoreGap < 0 || !(c.GaLoreScale >= 0) {
+		return fmt.Errorf("galore_rank = %d, galore_gap = %d, galore_scale = %g; want values >= 0 (0 for the default)",
+			c.GaLoreRank, c.GaLoreGap, c.GaLoreScale)
+	}
+	if c.Optimizer != "galore" {
+		return nil
+	}
+	m, err := model.New(c.Model)
+	if err != nil {
+		return err
+	}
+	opt, err := NewOptimizer(c, m.Specs)
+	if err != nil {
+		return err
+	}
+	if g := opt.(*optim.GaLore); len(g.Projected()) == 0 {
+		largest := 0
+		for _, s := range m.Specs {
+			if s.Kind == model.Matrix && len(s.Shape) == 2 {
+				largest = max(largest, min(s.Shape[0], s.Shape[1]))
+			}
+		}
+		return fmt.Errorf("galore_rank = %d is above the smaller side of every hidden matrix (at most %d), so GaLore would be plain AdamW; want a rank <= %d",
+			g.Config().Rank, largest, largest)
+	}
+	return nil
+}
+
+// GaLoreRefresher recomputes GaLore's projections every UpdateGap updates,
+// outside the compiled step: from the gradient of one microbatch of the
+// batch about to be trained on, by SVD on the CPU (MLX has no GPU SVD).
+// The projections are optimizer state, inputs of the step, so the step
+// does not trace again. Its cost is one forward and backward pass and one
+// SVD per hidden matrix every UpdateGap updates.
+type GaLoreRefresher struct {
+	opt  *optim.GaLore
+	grad *mlx.ValueAndGradFunc
+	n    int // parameters
+}
+
+// NewGaLoreRefresher returns the refresher for opt over m's loss, or nil
+// when opt is not GaLore.
+func NewGaLoreRefresher(opt optim.Optimizer, m *model.TinyGPT) (*GaLoreRefresher, error) {
+	g, ok := opt.(*optim.GaLore)
+	if !ok {
+		return nil, nil
+	}
+	n := len(m.Specs)
+	argnums := make([]int, n)
+	for i := range argnums {
+		argnums[i] = i
+	}
+	grad, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		return []*mlx.Array{m.Loss(in[:n], in[n], in[n+1])}, nil
+	}, argnums...)
+	if err != nil {
+		return nil, fmt.Errorf("galore refresh: %w", err)
+	}
+	return &GaLoreRefresher{opt: g, grad: grad, n: n}, nil
+}
+
+// Due reports whether the update after step completed updates refreshes
+// the projections: the first one, and every UpdateGap-th after it.
+func (r *GaLoreRefresher) Due(step int) bool {
+	return r != nil && step%r.opt.Config().UpdateGap == 0
+}
+
+// Refresh replaces the projections in s with those of the gradient of the
+// first microbatch of b.
+func (r *GaLoreRefresher) Refresh(s *State, b Batch) error {
+	return mlx.Do(func() error {
+		if s.freed {
+			return fmt.Errorf("galore refresh of a freed state")
+		}
+		scope := mlx.NewScope()
+		defer scope.Close()
+		bt := b.B * b.T
+		x := mlx.FromSlice(b.X[:bt], b.B, b.T)
+		y := mlx.FromSlice(b.Y[:bt], b.B, b.T)
+		in := append(append([]*mlx.Array(nil), s.params...), x, y)
+		_, grads, err := r.grad.Call(in...)
+		if err != nil {
+			return fmt.Errorf("galore refresh: gradient: %w", err)
+		}
+		fresh, err := r.opt.Refresh(grads, s.opt)
+		if err != nil {
+			return err
+		}
+		old := r.opt.Replaced(s.opt, fresh)
+		scope.Keep(r.opt.Replaced(fresh, s.opt)...) // the new projections
+		s.opt = fresh
+		mlx.Free(old...)
+		return nil
+	})
+}
+
+// Free releases the gradient function.
+func (r *GaLoreRefresher) Free() {
+	if r != nil {
+		r.grad.Free()
+	}
+}

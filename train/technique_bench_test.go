@@ -1,0 +1,100 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// techniqueSetup builds a setup of the tiny preset's model shape (d_model
+// 64, 2 layers, context 64, batch 8, byte tokenizer) with optimizer opt,
+// and one batch.
+func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, Batch) {
+	b.Helper()
+	cfg := tinyConfig()
+	cfg.Model.DModel, cfg.Model.Heads, cfg.Model.Context, cfg.Batch = 64, 4, 64, 8
+	cfg.Optimizer, cfg.GaLoreRank = opt, 16
+	ds := memoryDataset(b, syntheticText(60_000), cfg.Model.Context)
+	cfg, m, err := Prepare(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := NewSetup(cfg, m, "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Free)
+	sampler, err := data.NewSampler(ds.Train, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch, err := s.Plan.NewBatch(cfg.Model.Context)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sampler.FillBatch(batch); err != nil {
+		b.Fatal(err)
+	}
+	return s, m, BatchOf(batch)
+}
+
+// BenchmarkGaLoreRefresh is one refresh of GaLore's projections (rank 16):
+// a microbatch's gradient and one CPU SVD per hidden matrix. A run pays it
+// every galore_gap updates.
+func BenchmarkGaLoreRefresh(b *testing.B) {
+	s, m, batch := techniqueSetup(b, "galore")
+	r, err := NewGaLoreRefresher(s.Optimizer, m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Free()
+	for b.Loop() {
+		if err := r.Refresh(s.State, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkSophiaEstimate is one compiled Hessian estimate of Sophia:
+// sampling labels, a forward and backward pass, the EMA. A run pays it
+// every sophia_every updates.
+func BenchmarkSophiaEstimate(b *testing.B) {
+	s, m, batch := techniqueSetup(b, "sophia")
+	e, err := NewSophiaEstimator(s.Optimizer, m, 1, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Free()
+	if err := e.Estimate(s.State, batch, 0); err != nil { // the trace
+		b.Fatal(err)
+	}
+	step := 1
+	for b.Loop() {
+		if err := e.Estimate(s.State, batch, step); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.State.Eval(); err != nil {
+			b.Fatal(err)
+		}
+		step++
+	}
+}
+
+// BenchmarkTechniqueStep is one compiled update of the same setup with
+// each optimizer, the baseline the refresh and estimate costs compare to.
+func BenchmarkTechniqueStep(b *testing.B) {
+	for _, opt := range []string{"adamw", "galore", "sophia"} {
+		b.Run(opt, func(b *testing.B) {
+			s, _, batch := techniqueSetup(b, opt)
+			if _, err := s.State.Update(1e-3, batch); err != nil { // the trace
+				b.Fatal(err)
+			}
+			for b.Loop() {
+				if _, err := s.State.Update(1e-3, batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ posttrainllm's code. The Go tests in hf/ call it:
 
   reference.py make DIR --family gpt2|llama --dtype float32|float16|bfloat16
                         [--shards N] [--seed S] [--rope-scaling F] [--tied]
+                        [--vocab V]
       writes a random-weight Hugging Face folder: config.json and
       model.safetensors, or N shards with model.safetensors.index.json
   reference.py logits DIR OUT TOKENS...
@@ -113,8 +114,8 @@ def write_folder(d, cfg, tensors, dtype, shards):
 # ---------------------------------------------------------------- random models
 
 
-def make_gpt2(rng, tied):
-    D, L, H, V, P = 48, 2, 4, 97, 32
+def make_gpt2(rng, tied, vocab):
+    D, L, H, V, P = 48, 2, 4, vocab or 97, 32
     cfg = {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": P,
         "n_ctx": P, "n_embd": D, "n_layer": L, "n_head": H, "n_inner": None,
@@ -137,8 +138,8 @@ def make_gpt2(rng, tied):
     return cfg, t
 
 
-def make_llama(rng, tied, rope_scaling):
-    D, L, H, KV, F, V, P = 64, 2, 4, 2, 96, 101, 64
+def make_llama(rng, tied, rope_scaling, vocab):
+    D, L, H, KV, F, V, P = 64, 2, 4, 2, 96, vocab or 101, 64
     cfg = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
         "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": H, "num_key_value_heads": KV,
@@ -263,6 +264,7 @@ def main():
     mk.add_argument("--seed", type=int, default=0)
     mk.add_argument("--rope-scaling", type=float, default=0)
     mk.add_argument("--tied", action="store_true")
+    mk.add_argument("--vocab", type=int, default=0)
     lg = sub.add_parser("logits")
     lg.add_argument("dir")
     lg.add_argument("out")
@@ -271,9 +273,9 @@ def main():
     if a.cmd == "make":
         rng = np.random.default_rng(a.seed)
         if a.family == "gpt2":
-            cfg, t = make_gpt2(rng, a.tied)
+            cfg, t = make_gpt2(rng, a.tied, a.vocab)
         else:
-            cfg, t = make_llama(rng, a.tied, a.rope_scaling)
+            cfg, t = make_llama(rng, a.tied, a.rope_scaling, a.vocab)
         cfg["torch_dtype"] = a.dtype
         write_folder(a.dir, cfg, t, a.dtype, a.shards)
         return

@@ -29,10 +29,9 @@ var hfSamples = []string{
 // (tokenizers matches them as special tokens).
 const hfSpecialText = "</s> and <|endoftext|> are only text here <s>"
 
-// hfTokenizerFiles trains the two tokenizers with Hugging Face's tokenizers
-// (make py-deps installs it) on the shared text and returns the folder
-// with their files and the expected encodings.
-func hfTokenizerFiles(t *testing.T) string {
+// python is the interpreter of the project-local environment that holds
+// the pinned tokenizers (make py-deps).
+func python(t *testing.T) string {
 	t.Helper()
 	py, err := filepath.Abs(filepath.Join("..", "..", ".deps", "py", "bin", "python"))
 	if err != nil {
@@ -41,6 +40,15 @@ func hfTokenizerFiles(t *testing.T) string {
 	if _, err := os.Stat(py); err != nil {
 		t.Fatalf("the tokenizer reference needs %s: run `make py-deps` (installs the pinned tokenizers into .deps/py)", py)
 	}
+	return py
+}
+
+// hfTokenizerFiles trains the two tokenizers with Hugging Face's tokenizers
+// (make py-deps installs it) on the shared text and returns the folder
+// with their files and the expected encodings.
+func hfTokenizerFiles(t *testing.T) string {
+	t.Helper()
+	py := python(t)
 	text, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "data", "tinyshakespeare.txt"))
 	if err != nil {
 		t.Fatalf("the shared training text is missing: %v", err)

@@ -130,3 +130,50 @@ func TestImportExportRejectBadInput(t *testing.T) {
 		t.Errorf("a failed export wrote %s", dst)
 	}
 }
+
+// sample --from takes a Hugging Face folder and uses its tokenizer.json;
+// a tokenizer with more ids than the model is refused with one line.
+func TestSampleFromHFFolder(t *testing.T) {
+	py := filepath.Join("..", "..", ".deps", "py", "bin", "python")
+	tokDir := t.TempDir()
+	text := filepath.Join(tokDir, "text.txt")
+	samples := filepath.Join(tokDir, "samples.json")
+	src, err := os.ReadFile(shakespeare)
+	if err != nil {
+		t.Fatalf("the shared text is missing: %v", err)
+	}
+	if err := os.WriteFile(text, src[:50_000], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(samples, []byte(`["x"]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("..", "..", "data", "hftokenizer", "testdata", "hftokenizers.py"), text, tokDir, samples)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hftokenizers.py: %v\n%s", err, out)
+	}
+	withTokenizer := func(vocab string) string {
+		dir := hfFolder(t, "--family", "llama", "--vocab", vocab)
+		for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+			b, err := os.ReadFile(filepath.Join(tokDir, "sp", f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	dir := withTokenizer("900")
+	a := mustRun(t, "sample", "--from", dir, "--prompt", "ROMEO: naïve", "--tokens", "8", "--temperature", "0")
+	b := mustRun(t, "sample", "--from", dir, "--prompt", "ROMEO: naïve", "--tokens", "8", "--temperature", "0")
+	if !strings.HasPrefix(a.stdout, "ROMEO: naïve") || a.stdout != b.stdout {
+		t.Fatalf("greedy samples %q and %q; want the same continuation of the prompt", a.stdout, b.stdout)
+	}
+	r := runCLI(t, "sample", "--from", withTokenizer("300"), "--prompt", "x")
+	if r.code == 0 {
+		t.Fatal("sampling with a tokenizer larger than the model succeeded")
+	}
+	checkErrorLine(t, "tokenizer larger than the model", r.stderr, "vocab_size is 300")
+}

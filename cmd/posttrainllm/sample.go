@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -20,10 +21,13 @@ func newSampleCmd() *cobra.Command {
 the model at most its context. --temperature 0 always picks the most likely
 token; --top-k limits sampling to the k most likely.
 
-` + checkpointRule("--from"),
+` + checkpointRule("--from") + `
+--from also takes a Hugging Face GPT-2 or Llama folder (config.json,
+weights, tokenizer.json), sampled with its own tokenizer.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
-  posttrainllm sample --from runs/huge --device cpu --seed 7`,
+  posttrainllm sample --from runs/huge --device cpu --seed 7
+  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" {
@@ -38,7 +42,8 @@ token; --top-k limits sampling to the k most likely.
 				}
 				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
 			}
-			if _, err := train.ResolveCheckpoint(from); err != nil {
+			folder := hf.IsFolder(from)
+			if _, err := train.ResolveCheckpoint(from); err != nil && !folder {
 				return usageError("invalid --from %s: %v", from, err)
 			}
 			// Sampling needs no GPU: auto takes one where there is one.
@@ -46,7 +51,11 @@ token; --top-k limits sampling to the k most likely.
 			if err != nil {
 				return err
 			}
-			text, err := train.SampleCheckpoint(from, prompt, device, opts)
+			sample := train.SampleCheckpoint
+			if folder {
+				sample = sampleFolder
+			}
+			text, err := sample(from, prompt, device, opts)
 			if err != nil {
 				return err
 			}
@@ -55,7 +64,7 @@ token; --top-k limits sampling to the k most likely.
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint) or checkpoint directory")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")
 	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")

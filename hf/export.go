@@ -14,8 +14,9 @@ import (
 // dir: config.json and model.safetensors with the family's tensor names,
 // in the parameters' dtype. dir must not exist or be empty; the files are
 // written into a temporary folder beside it that is renamed into place,
-// so a failure leaves nothing half-written. It returns the family.
-func Save(dir string, m *model.TinyGPT, params []*mlx.Array) (string, error) {
+// so a failure leaves nothing half-written. The files named by extra (a
+// tokenizer's, say) are copied into the folder too. It returns the family.
+func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (string, error) {
 	family, err := Family(m.Config)
 	if err != nil {
 		return "", fmt.Errorf("export: %w", err)
@@ -45,6 +46,11 @@ func Save(dir string, m *model.TinyGPT, params []*mlx.Array) (string, error) {
 	}
 	if err := os.WriteFile(filepath.Join(tmp, ConfigFile), append(cfgJSON, '\n'), 0o644); err != nil {
 		return "", fmt.Errorf("export: %w", err)
+	}
+	for _, f := range extra {
+		if err := CopyFile(f, filepath.Join(tmp, filepath.Base(f))); err != nil {
+			return "", fmt.Errorf("export: %w", err)
+		}
 	}
 	err = mlx.Do(func() error {
 		s := mlx.NewScope()

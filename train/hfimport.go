@@ -3,11 +3,16 @@ package train
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
+
+// TokenizerDir is where a run imported from a Hugging Face folder keeps the
+// folder's tokenizer files (hf.TokenizerFiles); export writes them back.
+const TokenizerDir = "hf-tokenizer"
 
 // ImportOptions say how a Hugging Face folder becomes a run.
 type ImportOptions struct {
@@ -24,12 +29,18 @@ type ImportOptions struct {
 // checkpoint of a new run folder out, with base's training settings
 // (optimizer, schedule, batch, tokenizer, …) and the folder's model. The
 // optimizer state is fresh, so train --resume, sample and eval accept the
-// run as they accept a trained one. out must not exist or be empty. It
-// returns the checkpoint directory and the model's family.
+// run as they accept a trained one. The folder's tokenizer files are
+// copied to out/hf-tokenizer. out must not exist or be empty. It returns
+// the checkpoint directory and the model's family.
 func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return "", "", fmt.Errorf("import: %s exists and is not empty; choose a new run folder", out)
 	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(out) // it was missing or empty: a failed import leaves nothing
+		}
+	}()
 	loaded, err := hf.Load(src, opts.Dtype)
 	if err != nil {
 		return "", "", err
@@ -84,12 +95,24 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 	if err != nil {
 		return "", "", fmt.Errorf("import: %w", err)
 	}
+	files, err := hf.FindTokenizerFiles(src)
+	if err == nil && len(files) > 0 {
+		err = os.MkdirAll(filepath.Join(out, TokenizerDir), 0o755)
+		for _, f := range files {
+			if err == nil {
+				err = hf.CopyFile(f, filepath.Join(out, TokenizerDir, filepath.Base(f)))
+			}
+		}
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("import: the tokenizer files: %w", err)
+	}
 	return dir, loaded.Family, nil
 }
 
 // ExportHF writes the model of a checkpoint (path as ResolveCheckpoint
-// takes it) as a Hugging Face folder dst that transformers loads. It
-// returns the family.
+// takes it) as a Hugging Face folder dst that transformers loads, with the
+// tokenizer files the run was imported with. It returns the family.
 func ExportHF(path, dst string) (string, error) {
 	dir, err := ResolveCheckpoint(path)
 	if err != nil {
@@ -102,7 +125,12 @@ func ExportHF(path, dst string) (string, error) {
 			return err
 		}
 		defer free()
-		family, err = hf.Save(dst, m, params)
+		// A checkpoint directory is RUN/checkpoints/step-N.
+		files, err := hf.FindTokenizerFiles(filepath.Join(dir, "..", "..", TokenizerDir))
+		if err != nil {
+			return err
+		}
+		family, err = hf.Save(dst, m, params, files...)
 		return err
 	})
 	return family, err

@@ -35,6 +35,10 @@ func hfFolder(t *testing.T, args ...string) string {
 func TestImportSampleTrainExport(t *testing.T) {
 	tmp := t.TempDir()
 	gpt2 := hfFolder(t, "--family", "gpt2", "--vocab", "50257", "--dtype", "bfloat16", "--shards", "2")
+	tokenizerJSON := []byte(`{"model":{"type":"BPE"}}`)
+	if err := os.WriteFile(filepath.Join(gpt2, "tokenizer.json"), tokenizerJSON, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run := filepath.Join(tmp, "gpt2")
 	r := mustRun(t, "import", gpt2, "--out", run)
 	if !strings.Contains(r.stdout, "gpt2") || !strings.Contains(r.stdout, "step-00000000") {
@@ -51,6 +55,10 @@ func TestImportSampleTrainExport(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(exported, f)); err != nil {
 			t.Fatalf("export wrote no %s: %v", f, err)
 		}
+	}
+	// The tokenizer files of the imported folder come back out with it.
+	if b, err := os.ReadFile(filepath.Join(exported, "tokenizer.json")); err != nil || string(b) != string(tokenizerJSON) {
+		t.Fatalf("the export's tokenizer.json is %q (%v), the imported folder's %q", b, err, tokenizerJSON)
 	}
 	// Exporting again onto the folder loses nothing: one error line.
 	r = runCLI(t, "export", run, exported)

@@ -1,7 +1,10 @@
 // Package model defines TinyGPT: a decoder-only transformer with pre-norm
 // RMSNorm blocks, rotary causal attention through MLX's fused kernel and a
 // GELU MLP, written as pure functions of a flat, named parameter list so a
-// whole training step can be traced and compiled.
+// whole training step can be traced and compiled. Config fields turn the
+// same code path into the GPT-2 family (LayerNorm with biases, learned
+// positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
+// attention, scaled RoPE); a KVCache lets generation feed each token once.
 package model
 
 import (

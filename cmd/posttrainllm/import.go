@@ -75,8 +75,12 @@ tokenizers, knowing its ids are not the ones the model was trained on.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "imported %s model %s (%.1fM parameters, %s tokenizer) as %s\n",
-				family, src, mc.ParamCount()/1e6, base.Tokenizer, dir)
+			context := mc.Context
+			if opts.Context > 0 {
+				context = opts.Context
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s model %s (%.1fM parameters, context %d, %s tokenizer) as %s\n",
+				family, src, mc.ParamCount()/1e6, context, base.Tokenizer, dir)
 			return nil
 		},
 	}

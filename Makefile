@@ -25,7 +25,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench test-gpu-bin test-gpu clean
 
 all: build
 
@@ -39,6 +39,18 @@ export PKG_CONFIG_PATH := $(CURDIR)/.deps/pkgconfig$(if $(PKG_CONFIG_PATH),:$(PK
 deps:
 	@$(GO) run ./cmd/install-mlx -prefix "$(CURDIR)/.deps" \
 		$(if $(MLX_BACKEND),-backend $(MLX_BACKEND)) $(if $(MLX_BLAS),-blas $(MLX_BLAS))
+
+# The hf package's tests compare against a numpy reference and the
+# tokenizers library: pinned versions in a project-local virtual
+# environment, reinstalled when the pins change.
+PYTHON ?= python3
+PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3
+py-deps:
+	@if [ "$$(cat .deps/py/pinned 2>/dev/null)" != "$(PY_DEPS)" ]; then \
+		rm -rf .deps/py && $(PYTHON) -m venv .deps/py && \
+		.deps/py/bin/pip install --quiet --disable-pip-version-check $(PY_DEPS) && \
+		echo "$(PY_DEPS)" > .deps/py/pinned; \
+	fi
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/posttrainllm
@@ -59,7 +71,7 @@ ifeq ($(shell uname -s),Darwin)
 GPU_TESTS_HERE := 1
 endif
 
-test: deps vet fmt-check
+test: deps py-deps vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
 	$(if $(GPU_TESTS_HERE),$(GO) test -count=1 -tags gpu -run GPU $(addprefix ./,$(GPU_TEST_PKGS)))
 	$(MAKE) --no-print-directory fuzz-short

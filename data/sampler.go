@@ -27,7 +27,7 @@ type Sampler struct {
 	context int
 	pcg     *rand.PCG
 	rng     *rand.Rand
-	shard   shard // the zero value keeps the whole stream
+	shard   shard       // the zero value keeps the whole stream
 	dropout *BPEDropout // re-encodes each window (SetBPEDropout), or nil
 }
 

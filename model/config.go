@@ -1,7 +1,10 @@
 // Package model defines TinyGPT: a decoder-only transformer with pre-norm
 // RMSNorm blocks, rotary causal attention through MLX's fused kernel and a
 // GELU MLP, written as pure functions of a flat, named parameter list so a
-// whole training step can be traced and compiled.
+// whole training step can be traced and compiled. Config fields turn the
+// same code path into the GPT-2 family (LayerNorm with biases, learned
+// positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
+// attention, scaled RoPE); a KVCache lets generation feed each token once.
 package model
 
 import (
@@ -38,6 +41,33 @@ type Config struct {
 	// leaves the rows of the [tokens × vocabulary] logits unaligned and
 	// cuBLAS falls back to slow kernels; 64 (50,304, as in nanoGPT) fixes it.
 	PadVocabTo int `json:"pad_vocab_to,omitempty"`
+
+	// Family-level choices (GPT-2, Llama, …); each zero value is TinyGPT's,
+	// so configurations and checkpoints written without them mean the same.
+
+	// Norm is "rms" (RMSNorm, the default) or "layer" (LayerNorm).
+	Norm string `json:"norm,omitempty"`
+	// Bias adds a bias to every projection and, with LayerNorm, to every
+	// norm, as GPT-2 has.
+	Bias bool `json:"bias,omitempty"`
+	// Positions is "rope" (rotary, the default) or "learned" (a table of
+	// absolute position embeddings added to the token embeddings, GPT-2).
+	Positions string `json:"positions,omitempty"`
+	// MLP is "gelu" (GELU(x·W1ᵀ)·W2ᵀ, the default) or "swiglu"
+	// ((SiLU(x·W1ᵀ) ⊙ x·W3ᵀ)·W2ᵀ, Llama).
+	MLP string `json:"mlp,omitempty"`
+	// GELU is "exact" (x·Φ(x), the default) or "tanh", GPT-2's
+	// approximation 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))).
+	GELU string `json:"gelu"`
+	// KVHeads is the number of key/value heads; fewer than Heads is
+	// grouped-query attention. 0 means Heads.
+	KVHeads int `json:"kv_heads,omitempty"`
+	// MLPHidden is the MLP's inner width when it is not a round multiple of
+	// DModel (Llama's intermediate_size); 0 means MLPRatio·DModel.
+	MLPHidden int `json:"mlp_hidden,omitempty"`
+	// RoPEScale is linear RoPE scaling: positions are divided by it. 0 or 1
+	// means none.
+	RoPEScale float64 `json:"rope_scale,omitempty"`
 }
 
 // maxPadVocabTo bounds PadVocabTo: beyond it padding only wastes memory.
@@ -90,7 +120,10 @@ func (c Config) Validate() error {
 	if c.DModel%c.Heads != 0 {
 		return fmt.Errorf("model config: d_model %d is not divisible by heads %d", c.DModel, c.Heads)
 	}
-	if hd := c.DModel / c.Heads; hd%2 != 0 {
+	if err := c.validateFamily(); err != nil {
+		return err
+	}
+	if hd := c.DModel / c.Heads; hd%2 != 0 && c.Positions != PositionsLearned {
 		return fmt.Errorf("model config: head dimension %d (d_model/heads) must be even for rotary embeddings", hd)
 	}
 	if !(c.MLPRatio > 0) || math.IsInf(c.MLPRatio, 0) || c.Hidden() < 1 {
@@ -114,7 +147,12 @@ func (c Config) Validate() error {
 func (c Config) HeadDim() int { return c.DModel / c.Heads }
 
 // Hidden is the MLP's inner width.
-func (c Config) Hidden() int { return int(math.Round(c.MLPRatio * float64(c.DModel))) }
+func (c Config) Hidden() int {
+	if c.MLPHidden > 0 {
+		return c.MLPHidden
+	}
+	return int(math.Round(c.MLPRatio * float64(c.DModel)))
+}
 
 // ComputeDtype is the dtype of activations.
 func (c Config) ComputeDtype() mlx.Dtype {

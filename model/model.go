@@ -24,17 +24,19 @@ func New(cfg Config) (*TinyGPT, error) {
 	return &TinyGPT{Config: cfg, Specs: cfg.Specs()}, nil
 }
 
-// block is one transformer block's weights.
+// block is one transformer block's weights; biases and w3 are nil where
+// the family has none.
 type block struct {
-	attnNorm, wq, wk, wv, wo, mlpNorm, w1, w2 *mlx.Array
+	attnNorm, attnNormB, wq, wk, wv, wo, mlpNorm, mlpNormB, w1, w2, w3 *mlx.Array
+	bq, bk, bv, bo, b1, b2, b3                                         *mlx.Array
 }
 
 // weights is the flat parameter list viewed by name, cast to the compute
 // dtype when parameters are float32 masters.
 type weights struct {
-	tokEmb, embedNorm *mlx.Array
-	blocks            []block
-	norm, head        *mlx.Array
+	tokEmb, posEmb, embedNorm, embedNormB *mlx.Array
+	blocks                                []block
+	norm, normB, head                     *mlx.Array
 }
 
 func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
@@ -48,21 +50,48 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 			p[i] = mlx.AsType(a, m.Config.ComputeDtype())
 		}
 	}
+	c := m.Config
 	var w weights
 	i := 0
 	next := func() *mlx.Array { i++; return p[i-1] }
+	// Specs' order: each weight, then its bias where the family has one.
+	norm := func(g, b **mlx.Array) {
+		*g = next()
+		if c.normBias() {
+			*b = next()
+		}
+	}
+	linear := func(wt, b **mlx.Array) {
+		*wt = next()
+		if c.Bias {
+			*b = next()
+		}
+	}
 	w.tokEmb = next()
-	if m.Config.EmbedNorm {
-		w.embedNorm = next()
+	if c.learnedPositions() {
+		w.posEmb = next()
 	}
-	w.blocks = make([]block, m.Config.Layers)
+	if c.EmbedNorm {
+		norm(&w.embedNorm, &w.embedNormB)
+	}
+	w.blocks = make([]block, c.Layers)
 	for l := range w.blocks {
-		w.blocks[l] = block{attnNorm: next(), wq: next(), wk: next(), wv: next(), wo: next(),
-			mlpNorm: next(), w1: next(), w2: next()}
+		b := &w.blocks[l]
+		norm(&b.attnNorm, &b.attnNormB)
+		linear(&b.wq, &b.bq)
+		linear(&b.wk, &b.bk)
+		linear(&b.wv, &b.bv)
+		linear(&b.wo, &b.bo)
+		norm(&b.mlpNorm, &b.mlpNormB)
+		linear(&b.w1, &b.b1)
+		if c.swiGLU() {
+			linear(&b.w3, &b.b3)
+		}
+		linear(&b.w2, &b.b2)
 	}
-	w.norm = next()
+	norm(&w.norm, &w.normB)
 	w.head = w.tokEmb
-	if !m.Config.TiedEmbeddings {
+	if !c.TiedEmbeddings {
 		w.head = next()
 	}
 	return w, nil
@@ -70,6 +99,33 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 
 // linear applies a weight stored [out, in]: x·Wᵀ.
 func linear(x, w *mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(w)) }
+
+// linearBias applies a weight stored [out, in] and a bias [out] (nil for
+// none): x·Wᵀ + b, the addition in the GEMM's epilogue.
+func linearBias(x, w, b *mlx.Array) *mlx.Array {
+	if b == nil {
+		return linear(x, w)
+	}
+	return mlx.AddMM(b, x, mlx.Transpose(w), 1, 1)
+}
+
+// residualBias is residual plus the projection's bias (nil for none).
+func residualBias(x, h, w, b *mlx.Array) *mlx.Array {
+	if b == nil {
+		return residual(x, h, w)
+	}
+	return mlx.Add(residual(x, h, w), b)
+}
+
+// norm is the family's normalisation of the last axis: RMSNorm with gain g,
+// or LayerNorm with gain g and bias b (nil for none).
+func (m *TinyGPT) norm(x, g, b *mlx.Array) *mlx.Array {
+	eps := float32(m.Config.NormEps)
+	if m.Config.layerNorm() {
+		return mlx.LayerNorm(x, g, b, eps)
+	}
+	return mlx.RMSNorm(x, g, eps)
+}
 
 // newGELU returns the exact GELU, x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)), as a
 // function with its derivative written out: Φ(x) + x·φ(x), where φ(x) =
@@ -126,6 +182,13 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 // and backward, and each graph node is host work in every step
 // (docs/performance/gpu.md).
 func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+	return m.forward(params, tokens, nil)
+}
+
+// forward is rowLogits continuing the positions held in cache (nil for
+// none): the tokens sit at positions cache.Offset…, attend to the cached
+// keys and values as well as their own, and cache takes theirs.
+func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
 	if err := tokens.Err(); err != nil {
 		return mlx.ErrorArray(err)
 	}
@@ -137,22 +200,40 @@ func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	if err != nil {
 		return mlx.ErrorArray(err)
 	}
-	gelu, err := newGELU()
-	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
-	}
-	defer gelu.Free()
 	c := m.Config
-	eps := float32(c.NormEps)
+	offset := 0
+	if cache != nil {
+		if err := cache.check(c, B); err != nil {
+			return mlx.ErrorArray(err)
+		}
+		offset = cache.Offset
+	}
+	var gelu *mlx.Closure
+	if !c.swiGLU() && c.GELU != GELUTanh {
+		if gelu, err = newGELU(); err != nil {
+			return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
+		}
+		defer gelu.Free()
+	}
 	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
+	if w.posEmb != nil {
+		if offset+T > c.Context {
+			return mlx.ErrorArray(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))
+		}
+		pos := mlx.Slice(w.posEmb, []int{offset, 0}, []int{offset + T, c.DModel}) // [T, D]
+		x = mlx.Reshape(mlx.Add(mlx.Reshape(x, B, T, c.DModel), pos), B*T, c.DModel)
+	}
 	if w.embedNorm != nil {
-		x = mlx.RMSNorm(x, w.embedNorm, eps)
+		x = m.norm(x, w.embedNorm, w.embedNormB)
 	}
-	for _, b := range w.blocks {
-		x = residual(x, m.attention(b, mlx.RMSNorm(x, b.attnNorm, eps), B, T), b.wo)
-		x = residual(x, mlp(gelu, b, mlx.RMSNorm(x, b.mlpNorm, eps)), b.w2)
+	for l, b := range w.blocks {
+		x = residualBias(x, m.attention(b, m.norm(x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
+		x = residualBias(x, m.mlp(gelu, b, m.norm(x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
 	}
-	x = mlx.RMSNorm(x, w.norm, eps)
+	if cache != nil {
+		cache.Offset += T
+	}
+	x = m.norm(x, w.norm, w.normB)
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
 		return mlx.AddMM(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
@@ -182,40 +263,89 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 	return mlx.FromBytes(b, dtype, pv)
 }
 
-// attention is causal multi-head self-attention with rotary positions over
-// rows x [B·T, D]; it returns the heads merged back into rows [B·T, D],
-// before the output projection wo, which the caller applies together with
-// the residual add.
+// attention is causal multi-head self-attention over rows x [B·T, D],
+// with rotary positions unless the family learns absolute ones; it returns
+// the heads merged back into rows [B·T, D], before the output projection wo,
+// which the caller applies together with the residual add. With a cache,
+// the rows continue the cached positions and layer l's keys and values join
+// the cache. With fewer key/value heads than query heads (grouped-query
+// attention) each key/value head serves Heads/KVHeads query heads; MLX's
+// fused kernel takes them as they are.
 //
 // The q, k and v projections run as one matmul against the three weights
-// stacked into [3D, D], split afterwards: on a GPU a small model's step is
-// bound by how many kernels it launches, and this saves matmuls forward
-// and backward (docs/performance/gpu.md). The parameters stay separate
-// (wq, wk, wv), so checkpoints are unchanged.
-func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int) *mlx.Array {
+// stacked into [D + 2·KV, D], split afterwards: on a GPU a small model's
+// step is bound by how many kernels it launches, and this saves matmuls
+// forward and backward (docs/performance/gpu.md). The parameters stay
+// separate (wq, wk, wv), so checkpoints are unchanged.
+func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
 	c := m.Config
-	hd := c.HeadDim()
-	heads := func(t *mlx.Array) *mlx.Array { // [B·T, D] -> [B, H, T, hd]
-		return mlx.Transpose(mlx.Reshape(t, B, T, c.Heads, hd), 0, 2, 1, 3)
+	hd, kvh := c.HeadDim(), c.KVHeadCount()
+	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
+		return mlx.Transpose(mlx.Reshape(t, B, T, h, hd), 0, 2, 1, 3)
 	}
-	rope := func(t *mlx.Array) *mlx.Array { return mlx.RoPE(t, hd, false, float32(c.RoPEBase), 1, 0) }
-	qkv := mlx.Split(linear(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0)), 3, -1)
-	q := rope(heads(qkv[0]))
-	k := rope(heads(qkv[1]))
-	v := heads(qkv[2])
-	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mlx.CausalMask, nil)
+	offset := 0
+	if cache != nil {
+		offset = cache.Offset
+	}
+	rope := func(t *mlx.Array) *mlx.Array {
+		if c.learnedPositions() {
+			return t
+		}
+		return mlx.RoPE(t, hd, false, float32(c.RoPEBase), c.ropeScale(), offset)
+	}
+	var bqkv *mlx.Array
+	if b.bq != nil {
+		bqkv = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
+	}
+	qkv := mlx.SplitAt(linearBias(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0), bqkv),
+		[]int{c.DModel, c.DModel + kvh*hd}, -1)
+	q := rope(heads(qkv[0], c.Heads))
+	k := rope(heads(qkv[1], kvh))
+	v := heads(qkv[2], kvh)
+	mask := mlx.CausalMask
+	if cache != nil {
+		k, v = cache.append(l, k, v)
+		if T == 1 {
+			mask = mlx.NoMask // one new position sees every cached one
+		}
+	}
+	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, nil)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.DModel)
 }
 
 // mlp is the position-wise feed-forward network up to its hidden
-// activations, GELU(x·W1ᵀ); the caller applies the down projection w2
-// together with the residual add.
-func mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
-	h, err := gelu.Call(linear(x, b.w1))
+// activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ with the
+// two projections run as one matmul. The caller applies the down projection
+// w2 together with the residual add. gelu is the exact GELU (nil when the
+// family uses another activation).
+func (m *TinyGPT) mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
+	if m.Config.swiGLU() {
+		var b13 *mlx.Array
+		if b.b1 != nil {
+			b13 = mlx.Concatenate([]*mlx.Array{b.b1, b.b3}, 0)
+		}
+		gu := mlx.Split(linearBias(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13), 2, -1)
+		return mlx.Multiply(silu(gu[0]), gu[1])
+	}
+	h := linearBias(x, b.w1, b.b1)
+	if gelu == nil {
+		return geluTanh(h)
+	}
+	out, err := gelu.Call(h)
 	if err != nil {
 		return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
 	}
-	return h[0]
+	return out[0]
+}
+
+// silu is x·σ(x), the gate of SwiGLU.
+func silu(x *mlx.Array) *mlx.Array { return mlx.Multiply(x, mlx.Sigmoid(x)) }
+
+// geluTanh is GPT-2's approximation of GELU,
+// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+func geluTanh(x *mlx.Array) *mlx.Array {
+	inner := mlx.MulScalar(mlx.Add(x, mlx.MulScalar(mlx.Multiply(x, mlx.Square(x)), 0.044715)), math.Sqrt(2/math.Pi))
+	return mlx.Multiply(mlx.MulScalar(x, 0.5), mlx.AddScalar(mlx.Tanh(inner), 1))
 }
 
 // Loss is the mean next-token cross-entropy of logits(x) against targets y
@@ -304,7 +434,7 @@ func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.A
 }
 
 // Init returns freshly initialised parameters in Specs order: norms at one,
-// everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
+// biases at zero, everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
 // The same seed gives the same parameters.
 func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
 	var params []*mlx.Array
@@ -326,6 +456,10 @@ func (m *TinyGPT) init(seed uint64) ([]*mlx.Array, error) {
 	for i, spec := range m.Specs {
 		if spec.Kind == Norm {
 			params[i] = mlx.Ones(spec.Shape, c.ParamDtype())
+			continue
+		}
+		if spec.Kind == Bias {
+			params[i] = mlx.Zeros(spec.Shape, c.ParamDtype())
 			continue
 		}
 		std := c.InitStd

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"math"
 )
 
 // Kind says what a parameter is, which decides its initialisation and how
@@ -15,11 +14,12 @@ const (
 	Matrix                // a hidden linear layer's weight [out, in]
 	Norm                  // an RMSNorm gain [D]
 	Head                  // the untied output projection [PaddedVocab, D]
+	Bias                  // a projection's or LayerNorm's bias [out]
 )
 
 // String returns the kind's name, e.g. "matrix".
 func (k Kind) String() string {
-	return [...]string{"embedding", "matrix", "norm", "head"}[k]
+	return [...]string{"embedding", "matrix", "norm", "head", "bias"}[k]
 }
 
 // ParamSpec names one parameter. Names follow PyTorch/MLX conventions
@@ -48,26 +48,48 @@ func (p ParamSpec) Size() int {
 // the parameter slices that Forward and Loss take.
 func (c Config) Specs() []ParamSpec {
 	d, h, v := c.DModel, c.Hidden(), c.PaddedVocab()
-	specs := []ParamSpec{{Name: "tok_embeddings.weight", Shape: []int{v, d}, Kind: Embedding}}
+	kv := c.KVHeadCount() * c.HeadDim()
+	var specs []ParamSpec
+	add := func(name string, kind Kind, shape ...int) {
+		specs = append(specs, ParamSpec{Name: name, Shape: shape, Kind: kind})
+	}
+	norm := func(name string) {
+		add(name+".weight", Norm, d)
+		if c.normBias() {
+			add(name+".bias", Bias, d)
+		}
+	}
+	linear := func(name string, residual bool, out, in int) {
+		add(name+".weight", Matrix, out, in)
+		specs[len(specs)-1].Residual = residual
+		if c.Bias {
+			add(name+".bias", Bias, out)
+		}
+	}
+	add("tok_embeddings.weight", Embedding, v, d)
+	if c.learnedPositions() {
+		add("pos_embeddings.weight", Embedding, c.Context, d)
+	}
 	if c.EmbedNorm {
-		specs = append(specs, ParamSpec{Name: "embed_norm.weight", Shape: []int{d}, Kind: Norm})
+		norm("embed_norm")
 	}
 	for i := 0; i < c.Layers; i++ {
 		p := fmt.Sprintf("blocks.%d.", i)
-		specs = append(specs,
-			ParamSpec{Name: p + "attn_norm.weight", Shape: []int{d}, Kind: Norm},
-			ParamSpec{Name: p + "attn.wq.weight", Shape: []int{d, d}, Kind: Matrix},
-			ParamSpec{Name: p + "attn.wk.weight", Shape: []int{d, d}, Kind: Matrix},
-			ParamSpec{Name: p + "attn.wv.weight", Shape: []int{d, d}, Kind: Matrix},
-			ParamSpec{Name: p + "attn.wo.weight", Shape: []int{d, d}, Kind: Matrix, Residual: true},
-			ParamSpec{Name: p + "mlp_norm.weight", Shape: []int{d}, Kind: Norm},
-			ParamSpec{Name: p + "mlp.w1.weight", Shape: []int{h, d}, Kind: Matrix},
-			ParamSpec{Name: p + "mlp.w2.weight", Shape: []int{d, h}, Kind: Matrix, Residual: true},
-		)
+		norm(p + "attn_norm")
+		linear(p+"attn.wq", false, d, d)
+		linear(p+"attn.wk", false, kv, d)
+		linear(p+"attn.wv", false, kv, d)
+		linear(p+"attn.wo", true, d, d)
+		norm(p + "mlp_norm")
+		linear(p+"mlp.w1", false, h, d)
+		if c.swiGLU() {
+			linear(p+"mlp.w3", false, h, d)
+		}
+		linear(p+"mlp.w2", true, d, h)
 	}
-	specs = append(specs, ParamSpec{Name: "norm.weight", Shape: []int{d}, Kind: Norm})
+	norm("norm")
 	if !c.TiedEmbeddings {
-		specs = append(specs, ParamSpec{Name: "output.weight", Shape: []int{v, d}, Kind: Head})
+		add("output.weight", Head, v, d)
 	}
 	return specs
 }
@@ -80,12 +102,29 @@ func (c Config) NumParams() int { return int(c.ParamCount()) }
 // and sizes too large for an int (which memory checks must refuse) do not
 // overflow.
 func (c Config) ParamCount() float64 {
-	d, h, v := float64(c.DModel), math.Round(c.MLPRatio*float64(c.DModel)), float64(c.PaddedVocab())
-	n := v*d + d // token embeddings, final norm
-	if c.EmbedNorm {
-		n += d
+	d, h, v := float64(c.DModel), float64(c.Hidden()), float64(c.PaddedVocab())
+	kv := float64(c.KVHeadCount() * c.HeadDim())
+	norm := d // one norm's gain, and its bias if it has one
+	if c.normBias() {
+		norm = 2 * d
 	}
-	n += float64(c.Layers) * (2*d + 4*d*d + 2*d*h) // two norms, wq wk wv wo, w1 w2
+	bias := 0.0 // 1 when projections carry biases
+	if c.Bias {
+		bias = 1
+	}
+	n := v*d + norm // token embeddings, final norm
+	if c.learnedPositions() {
+		n += float64(c.Context) * d
+	}
+	if c.EmbedNorm {
+		n += norm
+	}
+	attn := (d+bias)*d*2 + (d+bias)*kv*2 // wq wo, wk wv
+	mlp := (d+bias)*h + (h+bias)*d       // w1 w2
+	if c.swiGLU() {
+		mlp += (d + bias) * h // w3
+	}
+	n += float64(c.Layers) * (2*norm + attn + mlp)
 	if !c.TiedEmbeddings {
 		n += v * d
 	}

@@ -19,6 +19,9 @@ type SampleOptions struct {
 	Temperature float64 // 0 picks the most likely token (greedy)
 	TopK        int     // sample among the k most likely tokens; 0 for all
 	Seed        uint64
+	// Recompute feeds the whole context for every token instead of only the
+	// new one through the model's key/value cache: slower, the same tokens.
+	Recompute bool
 }
 
 // Validate reports an option that cannot generate.
@@ -35,8 +38,10 @@ func (o SampleOptions) Validate() error {
 	return nil
 }
 
-// Generate extends prompt by opts.MaxTokens tokens, feeding the model at
-// most its context of preceding tokens each time.
+// Generate extends prompt by opts.MaxTokens tokens. While the text fits the
+// model's context, the model sees each token once and keeps its keys and
+// values in a cache (model.KVCache); beyond it, each new token is predicted
+// from the last context's worth of tokens, recomputed.
 func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -57,16 +62,26 @@ func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 func generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	key := mlx.RandomKey(opts.Seed)
 	defer func() { key.Free() }()
+	cache := m.NewKVCache()
+	defer cache.Free()
 	out := append([]int32(nil), prompt...)
 	for i := 0; i < opts.MaxTokens; i++ {
-		window := out[max(0, len(out)-m.Config.Context):]
 		var next int32
 		var err error
 		mlx.Run(func() []*mlx.Array {
 			keys := mlx.RandomSplit(key, 2)
-			logits := m.Logits(params, mlx.FromSlice(window, 1, len(window)))
-			last := mlx.AsType(mlx.Reshape(mlx.Slice(logits, []int{0, len(window) - 1, 0},
-				[]int{1, len(window), m.Config.VocabSize}), m.Config.VocabSize), mlx.Float32)
+			var logits *mlx.Array
+			if opts.Recompute || len(out) > m.Config.Context {
+				cache.Free()
+				window := out[max(0, len(out)-m.Config.Context):]
+				logits = m.Logits(params, mlx.FromSlice(window, 1, len(window)))
+			} else {
+				fresh := out[cache.Offset:] // the tokens the cache has not seen
+				logits = m.LogitsCached(params, mlx.FromSlice(fresh, 1, len(fresh)), cache)
+			}
+			n := logits.Dim(1)
+			last := mlx.AsType(mlx.Reshape(mlx.Slice(logits, []int{0, n - 1, 0},
+				[]int{1, n, m.Config.VocabSize}), m.Config.VocabSize), mlx.Float32)
 			var tok *mlx.Array
 			if opts.Temperature == 0 {
 				tok = mlx.ArgmaxAll(last)
@@ -86,7 +101,7 @@ func generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 			next = v[0]
 			key.Free()
 			key = keys[0]
-			return []*mlx.Array{key}
+			return append([]*mlx.Array{key}, cache.Arrays()...)
 		})
 		if err != nil {
 			return nil, fmt.Errorf("generate: %w", err)

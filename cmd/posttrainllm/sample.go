@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -23,11 +24,15 @@ token; --top-k limits sampling to the k most likely.
 ` + checkpointRule("--from") + `
 
 --adapter samples a fine-tune (posttrainllm finetune): its adapters applied
-to its base, the checkpoint its finetune.json records or, given, --from.`,
+to its base, the checkpoint its finetune.json records or, given, --from.
+
+--from also takes a Hugging Face GPT-2 or Llama folder (config.json,
+weights, tokenizer.json), sampled with its own tokenizer.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
   posttrainllm sample --from runs/huge --device cpu --seed 7
-  posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"`,
+  posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"
+  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" && adapter == "" {
@@ -42,12 +47,16 @@ to its base, the checkpoint its finetune.json records or, given, --from.`,
 				}
 				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
 			}
-			if from != "" {
+			folder := from != "" && hf.IsFolder(from)
+			if from != "" && !folder {
 				if _, err := train.ResolveCheckpoint(from); err != nil {
 					return usageError("invalid --from %s: %v", from, err)
 				}
 			}
 			if adapter != "" {
+				if folder {
+					return usageError("--adapter with the Hugging Face folder %s: import it first (posttrainllm import) and fine-tune from the run", from)
+				}
 				dir, err := train.ResolveCheckpoint(adapter)
 				if err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
@@ -62,9 +71,12 @@ to its base, the checkpoint its finetune.json records or, given, --from.`,
 				return err
 			}
 			var text string
-			if adapter != "" {
+			switch {
+			case adapter != "":
 				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
-			} else {
+			case folder:
+				text, err = sampleFolder(from, prompt, device, opts)
+			default:
 				text, err = train.SampleCheckpoint(from, prompt, device, opts)
 			}
 			if err != nil {
@@ -75,7 +87,7 @@ to its base, the checkpoint its finetune.json records or, given, --from.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint) or checkpoint directory")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
 	fs.StringVar(&adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")

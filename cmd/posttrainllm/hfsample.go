@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
+	"github.com/posttrainllm/posttrainllm/hf"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// folderTokenizer is the tokenizer of a Hugging Face folder: its
+// tokenizer.json, or for a GPT-2 model with GPT-2's vocabulary and no
+// tokenizer.json, posttrainllm's GPT-2 tokenizer.
+func folderTokenizer(dir, family string, vocab int) (data.Tokenizer, error) {
+	path := filepath.Join(dir, "tokenizer.json")
+	if _, err := os.Stat(path); err == nil {
+		return hftokenizer.Load(path)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	if gpt2, err := data.NewTokenizer("gpt2"); err == nil && family == hf.GPT2 && vocab == gpt2.VocabSize() {
+		return gpt2, nil
+	}
+	return nil, fmt.Errorf("%s has no tokenizer.json", dir)
+}
+
+// sampleFolder continues prompt with the model of a Hugging Face folder and
+// its own tokenizer.
+func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string, error) {
+	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
+		return "", err
+	}
+	m, err := hf.Load(dir, "")
+	if err != nil {
+		return "", err
+	}
+	defer m.Free()
+	tok, err := folderTokenizer(dir, m.Family, m.Model.Config.VocabSize)
+	if err != nil {
+		return "", err
+	}
+	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
+		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", dir, tok.VocabSize(), v)
+	}
+	ids := tok.Encode(prompt)
+	if len(ids) == 0 {
+		ids = []int32{tok.EOT()}
+	}
+	out, err := train.Generate(m.Model, m.Params, ids, opts)
+	if err != nil {
+		return "", err
+	}
+	return tok.Decode(out), nil
+}

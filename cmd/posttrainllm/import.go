@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/hf"
+	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+func newImportCmd() *cobra.Command {
+	var (
+		out, preset, tokenizer string
+		opts                   train.ImportOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "import HF_FOLDER",
+		Short: "Make a run from a Hugging Face GPT-2 or Llama folder",
+		Long: `import reads a Hugging Face model folder (config.json, and model.safetensors
+or the shards listed in model.safetensors.index.json; float32, float16 or
+bfloat16 weights) of the GPT-2 or Llama family and writes it as the step-0
+checkpoint of a new run folder, with the training settings of --preset and a
+fresh optimizer state. sample --from, eval --from and train --resume take
+the run as they take a trained one; export writes it back.
+
+The tokenizer: a GPT-2 model with GPT-2's 50,257-token vocabulary uses
+posttrainllm's GPT-2 tokenizer. posttrainllm does not read tokenizer.json,
+so for other vocabularies --tokenizer must name one of posttrainllm's
+tokenizers, knowing its ids are not the ones the model was trained on.`,
+		Example: `  posttrainllm import ~/models/gpt2 --out runs/gpt2
+  posttrainllm import ~/models/SmolLM-135M --out runs/smollm --context 1024 --tokenizer byte
+  posttrainllm sample --from runs/gpt2 --prompt "Hello"`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			src := args[0]
+			if !hf.IsFolder(src) {
+				return usageError("invalid folder %s: want a Hugging Face model folder holding %s", src, hf.ConfigFile)
+			}
+			mc, family, err := hf.ReadConfig(src, opts.Dtype)
+			if err != nil {
+				return usageError("invalid folder %s: %v", src, err)
+			}
+			if out == "" {
+				out = filepath.Join("runs", filepath.Base(filepath.Clean(src)))
+			}
+			if opts.Context < 0 {
+				return usageError("invalid --context %d: want > 0, or 0 for the folder's", opts.Context)
+			}
+			base, err := presets.Load(preset)
+			if err != nil {
+				return usageError("invalid --preset %s: want one of %s", preset, strings.Join(presets.Names(), ", "))
+			}
+			gpt2Vocab, err := data.TokenizerVocabSize("gpt2")
+			if err != nil {
+				return err
+			}
+			switch {
+			case tokenizer != "":
+				if _, err := data.NewTokenizer(tokenizer); err != nil {
+					return usageError("invalid --tokenizer: %v", err)
+				}
+				base.Tokenizer = tokenizer
+			case family == hf.GPT2 && mc.VocabSize == gpt2Vocab:
+				base.Tokenizer = "gpt2"
+			default:
+				return usageError("%s is a %s model with a %d-token vocabulary; posttrainllm does not read tokenizer.json: pass --tokenizer %s to use one of its tokenizers (whose ids are not the model's)",
+					src, family, mc.VocabSize, strings.Join(data.TokenizerNames(), " or "))
+			}
+			dir, family, err := train.ImportHF(src, out, base, opts)
+			if err != nil {
+				return err
+			}
+			context := mc.Context
+			if opts.Context > 0 {
+				context = opts.Context
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %s model %s (%.1fM parameters, context %d, %s tokenizer) as %s\n",
+				family, src, mc.ParamCount()/1e6, context, base.Tokenizer, dir)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&out, "out", "", "new run folder to write (default runs/<folder name>)")
+	fs.StringVar(&preset, "preset", "tiny", "training settings of the run (see posttrainllm presets); the model is the folder's")
+	fs.StringVar(&tokenizer, "tokenizer", "", "tokenizer of the run (default gpt2 for GPT-2's vocabulary)")
+	fs.StringVar(&opts.Dtype, "dtype", "float32", "compute dtype of the model: float32, bfloat16 or float16")
+	fs.IntVar(&opts.Context, "context", 0, "longest sequence to train and sample (0: the folder's; rotary models only)")
+	return cmd
+}
+
+func newExportCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "export CHECKPOINT HF_FOLDER",
+		Short: "Write a checkpoint as a Hugging Face folder",
+		Long: `export writes the model of a checkpoint as a Hugging Face folder (config.json
+and model.safetensors with Hugging Face's tensor names) that transformers
+loads as GPT2LMHeadModel or LlamaForCausalLM. The model must be of the
+GPT-2 family (LayerNorm, biases, learned positions, GELU, tied head) or the
+Llama family (RMSNorm, rotary positions, SwiGLU, no biases); TinyGPT itself
+has no Hugging Face counterpart. HF_FOLDER must not exist or be empty.
+
+` + checkpointRule("CHECKPOINT"),
+		Example: `  posttrainllm export runs/gpt2 exported/gpt2
+  posttrainllm export runs/smollm/checkpoints/step-00000200 exported/smollm`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := train.ResolveCheckpoint(args[0]); err != nil {
+				return usageError("invalid checkpoint %s: %v", args[0], err)
+			}
+			family, err := train.ExportHF(args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "exported %s as a Hugging Face %s folder %s\n", args[0], family, args[1])
+			return nil
+		},
+	}
+	return cmd
+}

@@ -1,0 +1,7 @@
+// Package hf reads and writes Hugging Face model folders: config.json,
+// model.safetensors or shards listed in model.safetensors.index.json, for
+// the GPT-2 and Llama families. Import maps a folder's configuration onto
+// model.Config and its tensors onto the model's named parameter list
+// (transposing GPT-2's Conv1D weights, splitting its fused c_attn); export
+// writes the reverse, a folder that Hugging Face transformers loads.
+package hf

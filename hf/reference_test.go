@@ -1,0 +1,153 @@
+package hf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// python is the interpreter of the project-local environment that holds
+// the pinned numpy, safetensors and tokenizers (make py-deps).
+func python(t testing.TB) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("..", ".deps", "py", "bin", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the numpy reference needs %s: run `make py-deps` (installs the pinned numpy, safetensors and tokenizers into .deps/py)", p)
+	}
+	return p
+}
+
+// runReference runs hf/testdata/reference.py with args.
+func runReference(t testing.TB, args ...string) {
+	t.Helper()
+	cmd := exec.Command(python(t), append([]string{filepath.Join("testdata", "reference.py")}, args...)...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("reference.py %v: %v\n%s", args, err, out)
+	}
+}
+
+// referenceLogits returns the numpy reference's float32 logits [T·V] of the
+// folder dir on tokens.
+func referenceLogits(t testing.TB, dir string, tokens []int32) []float32 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "logits.f32")
+	args := []string{"logits", dir, out}
+	for _, tok := range tokens {
+		args = append(args, strconv.Itoa(int(tok)))
+	}
+	runReference(t, args...)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
+}
+
+// modelLogits runs an imported model on tokens (batch 1) and returns its
+// float32 logits [T·V].
+func modelLogits(t testing.TB, m *Model, tokens []int32) []float32 {
+	t.Helper()
+	var out []float32
+	mlx.Run(func() []*mlx.Array {
+		logits := m.Model.Logits(m.Params, mlx.FromSlice(tokens, 1, len(tokens)))
+		f, err := mlx.AsType(logits, mlx.Float32).Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = f
+		return nil
+	})
+	return out
+}
+
+// closeLogits fails unless got and want agree to float32 tolerance,
+// relative to the logits' scale.
+func closeLogits(t testing.TB, what string, got, want []float32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d logits, the reference has %d", what, len(got), len(want))
+	}
+	scale, worst := 0.0, 0.0
+	for i := range want {
+		scale = math.Max(scale, math.Abs(float64(want[i])))
+		worst = math.Max(worst, math.Abs(float64(got[i]-want[i])))
+	}
+	if scale == 0 {
+		t.Fatalf("%s: the reference logits are all zero", what)
+	}
+	if worst > 1e-4*scale {
+		t.Fatalf("%s: logits differ from the numpy reference by %g (scale %g)", what, worst, scale)
+	}
+	t.Logf("%s: max |Δlogit| %.3g at scale %.3g", what, worst, scale)
+}
+
+// The numpy forward of each family, run on random-weight Hugging Face
+// folders that Python writes (every dtype, one file and shards), gives the
+// logits posttrainllm computes after import; exporting the model and
+// importing the export gives the same logits again, and so does the
+// reference on the exported folder.
+func TestImportMatchesReference(t *testing.T) {
+	cases := []struct {
+		family, dtype string
+		shards        int
+		extra         []string
+	}{
+		{"gpt2", "float32", 1, nil},
+		{"gpt2", "bfloat16", 3, nil},
+		{"gpt2", "float16", 1, nil},
+		{"llama", "float32", 1, nil},
+		{"llama", "bfloat16", 2, []string{"--tied"}},
+		{"llama", "float16", 1, []string{"--rope-scaling", "2"}},
+	}
+	tokens := []int32{3, 17, 0, 42, 42, 9, 88, 1, 64, 5, 23}
+	for i, c := range cases {
+		name := fmt.Sprintf("%s-%s-%dshards%v", c.family, c.dtype, c.shards, c.extra)
+		t.Run(name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "hf")
+			runReference(t, append([]string{"make", dir, "--family", c.family, "--dtype", c.dtype,
+				"--shards", strconv.Itoa(c.shards), "--seed", strconv.Itoa(i)}, c.extra...)...)
+			m, err := Load(dir, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Free()
+			if m.Family != c.family {
+				t.Fatalf("family %q, want %q", m.Family, c.family)
+			}
+			want := referenceLogits(t, dir, tokens)
+			got := modelLogits(t, m, tokens)
+			closeLogits(t, "import", got, want)
+
+			out := filepath.Join(t.TempDir(), "export")
+			if _, err := Save(out, m.Model, m.Params); err != nil {
+				t.Fatal(err)
+			}
+			closeLogits(t, "reference on the export", got, referenceLogits(t, out, tokens))
+			back, err := Load(out, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer back.Free()
+			again := modelLogits(t, back, tokens)
+			for j := range got {
+				if again[j] != got[j] {
+					t.Fatalf("logit %d: %g after export and import, %g before", j, again[j], got[j])
+				}
+			}
+		})
+	}
+}

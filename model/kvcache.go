@@ -1,0 +1,83 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// KVCache holds the keys and values of the positions a model has already
+// seen, so generation feeds only each new token instead of the whole
+// context again. Keys and values are [B, KVHeads, Offset, HeadDim] per
+// layer, after rotary positions. Its arrays outlive MLX scopes: keep them
+// (Arrays) when a step runs inside mlx.Run, and Free the cache when done.
+type KVCache struct {
+	Offset int // positions held
+	keys   []*mlx.Array
+	values []*mlx.Array
+}
+
+// NewKVCache returns an empty cache for m.
+func (m *TinyGPT) NewKVCache() *KVCache {
+	return &KVCache{keys: make([]*mlx.Array, m.Config.Layers), values: make([]*mlx.Array, m.Config.Layers)}
+}
+
+// LogitsCached is Logits for tokens [B, T] that continue the positions held
+// in cache: they attend to the cached keys and values and to each other
+// causally, and the cache takes theirs (its Offset grows by T). Its arrays
+// replace the old ones, which it frees.
+func (m *TinyGPT) LogitsCached(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
+	var out *mlx.Array
+	mlx.Do(func() error {
+		logits := m.forward(params, tokens, cache)
+		if out = logits; logits.Err() == nil {
+			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
+		}
+		return nil
+	})
+	return out
+}
+
+// Arrays returns the cache's arrays, to keep them out of a closing scope.
+func (c *KVCache) Arrays() []*mlx.Array {
+	var out []*mlx.Array
+	for l := range c.keys {
+		if c.keys[l] != nil {
+			out = append(out, c.keys[l], c.values[l])
+		}
+	}
+	return out
+}
+
+// Free releases the cache's arrays and empties it.
+func (c *KVCache) Free() {
+	mlx.Free(c.Arrays()...)
+	clear(c.keys)
+	clear(c.values)
+	c.Offset = 0
+}
+
+// check reports a cache that does not fit config c and batch size B.
+func (c *KVCache) check(cfg Config, B int) error {
+	if len(c.keys) != cfg.Layers {
+		return fmt.Errorf("model: cache holds %d layers, the model has %d", len(c.keys), cfg.Layers)
+	}
+	if k := c.keys[0]; k != nil && k.Dim(0) != B {
+		return fmt.Errorf("model: cache holds batch %d, tokens have batch %d", k.Dim(0), B)
+	}
+	return nil
+}
+
+// append adds layer l's new keys and values [B, KVHeads, T, HeadDim] and
+// returns all of the layer's, cached first.
+func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
+	if c.keys[l] != nil {
+		oldK, oldV := c.keys[l], c.values[l]
+		k = mlx.Concatenate([]*mlx.Array{oldK, k}, 2)
+		v = mlx.Concatenate([]*mlx.Array{oldV, v}, 2)
+		oldK.Free()
+		oldV.Free()
+	}
+	c.keys[l], c.values[l] = k, v
+	return k, v
+}

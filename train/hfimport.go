@@ -1,0 +1,137 @@
+package train
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/posttrainllm/posttrainllm/hf"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// TokenizerDir is where a run imported from a Hugging Face folder keeps the
+// folder's tokenizer files (hf.TokenizerFiles); export writes them back.
+const TokenizerDir = "hf-tokenizer"
+
+// ImportOptions say how a Hugging Face folder becomes a run.
+type ImportOptions struct {
+	// Dtype is the model's compute dtype ("" for float32); parameters are
+	// stored in it unless the base config keeps float32 masters.
+	Dtype string
+	// Context is the longest sequence the run trains on and samples; 0
+	// keeps the folder's (n_positions, max_position_embeddings). Models
+	// with learned positions keep the folder's.
+	Context int
+}
+
+// ImportHF reads the Hugging Face folder src and writes it as the step-0
+// checkpoint of a new run folder out, with base's training settings
+// (optimizer, schedule, batch, tokenizer, …) and the folder's model. The
+// optimizer state is fresh, so train --resume, sample and eval accept the
+// run as they accept a trained one. The folder's tokenizer files are
+// copied to out/hf-tokenizer. out must not exist or be empty. It returns
+// the checkpoint directory and the model's family.
+func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
+	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
+		return "", "", fmt.Errorf("import: %s exists and is not empty; choose a new run folder", out)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(out) // it was missing or empty: a failed import leaves nothing
+		}
+	}()
+	loaded, err := hf.Load(src, opts.Dtype)
+	if err != nil {
+		return "", "", err
+	}
+	defer loaded.Free()
+	cfg := base
+	cfg.Model = loaded.Model.Config
+	cfg.Model.MasterFP32 = base.Model.MasterFP32 && cfg.Model.Dtype != "float32"
+	if opts.Context > 0 && opts.Context != cfg.Model.Context {
+		if cfg.Model.Positions == model.PositionsLearned {
+			return "", "", fmt.Errorf("import: context %d: a %s model's learned position table fixes its context at %d",
+				opts.Context, loaded.Family, cfg.Model.Context)
+		}
+		cfg.Model.Context = opts.Context
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return "", "", fmt.Errorf("import: %w", err)
+	}
+	if err := cfg.CheckMemory(); err != nil {
+		return "", "", fmt.Errorf("import: %w", err)
+	}
+	m, err := model.New(cfg.Model)
+	if err != nil {
+		return "", "", fmt.Errorf("import: %w", err)
+	}
+	err = mlx.Do(func() error {
+		s := mlx.NewScope()
+		defer s.Close()
+		params := loaded.Params
+		if want := m.Config.ParamDtype(); params[0].Dtype() != want {
+			params = make([]*mlx.Array, len(loaded.Params))
+			for i, p := range loaded.Params {
+				params[i] = mlx.AsType(p, want)
+			}
+		}
+		opt, err := NewOptimizer(cfg, m.Specs)
+		if err != nil {
+			return err
+		}
+		state, err := opt.Init()
+		if err != nil {
+			return err
+		}
+		names := make([]string, len(m.Specs))
+		for i, s := range m.Specs {
+			names[i] = s.Name
+		}
+		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Step: 0, Config: cfg}, names, params, opt.StateNames(), state)
+		return err
+	})
+	if err != nil {
+		return "", "", fmt.Errorf("import: %w", err)
+	}
+	files, err := hf.FindTokenizerFiles(src)
+	if err == nil && len(files) > 0 {
+		err = os.MkdirAll(filepath.Join(out, TokenizerDir), 0o755)
+		for _, f := range files {
+			if err == nil {
+				err = hf.CopyFile(f, filepath.Join(out, TokenizerDir, filepath.Base(f)))
+			}
+		}
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("import: the tokenizer files: %w", err)
+	}
+	return dir, loaded.Family, nil
+}
+
+// ExportHF writes the model of a checkpoint (path as ResolveCheckpoint
+// takes it) as a Hugging Face folder dst that transformers loads, with the
+// tokenizer files the run was imported with. It returns the family.
+func ExportHF(path, dst string) (string, error) {
+	dir, err := ResolveCheckpoint(path)
+	if err != nil {
+		return "", err
+	}
+	var family string
+	err = mlx.Do(func() error {
+		_, m, params, free, err := loadModel(dir)
+		if err != nil {
+			return err
+		}
+		defer free()
+		// A checkpoint directory is RUN/checkpoints/step-N.
+		files, err := hf.FindTokenizerFiles(filepath.Join(dir, "..", "..", TokenizerDir))
+		if err != nil {
+			return err
+		}
+		family, err = hf.Save(dst, m, params, files...)
+		return err
+	})
+	return family, err
+}

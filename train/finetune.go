@@ -55,6 +55,9 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Optimizer == "galore" || cfg.Optimizer == "sophia" {
+		return nil, fmt.Errorf("finetune: optimizer %q refreshes its projections or Hessian estimate beside the pretraining step only; use adamw, lion, adafactor, muon or sgd", cfg.Optimizer)
+	}
 	m, err := model.New(cfg.Model)
 	if err != nil {
 		return nil, err

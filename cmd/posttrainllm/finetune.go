@@ -28,10 +28,12 @@ type finetuneOptions struct {
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
 // model, tokenizer and corpus are the base checkpoint's, and a fine-tune
-// runs its batch as given.
+// runs its batch as given. Token shards and BPE-dropout feed pretraining;
+// GaLore's and Sophia's refreshes run beside the pretraining step only.
 var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
-	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth"}
+	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth",
+	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
@@ -95,6 +97,7 @@ func finetuneDefaults(base train.Config) train.Config {
 	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
 	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", 1e-3, 1e-4, 10, 0
 	c.Compile, c.Seed = true, 1
+	c.Data, c.ValData, c.BPEDropout = "", "", 0
 	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
 	return c
 }

@@ -113,6 +113,7 @@ func TestFinetuneBadInputCreatesNothing(t *testing.T) {
 		{[]string{"--from", base, "--data", good, "--rank", "0"}, []string{"rank 0"}},
 		{[]string{"--from", filepath.Join(dir, "nobase"), "--data", good}, []string{"--from", "nobase"}},
 		{[]string{"--data", good}, []string{"--from"}},
+		{[]string{"--from", base, "--data", good, "--optimizer", "sophia"}, []string{`optimizer "sophia"`, "adamw"}},
 	} {
 		r := runCLI(t, append(append([]string{"finetune", "--out", out}, tc.args...), "--steps", "3")...)
 		checkCleanFailure(t, strings.Join(tc.args, " "), r, tc.want...)

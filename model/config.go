@@ -20,6 +20,10 @@ type Config struct {
 	Heads     int     `json:"heads"`
 	Context   int     `json:"context"`   // maximum sequence length T
 	MLPRatio  float64 `json:"mlp_ratio"` // hidden width = MLPRatio·DModel
+	// GELU is the MLP's activation: "exact" (GELUExact, the default) or
+	// "tanh" (GELUTanh, GPT-2's approximation, cheaper on the CPU).
+	// Checkpoints written before this field existed used the exact GELU.
+	GELU string `json:"gelu"`
 	// Dtype is the compute dtype: "float32" or "bfloat16".
 	Dtype string `json:"dtype"`
 	// MasterFP32 keeps parameters in float32 and casts them to Dtype in the
@@ -53,10 +57,14 @@ func (c Config) PaddedVocab() int {
 }
 
 // WithDefaults fills zero-valued optional fields with TinyGPT's defaults:
-// MLP ratio 4, float32, RoPE base 10000, norm eps 1e-5, init std 0.02.
+// MLP ratio 4, exact GELU, float32, RoPE base 10000, norm eps 1e-5, init
+// std 0.02.
 func (c Config) WithDefaults() Config {
 	if c.MLPRatio == 0 {
 		c.MLPRatio = 4
+	}
+	if c.GELU == "" {
+		c.GELU = GELUExact
 	}
 	if c.Dtype == "" {
 		c.Dtype = "float32"
@@ -95,6 +103,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.MLPRatio > 0) || math.IsInf(c.MLPRatio, 0) || c.Hidden() < 1 {
 		return fmt.Errorf("model config: mlp_ratio = %g, want > 0 and finite", c.MLPRatio)
+	}
+	if c.GELU != "" && c.GELU != GELUExact && c.GELU != GELUTanh {
+		return fmt.Errorf("model config: gelu %q, want %q or %q", c.GELU, GELUExact, GELUTanh)
 	}
 	if d, err := mlx.ParseDtype(c.Dtype); err != nil || (d != mlx.Float32 && d != mlx.BFloat16 && d != mlx.Float16) {
 		return fmt.Errorf("model config: dtype %q, want float32, bfloat16 or float16", c.Dtype)

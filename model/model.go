@@ -71,37 +71,6 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 // linear applies a weight stored [out, in]: x·Wᵀ.
 func linear(x, w *mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(w)) }
 
-// newGELU returns the exact GELU, x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)), as a
-// function with its derivative written out: Φ(x) + x·φ(x), where φ(x) =
-// exp(−x²/2)/√(2π). Differentiating the ops instead keeps x/√2, x/2 and
-// 1 + erf(·) alive for the backward pass, and on a GPU each becomes a
-// kernel of its own (four forward kernels per layer and microbatch); with
-// the written-out derivative the forward pass is one fused kernel and the
-// backward pass recomputes what it needs from x.
-//
-// The backward pass writes Φ as ½ + ½·erf(x·(1/√2)) where the forward pass
-// has ½·(1 + erf(x/√2)): MLX's compiler merges identical subexpressions, and
-// a Φ(x) shared by both passes would have to be materialised, costing the
-// forward pass a second kernel again.
-func newGELU() (*mlx.Closure, error) {
-	return mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		x := in[0]
-		cdf := mlx.MulScalar(mlx.AddScalar(mlx.Erf(mlx.DivScalar(x, math.Sqrt2)), 1), 0.5)
-		return []*mlx.Array{mlx.Multiply(x, cdf)}, nil
-	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
-		x := primals[0]
-		cdf := mlx.AddScalar(mlx.MulScalar(mlx.Erf(mlx.MulScalar(x, 1/math.Sqrt2)), 0.5), 0.5)
-		pdf := mlx.MulScalar(mlx.Exp(mlx.MulScalar(mlx.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
-		return []*mlx.Array{mlx.Multiply(cotangents[0], mlx.Add(cdf, mlx.Multiply(x, pdf)))}, nil
-	})
-}
-
-// residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
-// residual connection around a projection stored [out, in], as one matrix
-// multiply-add: on a GPU the addition runs in the GEMM's epilogue instead of
-// as a kernel of its own.
-func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1) }
-
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
 // Like Loss and Init it builds its graph on the MLX thread (mlx.Do), so it
@@ -109,7 +78,7 @@ func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transp
 func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
-		logits := m.rowLogits(params, tokens)
+		logits := m.rowLogits(params, tokens, m.formulation())
 		if out = logits; logits.Err() == nil {
 			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
 		}
@@ -118,14 +87,15 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	return out
 }
 
-// rowLogits is Logits over the flattened positions: [B·T, V].
+// rowLogits is Logits over the flattened positions, [B·T, V], written in
+// formulation f.
 //
 // The blocks keep the residual stream as [B·T, D] rows, the shape every
 // matmul, norm and elementwise op sees anyway; only attention views it as
 // heads. A batch axis would add reshapes around every projection, forward
 // and backward, and each graph node is host work in every step
 // (docs/performance/gpu.md).
-func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulation) *mlx.Array {
 	if err := tokens.Err(); err != nil {
 		return mlx.ErrorArray(err)
 	}
@@ -137,9 +107,9 @@ func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	if err != nil {
 		return mlx.ErrorArray(err)
 	}
-	gelu, err := newGELU()
+	gelu, err := newGELU(m.Config.GELU, f.writtenGELU)
 	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
+		return mlx.ErrorArray(err)
 	}
 	defer gelu.Free()
 	c := m.Config
@@ -149,8 +119,8 @@ func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 		x = mlx.RMSNorm(x, w.embedNorm, eps)
 	}
 	for _, b := range w.blocks {
-		x = residual(x, m.attention(b, mlx.RMSNorm(x, b.attnNorm, eps), B, T), b.wo)
-		x = residual(x, mlp(gelu, b, mlx.RMSNorm(x, b.mlpNorm, eps)), b.w2)
+		x = f.residual(x, m.attention(f, b, mlx.RMSNorm(x, b.attnNorm, eps), B, T), b.wo)
+		x = f.residual(x, mlp(gelu, b, mlx.RMSNorm(x, b.mlpNorm, eps)), b.w2)
 	}
 	x = mlx.RMSNorm(x, w.norm, eps)
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
@@ -187,22 +157,18 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // before the output projection wo, which the caller applies together with
 // the residual add.
 //
-// The q, k and v projections run as one matmul against the three weights
-// stacked into [3D, D], split afterwards: on a GPU a small model's step is
-// bound by how many kernels it launches, and this saves matmuls forward
-// and backward (docs/performance/gpu.md). The parameters stay separate
-// (wq, wk, wv), so checkpoints are unchanged.
-func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int) *mlx.Array {
+// The q, k and v projections are f.qkv: on a GPU one matmul against the
+// three weights stacked into [3D, D], split afterwards. The parameters stay
+// separate (wq, wk, wv) either way, so checkpoints are unchanged.
+func (m *TinyGPT) attention(f formulation, b block, x *mlx.Array, B, T int) *mlx.Array {
 	c := m.Config
 	hd := c.HeadDim()
 	heads := func(t *mlx.Array) *mlx.Array { // [B·T, D] -> [B, H, T, hd]
 		return mlx.Transpose(mlx.Reshape(t, B, T, c.Heads, hd), 0, 2, 1, 3)
 	}
 	rope := func(t *mlx.Array) *mlx.Array { return mlx.RoPE(t, hd, false, float32(c.RoPEBase), 1, 0) }
-	qkv := mlx.Split(linear(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0)), 3, -1)
-	q := rope(heads(qkv[0]))
-	k := rope(heads(qkv[1]))
-	v := heads(qkv[2])
+	q, k, v := f.qkv(b, x)
+	q, k, v = rope(heads(q)), rope(heads(k)), heads(v)
 	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mlx.CausalMask, nil)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.DModel)
 }
@@ -210,12 +176,8 @@ func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int) *mlx.Array {
 // mlp is the position-wise feed-forward network up to its hidden
 // activations, GELU(x·W1ᵀ); the caller applies the down projection w2
 // together with the residual add.
-func mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
-	h, err := gelu.Call(linear(x, b.w1))
-	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
-	}
-	return h[0]
+func mlp(gelu activation, b block, x *mlx.Array) *mlx.Array {
+	return gelu.apply(linear(x, b.w1))
 }
 
 // Loss is the mean next-token cross-entropy of logits(x) against targets y
@@ -223,30 +185,29 @@ func mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
 // the mean of TokenLosses plus ZLoss times the mean square of LossTerms'
 // logsumexp. It is the training objective.
 //
-// On a GPU without z-loss it uses MLX's fused cross-entropy kernel, which
-// reads the compute-dtype logits and works in float32 inside: no float32
-// copy of the [B, T, V] logits, and three kernels fewer per microbatch.
-// MLX's CPU version of that kernel computes in the logits' dtype, so the
-// CPU keeps the explicit float32 path.
+// How it is written depends on the device (formulationFor). On a GPU
+// without z-loss it uses MLX's fused cross-entropy kernel, which reads the
+// compute-dtype logits and works in float32 inside: no float32 copy of the
+// [B, T, V] logits, and three kernels fewer per microbatch.
 func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
-		out = m.loss(params, x, y, m.Config.ZLoss == 0 && mlx.DefaultDevice() == mlx.GPU)
+		out = m.loss(params, x, y, m.formulation())
 		return nil
 	})
 	return out
 }
 
-// loss is Loss with the choice of cross-entropy kernel made by the caller.
-func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Array {
+// loss is Loss written in formulation f.
+func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx.Array {
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err)
 	}
-	if fused {
-		logits := m.rowLogits(params, x) // [B·T, V]
+	if f.fusedLoss && m.Config.ZLoss == 0 {
+		logits := m.rowLogits(params, x, f) // [B·T, V]
 		return mlx.Mean(mlx.CrossEntropy(logits, mlx.Reshape(y, y.Size())))
 	}
-	ce, lse := m.rowTerms(params, x, y)
+	ce, lse := m.rowTerms(params, x, y, f)
 	loss := mlx.Mean(ce)
 	if m.Config.ZLoss > 0 {
 		loss = mlx.Add(loss, mlx.MulScalar(mlx.Mean(mlx.Square(lse)), m.Config.ZLoss))
@@ -273,7 +234,7 @@ func (m *TinyGPT) LossTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err), mlx.ErrorArray(err)
 	}
-	ce, lse = m.rowTerms(params, x, y)
+	ce, lse = m.rowTerms(params, x, y, m.formulation())
 	if err := ce.Err(); err != nil {
 		return ce, mlx.ErrorArray(err)
 	}
@@ -295,9 +256,9 @@ func checkTargets(x, y *mlx.Array) error {
 
 // rowTerms is LossTerms over the flattened positions, [B·T] each: the
 // float32 path that Loss, TokenLosses and evaluation share.
-func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
-	logits := mlx.AsType(m.rowLogits(params, x), mlx.Float32) // [B·T, V]
-	y = mlx.Reshape(y, y.Size())                              // [B·T]
+func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+	logits := mlx.AsType(m.rowLogits(params, x, f), mlx.Float32) // [B·T, V]
+	y = mlx.Reshape(y, y.Size())                                 // [B·T]
 	lse = mlx.LogSumExp(logits, -1)
 	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
 	return mlx.Subtract(lse, target), lse

@@ -27,6 +27,10 @@ def parse_args(description, extra=None):
     p.add_argument("--batch", type=int, help="override the preset's batch (smoke tests)")
     p.add_argument("--context", type=int, help="override the preset's context (smoke tests)")
     p.add_argument("--layers", type=int, help="override the preset's layers (smoke tests)")
+    p.add_argument("--accum", type=int, help="override the preset's gradient accumulation")
+    p.add_argument("--gelu", choices=["exact", "tanh"], help="override the preset's GELU")
+    p.add_argument("--compile", type=int, choices=[0, 1], default=1,
+                   help="1: compile the whole step (default); 0: run it op by op")
     if extra:
         extra(p)
     return p.parse_args()
@@ -46,6 +50,11 @@ def load_preset(args):
         m["context"] = args.context
     if args.layers:
         m["layers"] = args.layers
+    if args.accum:
+        cfg["accum"] = args.accum
+    if args.gelu:
+        m["gelu"] = args.gelu
+    m.setdefault("gelu", "exact")
     m.setdefault("mlp_ratio", 4)
     m.setdefault("rope_base", 10000)
     m.setdefault("norm_eps", 1e-5)
@@ -188,6 +197,21 @@ def report(name, cfg, args, timer, peak_bytes, extra=None):
     if extra:
         out.update(extra)
     print(json.dumps(out), flush=True)
+
+
+def loaded_library(name):
+    """The real path of the shared library whose file name starts with
+    name, as this process mapped it (Linux), or "" if none is found: shows
+    which libmlx.so a peer runs on."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith(name):
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return ""
 
 
 now = time.perf_counter

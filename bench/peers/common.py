@@ -142,6 +142,8 @@ class Timer:
     def __init__(self, warmup):
         self.warmup = warmup
         self.times = []
+        self.cpu_start = None
+        self.cpu_end = None
         self.loss_first = None
         self.loss_last = None
 
@@ -153,6 +155,12 @@ class Timer:
         self.loss_last = loss
         if i >= self.warmup:
             self.times.append(seconds * 1e3)
+            self.cpu_end = time.process_time()
+
+    def start(self, i):
+        """Marks the start of step i: CPU time counts from the first timed step."""
+        if i == self.warmup:
+            self.cpu_start = time.process_time()
 
 
 def quantile(xs, q):
@@ -190,6 +198,10 @@ def report(name, cfg, args, timer, peak_bytes, extra=None):
         "ms_per_step_p90": quantile(timer.times, 0.9),
         "steps_per_s": steps_per_s,
         "tokens_per_s": steps_per_s * tokens,
+        # CPU time of the process (all threads) over the timed steps, per
+        # step, where the peer marks its steps with Timer.start.
+        "cpu_ms_per_step": (timer.cpu_end - timer.cpu_start) * 1e3 / len(timer.times)
+        if timer.cpu_start is not None else None,
         "peak_memory_bytes": int(peak_bytes),
         "loss_first": timer.loss_first,
         "loss_last": timer.loss_last,

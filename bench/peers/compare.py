@@ -7,7 +7,9 @@ interpreted × an accumulation count), one process each, in an order
 rotated by the round, so a change of machine load falls on all of them
 alike. Per round it divides posttrainllm's median ms per step by each
 peer's; the table gives those ratios per round and their median, and the
-medians of the three implementations' times and losses.
+medians of the three implementations' times and losses. A second table
+does the same with CPU time per step (the process's, all threads), which
+moves less than wall-clock time when other jobs share the machine.
 
     make build peers
     python3 bench/peers/compare.py --preset small --rounds 5
@@ -100,26 +102,37 @@ def main():
                       f"{res['ms_per_step_median']:.1f} ms/step", file=sys.stderr, flush=True)
 
     print(f"\npreset {args.preset}, gelu {args.gelu}, batch {cfg['batch']}, context {cfg['model']['context']}, "
-          f"{args.rounds} rounds × {args.warmup} warm-up + {args.steps} timed steps per process\n")
-    print("| mode | accum | posttrainllm ms | MLX C++ ms | MLX Python ms | ÷ C++ per round | ÷ C++ median "
+          f"{args.rounds} rounds × {args.warmup} warm-up + {args.steps} timed steps per process")
+    for metric, title in (("ms_per_step_median", "wall-clock ms per step (median of the timed steps)"),
+                          ("cpu_ms_per_step", "CPU ms per step (process CPU time over the timed steps)")):
+        table(results, cells, impls, metric, title)
+    print()
+    for impl in impls:
+        for compiled, accum in cells:
+            if not compiled or ((False, accum), impl) not in results:
+                continue
+            comp, interp = results[((True, accum), impl)], results[((False, accum), impl)]
+            ratios = [i["ms_per_step_median"] / c["ms_per_step_median"] for c, i in zip(comp, interp)]
+            print(f"{impl} accum {accum}: interpreted ÷ compiled wall-clock per round "
+                  f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}")
+
+
+def table(results, cells, impls, metric, title):
+    """Prints one markdown table of metric: each implementation's median
+    over the rounds, and posttrainllm ÷ each peer per round and median."""
+    print(f"\n{title}\n")
+    print("| mode | accum | posttrainllm | MLX C++ | MLX Python | ÷ C++ per round | ÷ C++ median "
           "| ÷ Python per round | ÷ Python median | loss first→last (Go / C++ / Python) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for cell in cells:
         go, cpp, py = (results[(cell, i)] for i in impls)
-        med = lambda rs: statistics.median(x["ms_per_step_median"] for x in rs)
-        rc = [g["ms_per_step_median"] / c["ms_per_step_median"] for g, c in zip(go, cpp)]
-        rp = [g["ms_per_step_median"] / q["ms_per_step_median"] for g, q in zip(go, py)]
+        med = lambda rs: statistics.median(x[metric] for x in rs)
+        rc = [g[metric] / c[metric] for g, c in zip(go, cpp)]
+        rp = [g[metric] / q[metric] for g, q in zip(go, py)]
         loss = " / ".join(f"{rs[0]['loss_first']:.3f}→{rs[0]['loss_last']:.3f}" for rs in (go, cpp, py))
         print(f"| {'compiled' if cell[0] else 'interpreted'} | {cell[1]} | {med(go):.1f} | {med(cpp):.1f} | "
               f"{med(py):.1f} | {', '.join(f'{x:.2f}' for x in rc)} | {statistics.median(rc):.2f} | "
               f"{', '.join(f'{x:.2f}' for x in rp)} | {statistics.median(rp):.2f} | {loss} |")
-    for mode_impl in impls:
-        pairs = [(results[((True, a), mode_impl)], results[((False, a), mode_impl)])
-                 for (c, a) in cells if c and ((False, a), mode_impl) in results]
-        for comp, interp in pairs:
-            ratios = [i["ms_per_step_median"] / c["ms_per_step_median"] for c, i in zip(comp, interp)]
-            print(f"{mode_impl} accum {comp[0]['accum']}: interpreted ÷ compiled per round "
-                  f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}")
 
 
 if __name__ == "__main__":

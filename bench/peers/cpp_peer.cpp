@@ -25,6 +25,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <random>
 #include <stdexcept>
@@ -254,6 +255,13 @@ double cosine_lr(const Config& c, int step, int total) {
   return c.min_lr + (c.lr - c.min_lr) * 0.5 * (1 + std::cos(M_PI * progress));
 }
 
+// cpu_ms is the CPU time of the process so far, all threads, in ms.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 double quantile(std::vector<double> xs, double q) {
   std::sort(xs.begin(), xs.end());
   double pos = q * (xs.size() - 1);
@@ -281,8 +289,9 @@ int run(const Config& c) {
 
   int total = c.warmup + c.steps;
   std::vector<double> times;
-  double loss_first = 0, loss_last = 0;
+  double loss_first = 0, loss_last = 0, cpu_start = 0;
   for (int i = 0; i < total; i++) {
+    if (i == c.warmup) cpu_start = cpu_ms();
     auto t0 = std::chrono::steady_clock::now();
     for (int w = 0; w < c.accum * c.batch; w++) {
       size_t s = start(rng);
@@ -306,6 +315,7 @@ int run(const Config& c) {
     if (i == c.warmup - 1) mx::reset_peak_memory();
     if (i >= c.warmup) times.push_back(ms);
   }
+  double cpu_per_step = (cpu_ms() - cpu_start) / c.steps;
   double sum = 0;
   for (double t : times) sum += t;
   double steps_per_s = times.size() / (sum / 1e3);
@@ -314,14 +324,14 @@ int run(const Config& c) {
       "\"dtype\": \"float32\", \"gelu\": \"%s\", \"accum\": %d, \"batch\": %d, \"context\": %d, "
       "\"tokens_per_step\": %d, \"params\": %zu, \"warmup_steps\": %d, \"steps\": %zu, "
       "\"ms_per_step_median\": %.4f, \"ms_per_step_p10\": %.4f, \"ms_per_step_p90\": %.4f, "
-      "\"steps_per_s\": %.4f, \"tokens_per_s\": %.2f, \"peak_memory_bytes\": %zu, "
+      "\"steps_per_s\": %.4f, \"tokens_per_s\": %.2f, \"cpu_ms_per_step\": %.4f, \"peak_memory_bytes\": %zu, "
       "\"loss_first\": %.6f, \"loss_last\": %.6f, \"mlx_version\": \"%s\"}\n",
       c.compile ? "compiled" : "interpreted", c.gelu.c_str(), c.accum, c.batch, c.context, per, [&] {
         size_t s = 0;
         for (auto& a : params) s += a.size();
         return s;
       }(), c.warmup, times.size(), quantile(times, 0.5), quantile(times, 0.1), quantile(times, 0.9), steps_per_s,
-      steps_per_s * per, mx::get_peak_memory(), loss_first, loss_last, mx::version());
+      steps_per_s * per, cpu_per_step, mx::get_peak_memory(), loss_first, loss_last, mx::version());
   return 0;
 }
 

@@ -182,6 +182,7 @@ def main():
     for i in range(total):
         if i == args.warmup:
             mx.reset_peak_memory()
+        timer.start(i)
         start = common.now()
         xs, ys = data.next()
         opt.learning_rate = mx.array(common.cosine_lr(cfg, i, total), dtype=mx.float32)

@@ -112,9 +112,10 @@ def main():
             if not compiled or ((False, accum), impl) not in results:
                 continue
             comp, interp = results[((True, accum), impl)], results[((False, accum), impl)]
-            ratios = [i["ms_per_step_median"] / c["ms_per_step_median"] for c, i in zip(comp, interp)]
-            print(f"{impl} accum {accum}: interpreted ÷ compiled wall-clock per round "
-                  f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}")
+            for metric, what in (("ms_per_step_median", "wall-clock"), ("cpu_ms_per_step", "CPU time")):
+                ratios = [i[metric] / c[metric] for c, i in zip(comp, interp)]
+                print(f"{impl} accum {accum}: interpreted ÷ compiled {what} per round "
+                      f"{', '.join(f'{x:.2f}' for x in ratios)}, median {statistics.median(ratios):.2f}")
 
 
 def table(results, cells, impls, metric, title):

@@ -99,7 +99,8 @@ def main():
                 if args.json:
                     print(json.dumps(dict(res, impl_name=impl, compiled=cell[0])), flush=True)
                 print(f"round {r + 1} {'compiled' if cell[0] else 'interpreted'} accum {cell[1]} {impl}: "
-                      f"{res['ms_per_step_median']:.1f} ms/step", file=sys.stderr, flush=True)
+                      f"{res['ms_per_step_median']:.1f} ms/step, {res['cpu_ms_per_step']:.1f} CPU ms/step",
+                      file=sys.stderr, flush=True)
 
     print(f"\npreset {args.preset}, gelu {args.gelu}, batch {cfg['batch']}, context {cfg['model']['context']}, "
           f"{args.rounds} rounds × {args.warmup} warm-up + {args.steps} timed steps per process")

@@ -35,9 +35,14 @@ func formulationFor(d mlx.Device, c Config) formulation {
 	if d == mlx.GPU {
 		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0}
 	}
-	// MLX's CPU cross-entropy kernel computes in the logits' dtype, so
-	// only float32 logits may take it; the float32 path is the one measured.
-	return formulation{stackedQKV: true, addMMResidual: true}
+	// On the CPU the plain formulation costs least: the written-out GELU
+	// adds a fifth to the forward and backward pass, and the stacked qkv
+	// (a concatenation of the weights and strided splits every step) and
+	// the AddMM residuals a few percent more (BenchmarkFormulations,
+	// docs/performance/cpu.md). MLX's CPU cross-entropy kernel falls back
+	// to the float32 path's ops and computes in the logits' dtype, so the
+	// CPU keeps the explicit float32 path.
+	return formulation{}
 }
 
 // formulation is formulationFor the default device. It reads MLX state, so

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,24 +20,21 @@ type formulationVariant struct {
 	f    formulation
 }
 
-// benchVariants are the formulations BenchmarkFormulations compares on the
-// default device: the GPU's, each of its choices undone alone, all undone,
-// the one formulationFor picks for the device, and that one with the tanh
-// GELU. The fused loss is not undone alone: on the CPU MLX's fused
+// benchVariants are the formulations BenchmarkFormulations compares: the
+// GPU's; the GELU as plain ops with each combination of stacked qkv and
+// AddMM residuals (the last, "plain", is the formulation of the MLX peers in
+// bench/peers); and the one formulationFor picks for the default device
+// with the tanh GELU. The fused loss is not varied: on the CPU MLX's fused
 // cross-entropy falls back to the same ops as the float32 path, and the
 // graphs are identical.
 func benchVariants() []formulationVariant {
-	gpu := formulationFor(mlx.GPU, Config{})
-	without := func(edit func(*formulation)) formulation { f := gpu; edit(&f); return f }
-	here := formulationFor(mlx.DefaultDevice(), Config{})
 	return []formulationVariant{
-		{"gpu", GELUExact, gpu},
-		{"gpu-no-written-gelu", GELUExact, without(func(f *formulation) { f.writtenGELU = false })},
-		{"gpu-no-stacked-qkv", GELUExact, without(func(f *formulation) { f.stackedQKV = false })},
-		{"gpu-no-addmm", GELUExact, without(func(f *formulation) { f.addMMResidual = false })},
+		{"gpu", GELUExact, formulationFor(mlx.GPU, Config{})},
+		{"gelu-ops", GELUExact, formulation{stackedQKV: true, addMMResidual: true}},
+		{"gelu-ops-3-matmuls", GELUExact, formulation{addMMResidual: true}},
+		{"gelu-ops-add", GELUExact, formulation{stackedQKV: true}},
 		{"plain", GELUExact, formulation{}},
-		{"chosen", GELUExact, here},
-		{"chosen-tanh", GELUTanh, here},
+		{"chosen-tanh", GELUTanh, formulationFor(mlx.DefaultDevice(), Config{})},
 	}
 }
 
@@ -45,8 +43,9 @@ func benchVariants() []formulationVariant {
 // vocabulary 256, batch 8 × 128 tokens, float32 — in each formulation of
 // benchVariants, side by side: every round runs each variant once, in an
 // order rotated by the round, and the benchmark reports each variant's
-// median over the rounds (b.N rounds) and the median over the rounds of its
-// time divided by the "gpu" variant's time in the same round. Run it as
+// median wall-clock and CPU time (the process's, all threads) over the
+// rounds (b.N rounds), and the median over the rounds of its CPU time
+// divided by the "gpu" variant's in the same round. Run it as
 //
 //	go test ./model -run '^$' -bench Formulations -benchtime 9x -v
 //
@@ -110,8 +109,8 @@ func BenchmarkFormulations(b *testing.B) {
 		}
 		x, y := benchTokens(batch, cfg.Context, cfg.VocabSize, 0), benchTokens(batch, cfg.Context, cfg.VocabSize, 1)
 		in := append(append([]*mlx.Array{}, params...), x, y)
-		run := func(i int) time.Duration {
-			start := time.Now()
+		run := func(i int) (wall, cpu time.Duration) {
+			start, cpuStart := time.Now(), cpuTime()
 			out, err := steps[i].Call(in...)
 			if err == nil {
 				err = mlx.Eval(out...)
@@ -119,31 +118,29 @@ func BenchmarkFormulations(b *testing.B) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := time.Since(start)
+			wall, cpu = time.Since(start), cpuTime()-cpuStart
 			mlx.Free(out...)
-			return d
+			return wall, cpu
 		}
 		for i := range steps { // warm-up: tracing and the CPU's kernel JIT
 			for range 2 {
 				run(i)
 			}
 		}
-		times := make([][]time.Duration, len(steps))
+		wall, cpu := make([][]time.Duration, len(steps)), make([][]time.Duration, len(steps))
 		b.ResetTimer()
 		for r := range b.N {
 			for k := range steps {
 				i := (k + r) % len(steps)
-				times[i] = append(times[i], run(i))
+				w, c := run(i)
+				wall[i], cpu[i] = append(wall[i], w), append(cpu[i], c)
 			}
 		}
 		b.StopTimer()
 		for i, v := range variants {
-			ratios := make([]time.Duration, len(times[i])) // per round, in units of 1e-6
-			for r := range ratios {
-				ratios[r] = time.Duration(1e6 * float64(times[i][r]) / float64(times[0][r]))
-			}
-			b.ReportMetric(float64(median(times[i]).Microseconds())/1000, "ms/"+v.name)
-			b.ReportMetric(float64(median(ratios))/1e6, "x/"+v.name)
+			b.ReportMetric(float64(median(wall[i]).Microseconds())/1000, "ms/"+v.name)
+			b.ReportMetric(float64(median(cpu[i]).Microseconds())/1000, "cpu-ms/"+v.name)
+			b.ReportMetric(medianRatio(cpu[i], cpu[0]), "cpu-x/"+v.name)
 		}
 	})
 }
@@ -155,6 +152,26 @@ func benchTokens(b, n, vocab, seed int) *mlx.Array {
 		v[i] = int32((i*7 + seed*13 + i*i) % vocab)
 	}
 	return mlx.FromSlice(v, b, n)
+}
+
+// medianRatio is the median over rounds r of a[r]/b[r].
+func medianRatio(a, b []time.Duration) float64 {
+	r := make([]float64, len(a))
+	for i := range a {
+		r[i] = float64(a[i]) / float64(b[i])
+	}
+	slices.Sort(r)
+	return r[len(r)/2]
+}
+
+// cpuTime is the CPU time this process has used, all threads together:
+// on a machine shared with other jobs it moves less than wall-clock time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // median returns the median of ds.

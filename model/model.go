@@ -158,8 +158,9 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // the residual add.
 //
 // The q, k and v projections are f.qkv: on a GPU one matmul against the
-// three weights stacked into [3D, D], split afterwards. The parameters stay
-// separate (wq, wk, wv) either way, so checkpoints are unchanged.
+// three weights stacked into [3D, D], split afterwards; on the CPU three
+// matmuls. The parameters stay separate (wq, wk, wv) either way, so
+// checkpoints are unchanged.
 func (m *TinyGPT) attention(f formulation, b block, x *mlx.Array, B, T int) *mlx.Array {
 	c := m.Config
 	hd := c.HeadDim()

@@ -25,7 +25,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps py-deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
 
 all: build
 
@@ -99,6 +99,20 @@ cross-darwin:
 
 bench: build
 	$(BIN) bench --preset tiny --compare
+
+# The MLX peers of bench (bench/peers/), on this checkout's libmlx.so:
+# bin/cpp_peer, a TinyGPT step written in MLX C++, and MLX Python in
+# .deps/peers/python. Not part of make test. compare-peers runs them beside
+# posttrainllm in alternating rounds (PRESET, ROUNDS; docs/performance/cpu.md).
+PRESET ?= small
+ROUNDS ?= 5
+peers: deps
+	@mkdir -p bin
+	$(CXX) -std=c++20 -O2 bench/peers/cpp_peer.cpp -o bin/cpp_peer $$(pkg-config --cflags --libs posttrainllm-mlx)
+	bench/peers/install-python.sh
+
+compare-peers: build peers
+	python3 bench/peers/compare.py --preset $(PRESET) --rounds $(ROUNDS)
 
 # GPU tests (files tagged gpu) compile here into test binaries that run on a
 # CUDA machine, which needs no Go: scripts/gpu-bench.sh runs them there with

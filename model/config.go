@@ -23,6 +23,10 @@ type Config struct {
 	Heads     int     `json:"heads"`
 	Context   int     `json:"context"`   // maximum sequence length T
 	MLPRatio  float64 `json:"mlp_ratio"` // hidden width = MLPRatio·DModel
+	// GELU is the MLP's activation: "exact" (GELUExact, the default) or
+	// "tanh" (GELUTanh, GPT-2's approximation, cheaper on the CPU).
+	// Checkpoints written before this field existed used the exact GELU.
+	GELU string `json:"gelu"`
 	// Dtype is the compute dtype: "float32" or "bfloat16".
 	Dtype string `json:"dtype"`
 	// MasterFP32 keeps parameters in float32 and casts them to Dtype in the
@@ -56,9 +60,6 @@ type Config struct {
 	// MLP is "gelu" (GELU(x·W1ᵀ)·W2ᵀ, the default) or "swiglu"
 	// ((SiLU(x·W1ᵀ) ⊙ x·W3ᵀ)·W2ᵀ, Llama).
 	MLP string `json:"mlp,omitempty"`
-	// GELU is "exact" (x·Φ(x), the default) or "tanh", GPT-2's
-	// approximation 0.5·x·(1+tanh(√(2/π)(x+0.044715x³))).
-	GELU string `json:"gelu"`
 	// KVHeads is the number of key/value heads; fewer than Heads is
 	// grouped-query attention. 0 means Heads.
 	KVHeads int `json:"kv_heads,omitempty"`
@@ -83,10 +84,14 @@ func (c Config) PaddedVocab() int {
 }
 
 // WithDefaults fills zero-valued optional fields with TinyGPT's defaults:
-// MLP ratio 4, float32, RoPE base 10000, norm eps 1e-5, init std 0.02.
+// MLP ratio 4, exact GELU, float32, RoPE base 10000, norm eps 1e-5, init
+// std 0.02.
 func (c Config) WithDefaults() Config {
 	if c.MLPRatio == 0 {
 		c.MLPRatio = 4
+	}
+	if c.GELU == "" {
+		c.GELU = GELUExact
 	}
 	if c.Dtype == "" {
 		c.Dtype = "float32"
@@ -128,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.MLPRatio > 0) || math.IsInf(c.MLPRatio, 0) || c.Hidden() < 1 {
 		return fmt.Errorf("model config: mlp_ratio = %g, want > 0 and finite", c.MLPRatio)
+	}
+	if c.GELU != "" && c.GELU != GELUExact && c.GELU != GELUTanh {
+		return fmt.Errorf("model config: gelu %q, want %q or %q", c.GELU, GELUExact, GELUTanh)
 	}
 	if d, err := mlx.ParseDtype(c.Dtype); err != nil || (d != mlx.Float32 && d != mlx.BFloat16 && d != mlx.Float16) {
 		return fmt.Errorf("model config: dtype %q, want float32, bfloat16 or float16", c.Dtype)

@@ -14,8 +14,6 @@ const (
 	PositionsLearned = "learned"
 	MLPGELU          = "gelu"
 	MLPSwiGLU        = "swiglu"
-	GELUExact        = "exact"
-	GELUTanh         = "tanh"
 )
 
 // validateFamily reports the first family-level field that names no
@@ -28,7 +26,6 @@ func (c Config) validateFamily() error {
 		{"norm", c.Norm, []string{NormRMS, NormLayer}},
 		{"positions", c.Positions, []string{PositionsRoPE, PositionsLearned}},
 		{"mlp", c.MLP, []string{MLPGELU, MLPSwiGLU}},
-		{"gelu", c.GELU, []string{GELUExact, GELUTanh}},
 	} {
 		if f.v != "" && f.v != f.ok[0] && f.v != f.ok[1] {
 			return fmt.Errorf("model config: %s = %q, want %q or %q", f.name, f.v, f.ok[0], f.ok[1])

@@ -29,7 +29,7 @@ func (m *TinyGPT) NewKVCache() *KVCache {
 func (m *TinyGPT) LogitsCached(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
-		logits := m.forward(params, tokens, cache)
+		logits := m.forward(params, tokens, cache, m.formulation())
 		if out = logits; logits.Err() == nil {
 			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
 		}

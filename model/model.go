@@ -109,14 +109,6 @@ func linearBias(x, w, b *mlx.Array) *mlx.Array {
 	return mlx.AddMM(b, x, mlx.Transpose(w), 1, 1)
 }
 
-// residualBias is residual plus the projection's bias (nil for none).
-func residualBias(x, h, w, b *mlx.Array) *mlx.Array {
-	if b == nil {
-		return residual(x, h, w)
-	}
-	return mlx.Add(residual(x, h, w), b)
-}
-
 // norm is the family's normalisation of the last axis: RMSNorm with gain g,
 // or LayerNorm with gain g and bias b (nil for none).
 func (m *TinyGPT) norm(x, g, b *mlx.Array) *mlx.Array {
@@ -127,37 +119,6 @@ func (m *TinyGPT) norm(x, g, b *mlx.Array) *mlx.Array {
 	return mlx.RMSNorm(x, g, eps)
 }
 
-// newGELU returns the exact GELU, x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)), as a
-// function with its derivative written out: Φ(x) + x·φ(x), where φ(x) =
-// exp(−x²/2)/√(2π). Differentiating the ops instead keeps x/√2, x/2 and
-// 1 + erf(·) alive for the backward pass, and on a GPU each becomes a
-// kernel of its own (four forward kernels per layer and microbatch); with
-// the written-out derivative the forward pass is one fused kernel and the
-// backward pass recomputes what it needs from x.
-//
-// The backward pass writes Φ as ½ + ½·erf(x·(1/√2)) where the forward pass
-// has ½·(1 + erf(x/√2)): MLX's compiler merges identical subexpressions, and
-// a Φ(x) shared by both passes would have to be materialised, costing the
-// forward pass a second kernel again.
-func newGELU() (*mlx.Closure, error) {
-	return mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		x := in[0]
-		cdf := mlx.MulScalar(mlx.AddScalar(mlx.Erf(mlx.DivScalar(x, math.Sqrt2)), 1), 0.5)
-		return []*mlx.Array{mlx.Multiply(x, cdf)}, nil
-	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
-		x := primals[0]
-		cdf := mlx.AddScalar(mlx.MulScalar(mlx.Erf(mlx.MulScalar(x, 1/math.Sqrt2)), 0.5), 0.5)
-		pdf := mlx.MulScalar(mlx.Exp(mlx.MulScalar(mlx.Square(x), -0.5)), 1/math.Sqrt(2*math.Pi))
-		return []*mlx.Array{mlx.Multiply(cotangents[0], mlx.Add(cdf, mlx.Multiply(x, pdf)))}, nil
-	})
-}
-
-// residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
-// residual connection around a projection stored [out, in], as one matrix
-// multiply-add: on a GPU the addition runs in the GEMM's epilogue instead of
-// as a kernel of its own.
-func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1) }
-
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
 // Like Loss and Init it builds its graph on the MLX thread (mlx.Do), so it
@@ -165,7 +126,7 @@ func residual(x, h, w *mlx.Array) *mlx.Array { return mlx.AddMM(x, h, mlx.Transp
 func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
-		logits := m.rowLogits(params, tokens)
+		logits := m.rowLogits(params, tokens, m.formulation())
 		if out = logits; logits.Err() == nil {
 			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
 		}
@@ -174,21 +135,22 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	return out
 }
 
-// rowLogits is Logits over the flattened positions: [B·T, V].
+// rowLogits is Logits over the flattened positions, [B·T, V], written in
+// formulation f.
 //
 // The blocks keep the residual stream as [B·T, D] rows, the shape every
 // matmul, norm and elementwise op sees anyway; only attention views it as
 // heads. A batch axis would add reshapes around every projection, forward
 // and backward, and each graph node is host work in every step
 // (docs/performance/gpu.md).
-func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
-	return m.forward(params, tokens, nil)
+func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulation) *mlx.Array {
+	return m.forward(params, tokens, nil, f)
 }
 
 // forward is rowLogits continuing the positions held in cache (nil for
 // none): the tokens sit at positions cache.Offset…, attend to the cached
 // keys and values as well as their own, and cache takes theirs.
-func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
+func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache, f formulation) *mlx.Array {
 	if err := tokens.Err(); err != nil {
 		return mlx.ErrorArray(err)
 	}
@@ -208,10 +170,10 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		}
 		offset = cache.Offset
 	}
-	var gelu *mlx.Closure
-	if !c.swiGLU() && c.GELU != GELUTanh {
-		if gelu, err = newGELU(); err != nil {
-			return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
+	var gelu activation
+	if !c.swiGLU() {
+		if gelu, err = newGELU(c.GELU, f.writtenGELU); err != nil {
+			return mlx.ErrorArray(err)
 		}
 		defer gelu.Free()
 	}
@@ -227,8 +189,8 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		x = m.norm(x, w.embedNorm, w.embedNormB)
 	}
 	for l, b := range w.blocks {
-		x = residualBias(x, m.attention(b, m.norm(x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
-		x = residualBias(x, m.mlp(gelu, b, m.norm(x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
+		x = f.residualBias(x, m.attention(f, b, m.norm(x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
+		x = f.residualBias(x, m.mlp(gelu, b, m.norm(x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
 	}
 	if cache != nil {
 		cache.Offset += T
@@ -272,12 +234,11 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // attention) each key/value head serves Heads/KVHeads query heads; MLX's
 // fused kernel takes them as they are.
 //
-// The q, k and v projections run as one matmul against the three weights
-// stacked into [D + 2·KV, D], split afterwards: on a GPU a small model's
-// step is bound by how many kernels it launches, and this saves matmuls
-// forward and backward (docs/performance/gpu.md). The parameters stay
-// separate (wq, wk, wv), so checkpoints are unchanged.
-func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+// The q, k and v projections are f.qkv: on a GPU one matmul against the
+// three weights stacked into [D + 2·KV, D], split afterwards; on the CPU
+// three matmuls. The parameters stay separate (wq, wk, wv) either way, so
+// checkpoints are unchanged.
+func (m *TinyGPT) attention(f formulation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
 	c := m.Config
 	hd, kvh := c.HeadDim(), c.KVHeadCount()
 	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
@@ -293,15 +254,8 @@ func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int, cache *KVCache, l i
 		}
 		return mlx.RoPE(t, hd, false, float32(c.RoPEBase), c.ropeScale(), offset)
 	}
-	var bqkv *mlx.Array
-	if b.bq != nil {
-		bqkv = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
-	}
-	qkv := mlx.SplitAt(linearBias(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0), bqkv),
-		[]int{c.DModel, c.DModel + kvh*hd}, -1)
-	q := rope(heads(qkv[0], c.Heads))
-	k := rope(heads(qkv[1], kvh))
-	v := heads(qkv[2], kvh)
+	q, k, v := f.qkv(b, x, c.DModel, kvh*hd)
+	q, k, v = rope(heads(q, c.Heads)), rope(heads(k, kvh)), heads(v, kvh)
 	mask := mlx.CausalMask
 	if cache != nil {
 		k, v = cache.append(l, k, v)
@@ -316,9 +270,9 @@ func (m *TinyGPT) attention(b block, x *mlx.Array, B, T int, cache *KVCache, l i
 // mlp is the position-wise feed-forward network up to its hidden
 // activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ with the
 // two projections run as one matmul. The caller applies the down projection
-// w2 together with the residual add. gelu is the exact GELU (nil when the
-// family uses another activation).
-func (m *TinyGPT) mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
+// w2 together with the residual add. gelu is the family's GELU (unused by
+// SwiGLU).
+func (m *TinyGPT) mlp(gelu activation, b block, x *mlx.Array) *mlx.Array {
 	if m.Config.swiGLU() {
 		var b13 *mlx.Array
 		if b.b1 != nil {
@@ -327,56 +281,40 @@ func (m *TinyGPT) mlp(gelu *mlx.Closure, b block, x *mlx.Array) *mlx.Array {
 		gu := mlx.Split(linearBias(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13), 2, -1)
 		return mlx.Multiply(silu(gu[0]), gu[1])
 	}
-	h := linearBias(x, b.w1, b.b1)
-	if gelu == nil {
-		return geluTanh(h)
-	}
-	out, err := gelu.Call(h)
-	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("model: gelu: %w", err))
-	}
-	return out[0]
+	return gelu.apply(linearBias(x, b.w1, b.b1))
 }
 
 // silu is x·σ(x), the gate of SwiGLU.
 func silu(x *mlx.Array) *mlx.Array { return mlx.Multiply(x, mlx.Sigmoid(x)) }
-
-// geluTanh is GPT-2's approximation of GELU,
-// 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
-func geluTanh(x *mlx.Array) *mlx.Array {
-	inner := mlx.MulScalar(mlx.Add(x, mlx.MulScalar(mlx.Multiply(x, mlx.Square(x)), 0.044715)), math.Sqrt(2/math.Pi))
-	return mlx.Multiply(mlx.MulScalar(x, 0.5), mlx.AddScalar(mlx.Tanh(inner), 1))
-}
 
 // Loss is the mean next-token cross-entropy of logits(x) against targets y
 // (both [B, T] int32), computed in float32, plus ZLoss·mean(logsumexp²):
 // the mean of TokenLosses plus ZLoss times the mean square of LossTerms'
 // logsumexp. It is the training objective.
 //
-// On a GPU without z-loss it uses MLX's fused cross-entropy kernel, which
-// reads the compute-dtype logits and works in float32 inside: no float32
-// copy of the [B, T, V] logits, and three kernels fewer per microbatch.
-// MLX's CPU version of that kernel computes in the logits' dtype, so the
-// CPU keeps the explicit float32 path.
+// How it is written depends on the device (formulationFor). On a GPU
+// without z-loss it uses MLX's fused cross-entropy kernel, which reads the
+// compute-dtype logits and works in float32 inside: no float32 copy of the
+// [B, T, V] logits, and three kernels fewer per microbatch.
 func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
-		out = m.loss(params, x, y, m.Config.ZLoss == 0 && mlx.DefaultDevice() == mlx.GPU)
+		out = m.loss(params, x, y, m.formulation())
 		return nil
 	})
 	return out
 }
 
-// loss is Loss with the choice of cross-entropy kernel made by the caller.
-func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, fused bool) *mlx.Array {
+// loss is Loss written in formulation f.
+func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx.Array {
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err)
 	}
-	if fused {
-		logits := m.rowLogits(params, x) // [B·T, V]
+	if f.fusedLoss && m.Config.ZLoss == 0 {
+		logits := m.rowLogits(params, x, f) // [B·T, V]
 		return mlx.Mean(mlx.CrossEntropy(logits, mlx.Reshape(y, y.Size())))
 	}
-	ce, lse := m.rowTerms(params, x, y)
+	ce, lse := m.rowTerms(params, x, y, f)
 	loss := mlx.Mean(ce)
 	if m.Config.ZLoss > 0 {
 		loss = mlx.Add(loss, mlx.MulScalar(mlx.Mean(mlx.Square(lse)), m.Config.ZLoss))
@@ -403,7 +341,7 @@ func (m *TinyGPT) LossTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err), mlx.ErrorArray(err)
 	}
-	ce, lse = m.rowTerms(params, x, y)
+	ce, lse = m.rowTerms(params, x, y, m.formulation())
 	if err := ce.Err(); err != nil {
 		return ce, mlx.ErrorArray(err)
 	}
@@ -425,9 +363,9 @@ func checkTargets(x, y *mlx.Array) error {
 
 // rowTerms is LossTerms over the flattened positions, [B·T] each: the
 // float32 path that Loss, TokenLosses and evaluation share.
-func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
-	logits := mlx.AsType(m.rowLogits(params, x), mlx.Float32) // [B·T, V]
-	y = mlx.Reshape(y, y.Size())                              // [B·T]
+func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+	logits := mlx.AsType(m.rowLogits(params, x, f), mlx.Float32) // [B·T, V]
+	y = mlx.Reshape(y, y.Size())                                 // [B·T]
 	lse = mlx.LogSumExp(logits, -1)
 	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
 	return mlx.Subtract(lse, target), lse

@@ -10,11 +10,12 @@ import (
 )
 
 // referenceLoss is TinyGPT's loss written the plain way, op by op: separate
-// q, k and v projections, GELU differentiated through its ops, residual
-// additions after the projections, and the float32 cross-entropy. The
-// model's kernel-saving forms (one qkv matmul, GELU's written-out
-// derivative, residuals as multiply-adds, the fused cross-entropy) must give
-// the same loss and gradients.
+// q, k and v projections, GELU (exact or tanh, as configured) differentiated
+// through its ops, residual additions after the projections, and the
+// float32 cross-entropy. Every formulation of the model (one qkv matmul,
+// GELU's written-out derivative, residuals as multiply-adds, the fused
+// cross-entropy, in every combination) must give the same loss and
+// gradients.
 func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	w, err := m.unpack(params)
 	if err != nil {
@@ -30,6 +31,13 @@ func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array 
 	gelu := func(t *mlx.Array) *mlx.Array {
 		return mlx.Multiply(mlx.MulScalar(t, 0.5), mlx.AddScalar(mlx.Erf(mlx.MulScalar(t, 1/math.Sqrt2)), 1))
 	}
+	if c.GELU == GELUTanh {
+		gelu = func(t *mlx.Array) *mlx.Array {
+			cube := mlx.Multiply(mlx.Multiply(t, t), t)
+			u := mlx.MulScalar(mlx.Add(t, mlx.MulScalar(cube, 0.044715)), math.Sqrt(2/math.Pi))
+			return mlx.Multiply(mlx.MulScalar(t, 0.5), mlx.AddScalar(mlx.Tanh(u), 1))
+		}
+	}
 	h := mlx.Take(w.tokEmb, x, 0)
 	if w.embedNorm != nil {
 		h = mlx.RMSNorm(h, w.embedNorm, eps)
@@ -44,7 +52,11 @@ func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array 
 	logits := mlx.AsType(linear(mlx.RMSNorm(h, w.norm, eps), w.head), mlx.Float32)
 	lse := mlx.LogSumExp(logits, -1)
 	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
-	return mlx.Mean(mlx.Subtract(lse, target))
+	loss := mlx.Mean(mlx.Subtract(lse, target))
+	if c.ZLoss > 0 {
+		loss = mlx.Add(loss, mlx.MulScalar(mlx.Mean(mlx.Square(lse)), c.ZLoss))
+	}
+	return loss
 }
 
 // lossAndGrads returns loss(params, x, y) and its gradients as float64s.
@@ -87,6 +99,8 @@ func TestLossAndGradientsMatchThePlainFormulation(t *testing.T) {
 		}{
 			{"tied", func(c *Config) {}},
 			{"untied with embedding norm", func(c *Config) { c.TiedEmbeddings = false; c.EmbedNorm = true }},
+			{"tied, tanh GELU", func(c *Config) { c.GELU = GELUTanh }},
+			{"untied, tanh GELU, z-loss", func(c *Config) { c.TiedEmbeddings = false; c.GELU = GELUTanh; c.ZLoss = 1e-3 }},
 		} {
 			c := smallConfig()
 			c.TiedEmbeddings = true
@@ -103,10 +117,10 @@ func TestLossAndGradientsMatchThePlainFormulation(t *testing.T) {
 			wantLoss, wantGrads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 				return referenceLoss(m, p, x, y)
 			}, params, x, y)
-			for _, fused := range []bool{false, true} {
-				name := fmt.Sprintf("%s, fused cross-entropy %v", variant.name, fused)
+			for _, f := range allFormulations() {
+				name := fmt.Sprintf("%s, %+v", variant.name, f)
 				loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-					return m.loss(p, x, y, fused)
+					return m.loss(p, x, y, f)
 				}, params, x, y)
 				if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
 					t.Fatalf("%s: loss %.7f, plain formulation %.7f", name, loss, wantLoss)
@@ -165,7 +179,9 @@ func TestPaddedVocabularyChangesNothing(t *testing.T) {
 		}
 		wantLoss, wantGrads := lossAndGrads(t, m.Loss, params, x, y)
 		for _, fused := range []bool{false, true} {
-			loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return mp.loss(p, x, y, fused) }, pparams, x, y)
+			loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+				return mp.loss(p, x, y, formulation{fusedLoss: fused})
+			}, pparams, x, y)
 			if math.Abs(loss-wantLoss) > 1e-6*wantLoss {
 				t.Fatalf("fused %v: padded loss %.7f, unpadded %.7f", fused, loss, wantLoss)
 			}

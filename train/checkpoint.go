@@ -368,6 +368,9 @@ func ParseRunState(b []byte) (RunState, error) {
 	if st.Step < 0 {
 		return RunState{}, fmt.Errorf("state.json has step %d, want >= 0", st.Step)
 	}
+	if st.Config.Model.GELU == "" { // written before the gelu option: the exact GELU
+		st.Config.Model.GELU = model.GELUExact
+	}
 	if err := st.Config.Model.Validate(); err != nil {
 		return RunState{}, fmt.Errorf("state.json: %w", err)
 	}

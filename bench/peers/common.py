@@ -28,6 +28,10 @@ def parse_args(description, extra=None):
     p.add_argument("--accum", type=int, help="override the preset's accumulation steps (the same tokens per update as a folded plan: --batch 16 --accum 1 for huge's 4 × 4)")
     p.add_argument("--context", type=int, help="override the preset's context (smoke tests)")
     p.add_argument("--layers", type=int, help="override the preset's layers (smoke tests)")
+    p.add_argument("--accum", type=int, help="override the preset's gradient accumulation")
+    p.add_argument("--gelu", choices=["exact", "tanh"], help="override the preset's GELU")
+    p.add_argument("--compile", type=int, choices=[0, 1], default=1,
+                   help="1: compile the whole step (default); 0: run it op by op")
     if extra:
         extra(p)
     return p.parse_args()
@@ -49,6 +53,11 @@ def load_preset(args):
         m["context"] = args.context
     if args.layers:
         m["layers"] = args.layers
+    if args.accum:
+        cfg["accum"] = args.accum
+    if args.gelu:
+        m["gelu"] = args.gelu
+    m.setdefault("gelu", "exact")
     m.setdefault("mlp_ratio", 4)
     m.setdefault("rope_base", 10000)
     m.setdefault("norm_eps", 1e-5)
@@ -136,6 +145,8 @@ class Timer:
     def __init__(self, warmup):
         self.warmup = warmup
         self.times = []
+        self.cpu_start = None
+        self.cpu_end = None
         self.loss_first = None
         self.loss_last = None
 
@@ -147,6 +158,12 @@ class Timer:
         self.loss_last = loss
         if i >= self.warmup:
             self.times.append(seconds * 1e3)
+            self.cpu_end = time.process_time()
+
+    def start(self, i):
+        """Marks the start of step i: CPU time counts from the first timed step."""
+        if i == self.warmup:
+            self.cpu_start = time.process_time()
 
 
 def quantile(xs, q):
@@ -184,6 +201,10 @@ def report(name, cfg, args, timer, peak_bytes, extra=None):
         "ms_per_step_p90": quantile(timer.times, 0.9),
         "steps_per_s": steps_per_s,
         "tokens_per_s": steps_per_s * tokens,
+        # CPU time of the process (all threads) over the timed steps, per
+        # step, where the peer marks its steps with Timer.start.
+        "cpu_ms_per_step": (timer.cpu_end - timer.cpu_start) * 1e3 / len(timer.times)
+        if timer.cpu_start is not None else None,
         "peak_memory_bytes": int(peak_bytes),
         "loss_first": timer.loss_first,
         "loss_last": timer.loss_last,
@@ -191,6 +212,21 @@ def report(name, cfg, args, timer, peak_bytes, extra=None):
     if extra:
         out.update(extra)
     print(json.dumps(out), flush=True)
+
+
+def loaded_library(name):
+    """The real path of the shared library whose file name starts with
+    name, as this process mapped it (Linux), or "" if none is found: shows
+    which libmlx.so a peer runs on."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith(name):
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return ""
 
 
 now = time.perf_counter

@@ -1,13 +1,19 @@
 """TinyGPT training step in MLX Python, the peer of `posttrainllm bench`.
 
 The same model as model/model.go (pre-norm RMSNorm blocks, rotary causal
-attention through mx.fast, exact-GELU MLP, tied GPT-2 embedding, float32
-master weights cast to the compute dtype in the forward pass, loss in
-float32), the same update (N microbatches unrolled, gradients averaged,
-clipped to a global norm, AdamW with bias correction, host-computed cosine
-learning rate) and the same timing, written the way an MLX user writes it:
-an nn.Module and one step compiled with mx.compile(step, inputs=state,
-outputs=state).
+attention through mx.fast, GELU MLP (exact or tanh, as the preset or
+--gelu says), tied or untied output head, float32 master weights cast to
+the compute dtype in the forward pass, loss in float32), the same update
+(N microbatches unrolled, gradients averaged, clipped to a global norm,
+AdamW with bias correction, host-computed cosine learning rate) and the
+same timing, written the way an MLX user writes it: an nn.Module and one
+step compiled with mx.compile(step, inputs=state, outputs=state), or run
+op by op with --compile 0.
+
+On the CPU, run it on the project's own libmlx.so: `make peers` installs
+the MLX Python wheel into .deps/peers/python with its library linked to
+.deps/mlx (bench/peers/install-python.sh), and bench/peers/compare.py sets
+PYTHONPATH to it. The JSON line names the libmlx.so the process loaded.
 """
 
 import math
@@ -64,9 +70,12 @@ class MLP(nn.Module):
         super().__init__()
         d, h = m["d_model"], common.hidden(m)
         self.w1, self.w2 = Linear(d, h), Linear(h, d)
+        self.tanh = m["gelu"] == "tanh"
 
     def __call__(self, x):
         h = self.w1(x)
+        if self.tanh:  # GPT-2's approximation, as nn.gelu_approx
+            return self.w2(0.5 * h * (1 + mx.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h * h * h))))
         return self.w2(h * 0.5 * (1 + mx.erf(h * (1 / math.sqrt(2)))))
 
 
@@ -85,13 +94,15 @@ class Block(nn.Module):
 class TinyGPT(nn.Module):
     def __init__(self, m):
         super().__init__()
-        if not m.get("tied_embeddings") or m.get("embed_norm") or m.get("z_loss"):
-            raise SystemExit("mlx_peer: only tied embeddings without embed_norm or z_loss are written")
+        if m.get("embed_norm") or m.get("z_loss"):
+            raise SystemExit("mlx_peer: embed_norm and z_loss are not written")
         self.dtype = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}[m["dtype"]]
         pv = common.padded_vocab(m)
         self.tok_embeddings = nn.Embedding(pv, m["d_model"])
         self.blocks = [Block(m) for _ in range(m["layers"])]
         self.norm = RMSNorm(m["d_model"], m["norm_eps"])
+        if not m.get("tied_embeddings"):
+            self.output = Linear(m["d_model"], pv)
         # The padding rows' logits are -inf, added as the GEMM's bias; kept
         # off the module's parameter tree.
         mask = None
@@ -104,9 +115,10 @@ class TinyGPT(nn.Module):
         x = emb[tokens]
         for b in self.blocks:
             x = b(x)
+        head = emb if "output" not in self else self.output.weight.astype(self.dtype)
         if self.pad_mask is not None:
-            return mx.addmm(self.pad_mask, self.norm(x), emb.T)
-        return self.norm(x) @ emb.T
+            return mx.addmm(self.pad_mask, self.norm(x), head.T)
+        return self.norm(x) @ head.T
 
     def loss(self, x, y):
         logits = self(x).astype(mx.float32)
@@ -148,7 +160,6 @@ def main():
     loss_and_grad = nn.value_and_grad(model, lambda mdl, x, y: mdl.loss(x, y))
     state = [model.state, opt.state]
 
-    @partial(mx.compile, inputs=state, outputs=state)
     def step(x, y):
         loss, grads = loss_and_grad(model, x[0], y[0])
         for i in range(1, n):
@@ -163,11 +174,15 @@ def main():
         opt.update(model, grads)
         return loss
 
+    if args.compile:
+        step = partial(mx.compile, inputs=state, outputs=state)(step)
+
     data = common.Batches(cfg, args.seed)
     timer = common.Timer(args.warmup)
     for i in range(total):
         if i == args.warmup:
             mx.reset_peak_memory()
+        timer.start(i)
         start = common.now()
         xs, ys = data.next()
         opt.learning_rate = mx.array(common.cosine_lr(cfg, i, total), dtype=mx.float32)
@@ -175,8 +190,10 @@ def main():
         mx.eval(loss, state)
         value = loss.item()
         timer.record(i, common.now() - start, value)
-    common.report("mlx-python compiled", cfg, args, timer, mx.get_peak_memory(),
-                  {"mlx_version": mx.__version__, "default_device": str(mx.default_device())})
+    mode = "compiled" if args.compile else "interpreted"
+    common.report("mlx-python " + mode, cfg, args, timer, mx.get_peak_memory(),
+                  {"mlx_version": mx.__version__, "default_device": str(mx.default_device()),
+                   "gelu": m["gelu"], "libmlx": common.loaded_library("libmlx")})
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ type finetuneOptions struct {
 // GaLore's and Sophia's refreshes run beside the pretraining step only.
 var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
-	"tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth",
+	"gelu", "tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a

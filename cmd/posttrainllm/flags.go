@@ -87,6 +87,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("context", "context", true, "sequence length in tokens", func(c *train.Config) *int { return &c.Model.Context })
 	floatF("mlp-ratio", "mlp_ratio", true, "MLP hidden width as a multiple of --d-model", func(c *train.Config) *float64 { return &c.Model.MLPRatio })
 	stringF("dtype", "dtype", true, "compute dtype: float32, bfloat16 or float16", func(c *train.Config) *string { return &c.Model.Dtype })
+	stringF("gelu", "gelu", true, "MLP activation: exact (erf) or tanh (GPT-2's approximation, cheaper on the CPU)", func(c *train.Config) *string { return &c.Model.GELU })
 	boolF("master-fp32", "master_fp32", true, "keep float32 master parameters when --dtype is lower", func(c *train.Config) *bool { return &c.Model.MasterFP32 })
 	boolF("tied-embeddings", "tied_embeddings", true, "output head reuses the token embeddings", func(c *train.Config) *bool { return &c.Model.TiedEmbeddings })
 	boolF("embed-norm", "embed_norm", true, "RMSNorm right after the embedding", func(c *train.Config) *bool { return &c.Model.EmbedNorm })

@@ -95,6 +95,11 @@ type Result struct {
 	Traces          int     `json:"traces"`
 	HostMsPerStep   float64 `json:"host_ms_per_step"`
 	DeviceMsPerStep float64 `json:"device_ms_per_step"`
+	// CPUMsPerStep is the CPU time the process used over the timed steps
+	// (user and system, all threads), divided by their number. On a shared
+	// machine it moves less with other jobs' load than the wall-clock
+	// times; compare it between implementations (bench/peers/compare.py).
+	CPUMsPerStep float64 `json:"cpu_ms_per_step"`
 	// PeakMemoryBytes is MLX's peak active memory over the timed steps;
 	// ActiveMemoryBytes is the active memory after the last one (parameters,
 	// optimizer state and the step's outputs).
@@ -202,10 +207,11 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 		p.MicroBatch, p.Steps, p.How, p.BudgetBytes, p.PeakBytes
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
-	var timed time.Duration
+	var timed, cpuStart time.Duration
 	for i := 0; i < total; i++ {
 		if i == opts.Warmup {
 			mlx.ResetPeakMemory()
+			cpuStart = processCPUTime()
 		}
 		h, d, loss, err := step(s, sampler, batch, i, &res.GraphOps)
 		if err != nil {
@@ -222,6 +228,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			device = append(device, ms(d))
 		}
 	}
+	res.CPUMsPerStep = ms(processCPUTime()-cpuStart) / float64(opts.Steps)
 	mem := mlx.Memory()
 	res.PeakMemoryBytes, res.ActiveMemoryBytes = mem.Peak, mem.Active
 	res.Traces = s.Step.Traces()

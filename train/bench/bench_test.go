@@ -39,6 +39,9 @@ func TestRunCompiledTracesOnce(t *testing.T) {
 	if !(res.HostMsPerStep > 0 && res.DeviceMsPerStep > 0) {
 		t.Fatalf("host %g ms, device %g ms: both must be measured", res.HostMsPerStep, res.DeviceMsPerStep)
 	}
+	if !(res.CPUMsPerStep > 0) {
+		t.Fatalf("CPU time %g ms per step: a step that computes must use some", res.CPUMsPerStep)
+	}
 	if d := res.TokensPerS - res.StepsPerS*float64(res.TokensPerStep); math.Abs(d) > 1e-6*res.TokensPerS {
 		t.Fatalf("tokens/s %g is not steps/s %g × tokens/step %d", res.TokensPerS, res.StepsPerS, res.TokensPerStep)
 	}

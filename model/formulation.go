@@ -1,0 +1,96 @@
+package model
+
+import "github.com/posttrainllm/posttrainllm/mlx"
+
+// formulation is how the model's pure functions write the few operations
+// whose fastest form depends on the backend. Every formulation computes the
+// same function of the same parameters (reference_test.go checks losses and
+// gradients), so checkpoints do not depend on it; only the graph MLX runs
+// does.
+//
+// On a GPU a small model's step is bound by how many kernels it launches,
+// and each field below saves kernels (docs/performance/gpu.md). On the CPU
+// there is no launch cost to save, every graph node is work for one core,
+// and MLX's compiler fuses elementwise chains into one C++ kernel, so the
+// same choices can cost time instead (docs/performance/cpu.md).
+type formulation struct {
+	// writtenGELU is the GELU as a custom VJP with its derivative written
+	// out; otherwise MLX differentiates the GELU's ops (newGELU).
+	writtenGELU bool
+	// stackedQKV projects q, k and v with one matmul against [wq; wk; wv],
+	// concatenated in every step; otherwise three matmuls.
+	stackedQKV bool
+	// addMMResidual adds the residual inside the output projection's GEMM
+	// (AddMM); otherwise a matmul and an add.
+	addMMResidual bool
+	// fusedLoss uses MLX's fused cross-entropy kernel on the compute-dtype
+	// logits; otherwise the float32 path (rowTerms). Only for a loss
+	// without z-loss.
+	fusedLoss bool
+}
+
+// formulationFor returns the formulation the model uses on device d for
+// config c: each choice is the faster one measured on that backend.
+func formulationFor(d mlx.Device, c Config) formulation {
+	if d == mlx.GPU {
+		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0}
+	}
+	// On the CPU the plain formulation costs least: the written-out GELU
+	// adds a fifth to the forward and backward pass, and the stacked qkv
+	// (a concatenation of the weights and strided splits every step) and
+	// the AddMM residuals a few percent more (BenchmarkFormulations,
+	// docs/performance/cpu.md). MLX's CPU cross-entropy kernel falls back
+	// to the float32 path's ops and computes in the logits' dtype, so the
+	// CPU keeps the explicit float32 path.
+	return formulation{}
+}
+
+// formulation is formulationFor the default device. It reads MLX state, so
+// it runs on the MLX thread (inside mlx.Do).
+func (m *TinyGPT) formulation() formulation {
+	return formulationFor(mlx.DefaultDevice(), m.Config)
+}
+
+// qkv returns the q, k and v projections of rows x [B·T, D], with their
+// biases where the family has them: q is [B·T, qDim], k and v [B·T, kvDim]
+// (kvDim < qDim with grouped-query attention).
+func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.Array) {
+	if !f.stackedQKV {
+		return linearBias(x, b.wq, b.bq), linearBias(x, b.wk, b.bk), linearBias(x, b.wv, b.bv)
+	}
+	var bias *mlx.Array
+	if b.bq != nil {
+		bias = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
+	}
+	s := mlx.SplitAt(linearBias(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0), bias), []int{qDim, qDim + kvDim}, -1)
+	return s[0], s[1], s[2]
+}
+
+// residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
+// residual connection around a projection stored [out, in]; as one matrix
+// multiply-add when addMMResidual is set, where a GPU runs the addition in
+// the GEMM's epilogue instead of as a kernel of its own.
+func (f formulation) residual(x, h, w *mlx.Array) *mlx.Array {
+	if !f.addMMResidual {
+		return mlx.Add(x, linear(h, w))
+	}
+	return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1)
+}
+
+// residualBias is residual plus the projection's bias b (nil for none).
+func (f formulation) residualBias(x, h, w, b *mlx.Array) *mlx.Array {
+	if b == nil {
+		return f.residual(x, h, w)
+	}
+	return mlx.Add(f.residual(x, h, w), b)
+}
+
+// allFormulations lists every combination of the choices, for tests and
+// benchmarks that compare them.
+func allFormulations() []formulation {
+	var out []formulation
+	for i := range 16 {
+		out = append(out, formulation{writtenGELU: i&1 != 0, stackedQKV: i&2 != 0, addMMResidual: i&4 != 0, fusedLoss: i&8 != 0})
+	}
+	return out
+}

@@ -25,7 +25,6 @@ def parse_args(description, extra=None):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
     p.add_argument("--batch", type=int, help="override the preset's batch (smoke tests)")
-    p.add_argument("--accum", type=int, help="override the preset's accumulation steps (the same tokens per update as a folded plan: --batch 16 --accum 1 for huge's 4 × 4)")
     p.add_argument("--context", type=int, help="override the preset's context (smoke tests)")
     p.add_argument("--layers", type=int, help="override the preset's layers (smoke tests)")
     p.add_argument("--accum", type=int, help="override the preset's gradient accumulation")
@@ -47,8 +46,6 @@ def load_preset(args):
     m = cfg["model"]
     if args.batch:
         cfg["batch"] = args.batch
-    if args.accum:
-        cfg["accum"] = args.accum
     if args.context:
         m["context"] = args.context
     if args.layers:

@@ -29,8 +29,6 @@ def parse_args(description, extra=None):
     p.add_argument("--layers", type=int, help="override the preset's layers (smoke tests)")
     p.add_argument("--accum", type=int, help="override the preset's gradient accumulation")
     p.add_argument("--gelu", choices=["exact", "tanh"], help="override the preset's GELU")
-    p.add_argument("--compile", type=int, choices=[0, 1], default=1,
-                   help="1: compile the whole step (default); 0: run it op by op")
     if extra:
         extra(p)
     return p.parse_args()

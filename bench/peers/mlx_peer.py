@@ -144,7 +144,9 @@ def init_params(model, m, seed):
 
 
 def main():
-    args = common.parse_args(__doc__.splitlines()[0])
+    args = common.parse_args(__doc__.splitlines()[0], lambda p: p.add_argument(
+        "--compile", type=int, choices=[0, 1], default=1,
+        help="1: compile the whole step (default); 0: run it op by op"))
     cfg = common.load_preset(args)
     m = cfg["model"]
     if not m.get("master_fp32") and m["dtype"] != "float32":

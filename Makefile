@@ -20,6 +20,7 @@ FUZZMINIMIZETIME ?= 100x
 # FUZZ_SCALE times, make fuzz LONG_FUZZ_SCALE times (about 5 minutes a target).
 FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 	./data:FuzzReadTokenFile:6000x \
+	./data:FuzzParseRecords:20000x \
 	./train:FuzzReadCheckpointState:60000x \
 	./presets:FuzzParsePreset:60000x
 FUZZ_SCALE ?= 1

@@ -10,7 +10,8 @@ import (
 // Implementations are safe for concurrent use, so a corpus can be encoded
 // on several goroutines at once.
 type Tokenizer interface {
-	// Name identifies the tokenizer ("byte" or "gpt2"). It is part of
+	// Name identifies the tokenizer ("byte", "gpt2", or "hf-" and a hash
+	// of the file for a tokenizer.json, data/hftokenizer). It is part of
 	// token cache keys and checkpoints, so it never changes for a given
 	// mapping from text to ids.
 	Name() string

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -136,9 +135,9 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 			return err
 		}
 		defer a.Free()
-		tok, err := data.NewTokenizer(a.State.Config.Tokenizer)
+		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, RunDirOf(a.Dir))
 		if err != nil {
-			return err
+			return fmt.Errorf("checkpoint %s: %w", a.Dir, err)
 		}
 		ids := tok.Encode(prompt)
 		if len(ids) == 0 {
@@ -191,8 +190,10 @@ func Fuse(path, base, out string) (string, error) {
 		for i, s := range a.Model.Specs {
 			names[i] = s.Name
 		}
-		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Config: cfg}, names, params, opt.StateNames(), state)
-		return err
+		if dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
+			return err
+		}
+		return copyTokenizerDir(RunDirOf(a.Dir), out)
 	})
 	return dir, err
 }

@@ -20,7 +20,7 @@ import (
 type Config struct {
 	Model model.Config `json:"model"`
 
-	Tokenizer   string  `json:"tokenizer"`    // "byte" or "gpt2"
+	Tokenizer   string  `json:"tokenizer"`    // "byte", "gpt2" or "hf" (HFTokenizer)
 	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
 	// Data names llm.c token shards to train on instead of Corpus: a
@@ -206,7 +206,10 @@ func (c Config) validatePlan() error {
 // that the schedule fits the run, so a bad setting fails before a run
 // folder is created rather than when the run starts.
 func (c Config) validateNames() error {
-	if v, err := data.TokenizerVocabSize(c.Tokenizer); err != nil {
+	if c.Tokenizer == HFTokenizer {
+		// The run's tokenizer.json: its ids are checked against the
+		// model's when it is opened (checkTokenizer).
+	} else if v, err := data.TokenizerVocabSize(c.Tokenizer); err != nil {
 		return err
 	} else if c.Model.VocabSize < v {
 		return fmt.Errorf("vocab_size = %d, want >= %d (the %s tokenizer's ids)", c.Model.VocabSize, v, c.Tokenizer)

@@ -23,7 +23,17 @@ type Dataset struct {
 // cache directory), and splits off the last valFraction for evaluation.
 // Both parts must hold at least context+1 tokens.
 func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
-	corpus, tok, tokens, err := openTokens(path, tokenizer, cacheDir)
+	tok, err := data.NewTokenizer(tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	return OpenDatasetWith(path, tok, cacheDir, context, valFraction)
+}
+
+// OpenDatasetWith is OpenDataset with a tokenizer built by the caller, such
+// as a run's tokenizer.json (OpenTokenizer).
+func OpenDatasetWith(path string, tok data.Tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
+	corpus, tokens, err := openTokens(path, tok, cacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -38,30 +48,27 @@ func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction floa
 // openTokens loads the corpus at path ("" for the default corpus) and
 // tokenises it once into the token cache under cacheDir ("" for the
 // default cache directory).
-func openTokens(path, tokenizer, cacheDir string) (*data.Corpus, data.Tokenizer, *data.Tokens, error) {
-	tok, err := data.NewTokenizer(tokenizer)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+func openTokens(path string, tok data.Tokenizer, cacheDir string) (*data.Corpus, *data.Tokens, error) {
 	var corpus *data.Corpus
+	var err error
 	if path == "" {
 		corpus, err = data.LoadDefaultCorpus()
 	} else {
 		corpus, err = data.LoadCorpus(path)
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if cacheDir == "" {
 		if cacheDir, err = data.DefaultCacheDir(); err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 	}
 	tokens, err := data.OpenTokens(corpus, tok, cacheDir)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return corpus, tok, tokens, nil
+	return corpus, tokens, nil
 }
 
 func corpusName(path string) string {

@@ -28,10 +28,20 @@ func (c Config) validateData() error {
 // cfg.Data (OpenShardDataset) or the text corpus cfg.Corpus, tokenised
 // through the token cache under cacheDir (OpenDataset).
 func OpenConfigDataset(cfg Config, cacheDir string) (*Dataset, error) {
-	if cfg.Data != "" {
-		return OpenShardDataset(cfg.Data, cfg.ValData, cfg.Tokenizer, cfg.Model.Context, cfg.ValFraction)
+	tok, err := data.NewTokenizer(cfg.Tokenizer)
+	if err != nil {
+		return nil, err
 	}
-	return OpenDataset(cfg.Corpus, cfg.Tokenizer, cacheDir, cfg.Model.Context, cfg.ValFraction)
+	return OpenConfigDatasetWith(cfg, tok, cacheDir)
+}
+
+// OpenConfigDatasetWith is OpenConfigDataset with a tokenizer built by the
+// caller, such as a run's tokenizer.json (OpenTokenizer).
+func OpenConfigDatasetWith(cfg Config, tok data.Tokenizer, cacheDir string) (*Dataset, error) {
+	if cfg.Data != "" {
+		return OpenShardDatasetWith(cfg.Data, cfg.ValData, tok, cfg.Model.Context, cfg.ValFraction)
+	}
+	return OpenDatasetWith(cfg.Corpus, tok, cacheDir, cfg.Model.Context, cfg.ValFraction)
 }
 
 // OpenShardDataset memory-maps the llm.c token shards that pattern names
@@ -46,6 +56,12 @@ func OpenShardDataset(pattern, valPattern, tokenizer string, context int, valFra
 	if err != nil {
 		return nil, err
 	}
+	return OpenShardDatasetWith(pattern, valPattern, tok, context, valFraction)
+}
+
+// OpenShardDatasetWith is OpenShardDataset with a tokenizer built by the
+// caller, such as a run's tokenizer.json (OpenTokenizer).
+func OpenShardDatasetWith(pattern, valPattern string, tok data.Tokenizer, context int, valFraction float64) (*Dataset, error) {
 	paths, err := data.ShardPaths(pattern)
 	if err != nil {
 		return nil, err

@@ -39,6 +39,10 @@ type EvalOptions struct {
 	Device string
 	// TokenCache is the token cache directory; "" for the default.
 	TokenCache string
+	// Tokenizers builds the checkpoint's tokenizer when its config names
+	// one package data does not know (HFTokenizer); nil for
+	// data.NewTokenizer.
+	Tokenizers TokenizerOpener
 }
 
 // CheckpointEval is what EvaluateCheckpoint measured, and on what.
@@ -96,9 +100,13 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	}
 	out = CheckpointEval{Checkpoint: dir, Step: st.Step, Corpus: corpus, Tokenizer: cfg.Tokenizer, Split: split,
 		Context: cfg.Model.Context, ZLoss: cfg.Model.ZLoss}
+	tok, err := openRunTokenizer(opts.Tokenizers, cfg, RunDirOf(dir))
+	if err != nil {
+		return out, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
 	var view data.View
 	if opts.Corpus == "" && cfg.Data != "" {
-		ds, err := OpenConfigDataset(cfg, "")
+		ds, err := OpenConfigDatasetWith(cfg, tok, "")
 		if err != nil {
 			return out, fmt.Errorf("the run's token shards %s: %w", cfg.Data, err)
 		}
@@ -119,7 +127,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 			return out, fmt.Errorf("eval: split %s of token shards: the training and held-out shards are separate files; want %s or %s", split, SplitVal, SplitTrain)
 		}
 	} else {
-		_, _, tokens, err := openTokens(corpus, cfg.Tokenizer, opts.TokenCache)
+		_, tokens, err := openTokens(corpus, tok, opts.TokenCache)
 		if err != nil {
 			if opts.Corpus == "" {
 				return out, fmt.Errorf("the run's corpus %s: %w", corpusName(corpus), err)

@@ -67,9 +67,9 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 			return nil, err
 		}
 	}
-	tok, err := data.NewTokenizer(cfg.Tokenizer)
+	tok, err := openRunTokenizer(ft.Tokenizers, cfg, RunDirOf(ft.Base))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
 	if f.Train, err = LoadRows(ft.Train, tok, cfg.Model.Context, ft.MaskPrompt, ft.Pack); err != nil {
@@ -150,6 +150,9 @@ func (r *ftRun) open() error {
 	f, cfg := r.f, r.cfg
 	if err := os.MkdirAll(f.RunDir, 0o755); err != nil {
 		return fmt.Errorf("run folder: %w", err)
+	}
+	if err := copyTokenizerDir(RunDirOf(f.FineTune.Base), f.RunDir); err != nil {
+		return err
 	}
 	if err := mlx.UseDevice(cfg.Device); err != nil {
 		return err

@@ -54,6 +54,9 @@ type FineTuneConfig struct {
 	// Pack concatenates examples into the context instead of padding each
 	// to it (data.BuildRows).
 	Pack bool `json:"pack"`
+	// Tokenizers builds the base's tokenizer when its config names one
+	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
+	Tokenizers TokenizerOpener `json:"-"`
 }
 
 // Adapter returns the adapter settings of a LoRA or DoRA fine-tune.

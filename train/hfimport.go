@@ -107,6 +107,11 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 	if err != nil {
 		return "", "", fmt.Errorf("import: the tokenizer files: %w", err)
 	}
+	if cfg.Tokenizer == HFTokenizer {
+		if _, err := os.Stat(HFTokenizerPath(out)); err != nil {
+			return "", "", fmt.Errorf("import: tokenizer %s: %s has no tokenizer.json", HFTokenizer, src)
+		}
+	}
 	return dir, loaded.Family, nil
 }
 

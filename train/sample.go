@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -22,6 +21,10 @@ type SampleOptions struct {
 	// Recompute feeds the whole context for every token instead of only the
 	// new one through the model's key/value cache: slower, the same tokens.
 	Recompute bool
+	// Tokenizers builds the checkpoint's tokenizer when its config names
+	// one package data does not know (HFTokenizer); nil for
+	// data.NewTokenizer. Generate does not use it.
+	Tokenizers TokenizerOpener
 }
 
 // Validate reports an option that cannot generate.
@@ -140,9 +143,9 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 		return "", err
 	}
 	defer free()
-	tok, err := data.NewTokenizer(st.Config.Tokenizer)
+	tok, err := openRunTokenizer(opts.Tokenizers, st.Config, RunDirOf(dir))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	ids := tok.Encode(prompt)
 	if len(ids) == 0 {

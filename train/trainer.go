@@ -93,9 +93,8 @@ func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ds.Tokenizer.Name() != cfg.Tokenizer {
-		return nil, fmt.Errorf("the dataset was tokenised with %s, the config says tokenizer %q",
-			ds.Tokenizer.Name(), cfg.Tokenizer)
+	if err := checkTokenizer(ds.Tokenizer, cfg); err != nil {
+		return nil, fmt.Errorf("the dataset: %w", err)
 	}
 	return &Trainer{Config: cfg, Model: m, Data: ds, RunDir: runDir}, nil
 }
@@ -153,6 +152,11 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	if t.lead() { // rank 0 owns the run folder
 		if err := os.MkdirAll(t.RunDir, 0o755); err != nil {
 			return nil, fmt.Errorf("run folder: %w", err)
+		}
+		if resumeFrom != "" {
+			if err := copyTokenizerDir(RunDirOf(resumeFrom), t.RunDir); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if r.setup, err = NewGroupSetup(cfg, t.Model, resumeFrom, t.Group); err != nil {

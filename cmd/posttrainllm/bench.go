@@ -156,7 +156,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	}
 	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps, Group: group}
 	if cfg.Corpus != "" {
-		ds, err := openDataset(status, cfg, opts.tokenCache)
+		ds, err := openDataset(status, cfg, opts.tokenCache, "")
 		if err != nil {
 			return err
 		}

@@ -82,6 +82,7 @@ val_loss the run logged for that step.`,
 				return err
 			}
 			opts.Device = device
+			opts.Tokenizers = openTokenizer
 			res, err := train.EvaluateCheckpoint(from, opts)
 			if err != nil {
 				return err

@@ -218,6 +218,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 		return err
 	}
 	out := cmd.OutOrStdout()
+	p.ft.Tokenizers = openTokenizer
 	f, err := train.NewFineTuner(p.cfg, p.ft, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}

@@ -97,7 +97,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	floatF("init-std", "init_std", true, "standard deviation of initial weights", func(c *train.Config) *float64 { return &c.Model.InitStd })
 
 	// Data.
-	stringF("tokenizer", "tokenizer", false, "tokenizer: byte or gpt2", func(c *train.Config) *string { return &c.Tokenizer })
+	stringF("tokenizer", "tokenizer", false, "tokenizer: byte, gpt2, or hf (an imported run's tokenizer.json)", func(c *train.Config) *string { return &c.Tokenizer })
 	stringF("corpus", "corpus", false, "text file or directory to train on (default: the Go standard library sources)", func(c *train.Config) *string { return &c.Corpus })
 	stringF("data", "data", false, "llm.c token shards to train on instead of --corpus: a directory of .bin files or a quoted glob such as 'dir/*_train_*.bin'", func(c *train.Config) *string { return &c.Data })
 	stringF("val-data", "val_data", false, "held-out token shards for --data (default: the last shard of --data)", func(c *train.Config) *string { return &c.ValData })

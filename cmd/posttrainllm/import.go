@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -29,11 +31,13 @@ fresh optimizer state. sample --from, eval --from and train --resume take
 the run as they take a trained one; export writes it back.
 
 The tokenizer: a GPT-2 model with GPT-2's 50,257-token vocabulary uses
-posttrainllm's GPT-2 tokenizer. posttrainllm does not read tokenizer.json,
-so for other vocabularies --tokenizer must name one of posttrainllm's
-tokenizers, knowing its ids are not the ones the model was trained on.`,
+posttrainllm's GPT-2 tokenizer. Any other model with a tokenizer.json uses
+it: the run's tokenizer is "hf", the tokenizer files copied to
+RUN/hf-tokenizer, which train --resume, finetune --from, sample, eval, fuse
+and export read. --tokenizer byte or gpt2 picks one of posttrainllm's own
+instead, whose ids are not the ones the model was trained on.`,
 		Example: `  posttrainllm import ~/models/gpt2 --out runs/gpt2
-  posttrainllm import ~/models/SmolLM-135M --out runs/smollm --context 1024 --tokenizer byte
+  posttrainllm import ~/models/SmolLM-135M --out runs/smollm --context 1024
   posttrainllm sample --from runs/gpt2 --prompt "Hello"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -59,17 +63,31 @@ tokenizers, knowing its ids are not the ones the model was trained on.`,
 			if err != nil {
 				return err
 			}
+			tokJSON := filepath.Join(src, "tokenizer.json")
 			switch {
+			case tokenizer == train.HFTokenizer:
+				base.Tokenizer = tokenizer
 			case tokenizer != "":
 				if _, err := data.NewTokenizer(tokenizer); err != nil {
-					return usageError("invalid --tokenizer: %v", err)
+					return usageError("invalid --tokenizer: %v; or %s for the folder's tokenizer.json", err, train.HFTokenizer)
 				}
 				base.Tokenizer = tokenizer
 			case family == hf.GPT2 && mc.VocabSize == gpt2Vocab:
 				base.Tokenizer = "gpt2"
+			case isFile(tokJSON):
+				base.Tokenizer = train.HFTokenizer
 			default:
-				return usageError("%s is a %s model with a %d-token vocabulary; posttrainllm does not read tokenizer.json: pass --tokenizer %s to use one of its tokenizers (whose ids are not the model's)",
+				return usageError("%s is a %s model with a %d-token vocabulary and no tokenizer.json: pass --tokenizer %s to use one of posttrainllm's tokenizers (whose ids are not the model's)",
 					src, family, mc.VocabSize, strings.Join(data.TokenizerNames(), " or "))
+			}
+			if base.Tokenizer == train.HFTokenizer {
+				tok, err := hftokenizer.Load(tokJSON)
+				if err != nil {
+					return usageError("invalid folder %s: %v", src, err)
+				}
+				if tok.VocabSize() > mc.VocabSize {
+					return usageError("invalid folder %s: tokenizer.json has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), mc.VocabSize)
+				}
 			}
 			dir, family, err := train.ImportHF(src, out, base, opts)
 			if err != nil {
@@ -87,10 +105,16 @@ tokenizers, knowing its ids are not the ones the model was trained on.`,
 	fs := cmd.Flags()
 	fs.StringVar(&out, "out", "", "new run folder to write (default runs/<folder name>)")
 	fs.StringVar(&preset, "preset", "tiny", "training settings of the run (see posttrainllm presets); the model is the folder's")
-	fs.StringVar(&tokenizer, "tokenizer", "", "tokenizer of the run (default gpt2 for GPT-2's vocabulary)")
+	fs.StringVar(&tokenizer, "tokenizer", "", "tokenizer of the run: hf (the folder's tokenizer.json), byte or gpt2 (default gpt2 for GPT-2's vocabulary, else hf)")
 	fs.StringVar(&opts.Dtype, "dtype", "float32", "compute dtype of the model: float32, bfloat16 or float16")
 	fs.IntVar(&opts.Context, "context", 0, "longest sequence to train and sample (0: the folder's; rotary models only)")
 	return cmd
+}
+
+// isFile reports whether path is a regular file.
+func isFile(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode().IsRegular()
 }
 
 func newExportCmd() *cobra.Command {

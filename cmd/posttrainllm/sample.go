@@ -70,6 +70,7 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 			if err != nil {
 				return err
 			}
+			opts.Tokenizers = openTokenizer
 			var text string
 			switch {
 			case adapter != "":

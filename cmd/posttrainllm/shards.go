@@ -11,8 +11,8 @@ import (
 
 // openShardDataset maps the token shards cfg.Data names, saying which
 // shards train and which are held out.
-func openShardDataset(w io.Writer, cfg train.Config) (*train.Dataset, error) {
-	ds, err := train.OpenConfigDataset(cfg, "")
+func openShardDataset(w io.Writer, cfg train.Config, tok data.Tokenizer) (*train.Dataset, error) {
+	ds, err := train.OpenConfigDatasetWith(cfg, tok, "")
 	if err != nil {
 		return nil, fmt.Errorf("token shards %s: %w", cfg.Data, err)
 	}
@@ -24,7 +24,7 @@ func openShardDataset(w io.Writer, cfg train.Config) (*train.Dataset, error) {
 		held = fmt.Sprintf("the last %g of the only shard", cfg.ValFraction)
 	}
 	fmt.Fprintf(w, "data: %s (%d training shards, memory-mapped), held out: %s\n", cfg.Data, len(ds.Tokens.Parts()), held)
-	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), cfg.Tokenizer)
+	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), tok.Name())
 	return ds, nil
 }
 

@@ -265,7 +265,11 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 		fmt.Fprintf(out, "%*s  held-out loss every %d steps on %d tokens (%d batches of %d windows of %d tokens)\n",
 			len(p.label), "", cfg.EvalEvery, cfg.EvalTokensCovered(), cfg.EvalBatches(), cfg.Batch, cfg.Model.Context)
 	}
-	ds, err := openDataset(out, cfg, opts.tokenCache)
+	tokDir := p.out
+	if p.checkpoint != "" {
+		tokDir = train.RunDirOf(p.checkpoint)
+	}
+	ds, err := openDataset(out, cfg, opts.tokenCache, tokDir)
 	if err != nil {
 		return err
 	}
@@ -359,10 +363,15 @@ func signalName(sig syscall.Signal) string {
 	return "SIGTERM"
 }
 
-// openDataset loads and tokenises the corpus, saying which one is used.
-func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset, error) {
+// openDataset loads and tokenises the corpus, saying which one is used;
+// runDir is the run folder whose tokenizer files an hf tokenizer reads.
+func openDataset(w io.Writer, cfg train.Config, cacheDir, runDir string) (*train.Dataset, error) {
+	tok, err := runTokenizer(cfg, runDir)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.Data != "" {
-		return openShardDataset(w, cfg)
+		return openShardDataset(w, cfg, tok)
 	}
 	name := cfg.Corpus
 	if name == "" {
@@ -374,11 +383,11 @@ func openDataset(w io.Writer, cfg train.Config, cacheDir string) (*train.Dataset
 			dir, data.DefaultCorpusMaxBytes>>20)
 	}
 	fmt.Fprintf(w, "corpus: %s\n", name)
-	ds, err := train.OpenDataset(cfg.Corpus, cfg.Tokenizer, cacheDir, cfg.Model.Context, cfg.ValFraction)
+	ds, err := train.OpenDatasetWith(cfg.Corpus, tok, cacheDir, cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
 		return nil, fmt.Errorf("corpus %s: %w", name, err)
 	}
-	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), cfg.Tokenizer)
+	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), tok.Name())
 	return ds, nil
 }
 

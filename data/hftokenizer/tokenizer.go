@@ -108,8 +108,6 @@ func Load(path string) (*Tokenizer, error) {
 	}
 	tk.WithModel(m)
 	t := &Tokenizer{tk: tk}
-	sum := sha256.Sum256(raw)
-	t.name = "hf-" + hex.EncodeToString(sum[:8])
 	for _, id := range model.Vocab {
 		t.vocab = max(t.vocab, id+1)
 	}
@@ -121,6 +119,11 @@ func Load(path string) (*Tokenizer, error) {
 		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
 	}
 	t.eos = int32(eos)
+	// The end-of-text id joins the file in the name: documents in a token
+	// cache are separated by it, so two runs with one tokenizer.json but
+	// different eos_token must not share a cache.
+	sum := sha256.Sum256(fmt.Appendf(raw, "\x00eos=%d", eos))
+	t.name = "hf-" + hex.EncodeToString(sum[:8])
 	return t, nil
 }
 
@@ -158,8 +161,8 @@ func findEOS(dir string, special map[string]int) (int, error) {
 	return 0, fmt.Errorf("no end-of-text token: want eos_token in tokenizer_config.json or a special token named one of %q", eosNames)
 }
 
-// Name is "hf-" and a hash of the tokenizer.json: the same file, the same
-// name, for token caches and checkpoints.
+// Name is "hf-" and a hash of the tokenizer.json and the end-of-text id:
+// the same file and EOS, the same name, for token caches and checkpoints.
 func (t *Tokenizer) Name() string { return t.name }
 
 // VocabSize is one more than the largest id of the vocabulary and the

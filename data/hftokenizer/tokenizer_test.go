@@ -122,6 +122,29 @@ func TestMatchesTokenizers(t *testing.T) {
 		if again.Name() != tok.Name() || tok.Name() == "" {
 			t.Errorf("%s: names %q and %q for the same file", name, tok.Name(), again.Name())
 		}
+		if name == "sp" {
+			// The same tokenizer.json with another eos_token separates
+			// documents with another id, so it must not share token caches.
+			other := t.TempDir()
+			raw, err := os.ReadFile(filepath.Join(dir, name, "tokenizer.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(other, "tokenizer.json"), raw, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(other, "tokenizer_config.json"), []byte(`{"eos_token": "<s>"}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bos, err := Load(filepath.Join(other, "tokenizer.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bos.EOT() == tok.EOT() || bos.Name() == tok.Name() {
+				t.Errorf("%s: eos_token <s> gives EOS %d and name %q; </s> gives %d and %q: want both to differ",
+					name, bos.EOT(), bos.Name(), tok.EOT(), tok.Name())
+			}
+		}
 	}
 }
 

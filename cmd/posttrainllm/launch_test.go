@@ -264,36 +264,16 @@ func TestNprocInterruptCheckpointsAndExits130(t *testing.T) {
 	cmd := exec.CommandContext(ctx, binary, "train", "--preset", "tiny", "--steps", "100000", "--log-every", "1",
 		"--eval-every", "0", "--corpus", corpus(t), "--out", out, "--no-progress", "--nproc", "2")
 	cmd.Env = command().Env
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sc := bufio.NewScanner(stdout)
-	signalled := false
-	for sc.Scan() {
-		text.WriteString(sc.Text() + "\n")
-		if !signalled && strings.HasPrefix(sc.Text(), "step 3/") {
-			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-				t.Fatal(err)
-			}
-			signalled = true
-		}
-	}
-	io.Copy(io.Discard, stdout)
-	err = cmd.Wait()
+	text, err := runInterruptedAtStep3(t, cmd)
 	var ee *exec.ExitError
 	if ctx.Err() != nil || !errors.As(err, &ee) || ee.ExitCode() != exitSIGINT {
 		t.Fatalf("interrupted --nproc 2 run: %v (context %v), want exit %d\nstdout:\n%s\nstderr:\n%s",
-			err, ctx.Err(), exitSIGINT, text.String(), stderr.String())
+			err, ctx.Err(), exitSIGINT, text, stderr.String())
 	}
-	if !strings.Contains(text.String(), "--resume "+out+" --nproc 2") {
-		t.Errorf("the interrupted run does not say how to resume both ranks:\n%s", text.String())
+	if !strings.Contains(text, "--resume "+out+" --nproc 2") {
+		t.Errorf("the interrupted run does not say how to resume both ranks:\n%s", text)
 	}
 	started := rankPID.FindAllStringSubmatch(stderr.String(), -1)
 	if len(started) != 2 {
@@ -307,7 +287,7 @@ func TestNprocInterruptCheckpointsAndExits130(t *testing.T) {
 	}
 	ck, err := train.LatestCheckpoint(out)
 	if err != nil {
-		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text.String())
+		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text)
 	}
 	if step := loadFinite(t, ck); step < 3 {
 		t.Fatalf("checkpoint at step %d, want one taken at the interrupt (step >= 3)", step)

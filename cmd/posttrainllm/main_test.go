@@ -372,39 +372,19 @@ func TestInterruptCheckpointsAndExits130(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	cmd := command("train", "--preset", "tiny", "--steps", "300", "--log-every", "1",
 		"--corpus", corpus(t), "--out", out, "--no-progress")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var text strings.Builder
-	sc := bufio.NewScanner(stdout)
-	signalled := false
-	for sc.Scan() {
-		text.WriteString(sc.Text() + "\n")
-		if !signalled && strings.HasPrefix(sc.Text(), "step 3/") {
-			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-				t.Fatal(err)
-			}
-			signalled = true
-		}
-	}
-	io.Copy(io.Discard, stdout)
-	err = cmd.Wait()
+	text, err := runInterruptedAtStep3(t, cmd)
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitSIGINT {
-		t.Fatalf("interrupted train: %v, want exit %d\nstdout:\n%s\nstderr:\n%s", err, exitSIGINT, text.String(), stderr.String())
+		t.Fatalf("interrupted train: %v, want exit %d\nstdout:\n%s\nstderr:\n%s", err, exitSIGINT, text, stderr.String())
 	}
 	ck, err := train.LatestCheckpoint(out)
 	if err != nil {
-		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text.String())
+		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text)
 	}
-	if !strings.Contains(text.String(), ck) || !strings.Contains(text.String(), "--resume "+out) {
-		t.Fatalf("interrupted train does not say where its checkpoint is:\n%s", text.String())
+	if !strings.Contains(text, ck) || !strings.Contains(text, "--resume "+out) {
+		t.Fatalf("interrupted train does not say where its checkpoint is:\n%s", text)
 	}
 	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
 	if err != nil || st.Step < 3 || st.Step >= 300 {
@@ -421,4 +401,31 @@ func TestDivergenceExits1(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "diverged") || !strings.Contains(r.stderr, "not finite") {
 		t.Fatalf("diverging run: exit %d after %v, stderr %q", r.code, time.Since(start), r.stderr)
 	}
+}
+
+// runInterruptedAtStep3 starts cmd, sends it SIGINT once its output
+// reaches "step 3/", and returns all it printed and its exit error.
+func runInterruptedAtStep3(t *testing.T, cmd *exec.Cmd) (string, error) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	sc := bufio.NewScanner(stdout)
+	signalled := false
+	for sc.Scan() {
+		text.WriteString(sc.Text() + "\n")
+		if !signalled && strings.HasPrefix(sc.Text(), "step 3/") {
+			if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+	}
+	io.Copy(io.Discard, stdout)
+	return text.String(), cmd.Wait()
 }

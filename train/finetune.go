@@ -410,10 +410,8 @@ func (r *ftRun) train(ctx context.Context) error {
 		r.samplerState = append(r.samplerState[:0], b.State...)
 		r.steps++
 		r.tokensSeen += int64(r.cfg.TokensPerStep())
-		last := r.steps == r.cfg.Steps
-		logNow := r.steps%r.cfg.LogEvery == 0 || last
-		evalNow := r.f.Valid != nil && r.cfg.EvalEvery > 0 && (r.steps%r.cfg.EvalEvery == 0 || last)
-		ckptNow := (r.cfg.CheckpointEvery > 0 && r.steps%r.cfg.CheckpointEvery == 0) || last
+		logNow, evalNow, ckptNow := r.cfg.due(r.steps)
+		evalNow = evalNow && r.f.Valid != nil
 		if logNow || evalNow || ckptNow {
 			if err := r.log(lr, evalNow); err != nil {
 				return err
@@ -426,14 +424,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		r.sum.Step = r.steps
 	}
-	sum := r.sum
-	sum.Traces = r.step.Traces()
-	sum.Elapsed = time.Since(r.start)
-	mem := mlx.Memory()
-	sum.PeakMemoryBytes, sum.ActiveMemoryBytes = mem.Peak, mem.Active
-	if e := sum.Elapsed.Seconds(); e > 0 && sum.TokensPerS == 0 {
-		sum.TokensPerS = float64(int64(r.steps-sum.StartStep)*int64(r.cfg.TokensPerStep())) / e
-	}
+	r.sum.finish(r.steps, r.step.Traces(), r.start, r.cfg.TokensPerStep())
 	return nil
 }
 

@@ -317,11 +317,16 @@ func (r *run) update() (float64, error) {
 
 // due says whether the step just completed is logged, evaluated and
 // checkpointed; the last step is all three (evaluated when evaluation is on).
-func (r *run) due() (log, eval, checkpoint bool) {
-	cfg, last := r.cfg, r.step == r.cfg.Steps
-	log = r.step%cfg.LogEvery == 0 || last
-	eval = cfg.EvalEvery > 0 && (r.step%cfg.EvalEvery == 0 || last)
-	checkpoint = (cfg.CheckpointEvery > 0 && r.step%cfg.CheckpointEvery == 0) || last
+func (r *run) due() (log, eval, checkpoint bool) { return r.cfg.due(r.step) }
+
+// due says whether a run of c, having just completed step, logs,
+// evaluates and checkpoints: every LogEvery, EvalEvery (0: never) and
+// CheckpointEvery (0: never) steps, and all three at the last step.
+func (c Config) due(step int) (log, eval, checkpoint bool) {
+	last := step == c.Steps
+	log = step%c.LogEvery == 0 || last
+	eval = c.EvalEvery > 0 && (step%c.EvalEvery == 0 || last)
+	checkpoint = (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0) || last
 	return log, eval, checkpoint
 }
 
@@ -421,14 +426,20 @@ func (r *run) lastGood() string {
 
 // finish completes the summary of a run that reached its last step.
 func (r *run) finish() {
-	sum := r.sum
-	sum.Step = r.step
-	sum.Traces = r.setup.Step.Traces()
-	sum.Elapsed = time.Since(r.start)
+	r.sum.finish(r.step, r.setup.Step.Traces(), r.start, r.t.tokensPerStep())
+}
+
+// finish completes a summary at step of a run that started at start:
+// traces, elapsed time, peak and active memory, and tokens per second
+// unless already set.
+func (sum *Summary) finish(step, traces int, start time.Time, tokensPerStep int) {
+	sum.Step = step
+	sum.Traces = traces
+	sum.Elapsed = time.Since(start)
 	mem := mlx.Memory()
 	sum.PeakMemoryBytes, sum.ActiveMemoryBytes = mem.Peak, mem.Active
 	if elapsed := sum.Elapsed.Seconds(); elapsed > 0 && sum.TokensPerS == 0 {
-		sum.TokensPerS = float64(int64(r.step-sum.StartStep)*int64(r.t.tokensPerStep())) / elapsed
+		sum.TokensPerS = float64(int64(step-sum.StartStep)*int64(tokensPerStep)) / elapsed
 	}
 }
 

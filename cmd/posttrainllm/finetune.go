@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -255,25 +255,14 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	sum, runErr := f.Run(ctx, p.checkpoint)
 	plot.wait()
 	prog.finish()
-	switch {
-	case errors.Is(runErr, train.ErrInterrupted):
-		sig := <-signalled
-		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm finetune --resume %s\n",
-			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out)
-		code := exitSIGTERM
-		if sig == syscall.SIGINT {
-			code = exitSIGINT
-		}
-		return &exitError{code: code}
-	case errors.Is(runErr, train.ErrNonFinite):
-		return fmt.Errorf("fine-tuning diverged: %w; try a lower --lr", runErr)
-	case runErr != nil:
-		return runErr
+	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps, "posttrainllm finetune --resume "+p.out,
+		"fine-tuning diverged", "try a lower --lr"); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f", sum.StartStep+1, sum.Step, cfg.Steps,
 		sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
-	if !isNaN(sum.ValLoss) {
-		if !isNaN(sum.InitialValLoss) {
+	if !math.IsNaN(sum.ValLoss) {
+		if !math.IsNaN(sum.InitialValLoss) {
 			fmt.Fprintf(out, ", held-out loss %.4f -> %.4f", sum.InitialValLoss, sum.ValLoss)
 		} else {
 			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
@@ -288,8 +277,6 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	fmt.Fprintf(out, "plot:       %s\n", plot.path)
 	return nil
 }
-
-func isNaN(v float64) bool { return v != v }
 
 // printRows describes the rows a records file became.
 func printRows(w io.Writer, what, path string, r *data.Rows) {

@@ -299,20 +299,10 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	plot.wait()
 	prog.finish()
 
-	switch {
-	case errors.Is(runErr, train.ErrInterrupted):
-		sig := <-signalled
-		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: posttrainllm train --resume %s%s\n",
-			signalName(sig), sum.Step, cfg.Steps, sum.LastCheckpoint, p.out, nprocArg(group))
-		code := exitSIGTERM
-		if sig == syscall.SIGINT {
-			code = exitSIGINT
-		}
-		return &exitError{code: code}
-	case errors.Is(runErr, train.ErrNonFinite):
-		return fmt.Errorf("training diverged: %w; try a lower --lr or --grad-clip 1", runErr)
-	case runErr != nil:
-		return runErr
+	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps,
+		fmt.Sprintf("posttrainllm train --resume %s%s", p.out, nprocArg(group)),
+		"training diverged", "try a lower --lr or --grad-clip 1"); err != nil {
+		return err
 	}
 	printSummary(out, sum, cfg, p.out)
 	if plot.err != nil {
@@ -320,6 +310,28 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	}
 	fmt.Fprintf(out, "plot:       %s\n", plot.path)
 	return nil
+}
+
+// runOutcome turns the error a run ended with into the command's: after a
+// signal it says where the checkpoint is and how to continue (resume, a
+// command line) and exits with the signal's code; a run that diverged gets
+// what, with a hint; any other error is returned as it is; nil is nil.
+func runOutcome(out io.Writer, runErr error, signalled <-chan syscall.Signal, sum train.Summary, steps int,
+	resume, diverged, hint string) error {
+	switch {
+	case errors.Is(runErr, train.ErrInterrupted):
+		sig := <-signalled
+		fmt.Fprintf(out, "%s: stopped at step %d of %d; checkpoint %s\ncontinue with: %s\n",
+			signalName(sig), sum.Step, steps, sum.LastCheckpoint, resume)
+		code := exitSIGTERM
+		if sig == syscall.SIGINT {
+			code = exitSIGINT
+		}
+		return &exitError{code: code}
+	case errors.Is(runErr, train.ErrNonFinite):
+		return fmt.Errorf("%s: %w; %s", diverged, runErr, hint)
+	}
+	return runErr
 }
 
 // notifySignals returns a context that SIGINT or SIGTERM cancels (through

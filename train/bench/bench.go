@@ -14,6 +14,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -142,6 +143,19 @@ func countOps(ops map[string]int) int {
 // data samples its windows from.
 const syntheticTokens = 1 << 18
 
+// prepare checks opts and prepares cfg for a bench of opts.Warmup +
+// opts.Steps updates: the run is that long, its learning-rate warm-up at
+// most half of it.
+func prepare(cfg train.Config, opts Options) (train.Config, *model.TinyGPT, error) {
+	if err := opts.Validate(); err != nil {
+		return cfg, nil, err
+	}
+	cfg = cfg.WithDefaults()
+	total := opts.Warmup + opts.Steps
+	cfg.Steps, cfg.Warmup = total, min(cfg.Warmup, total/2)
+	return train.Prepare(cfg)
+}
+
 // Run runs opts.Warmup untimed and opts.Steps timed optimizer updates of
 // cfg on fresh parameters and reports their timing. The learning rate
 // follows cfg's schedule over the bench's own steps (its warm-up shortened
@@ -150,13 +164,7 @@ const syntheticTokens = 1 << 18
 // stays flat however many steps run. The updates run on the MLX thread
 // (mlx.Do).
 func Run(cfg train.Config, opts Options) (Result, error) {
-	if err := opts.Validate(); err != nil {
-		return Result{}, err
-	}
-	cfg = cfg.WithDefaults()
-	total := opts.Warmup + opts.Steps
-	cfg.Steps, cfg.Warmup = total, min(cfg.Warmup, total/2)
-	cfg, m, err := train.Prepare(cfg)
+	cfg, m, err := prepare(cfg, opts)
 	if err != nil {
 		return Result{}, err
 	}

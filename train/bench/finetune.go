@@ -30,13 +30,7 @@ type FineTune struct {
 // would be. Result.Preset is opts.Label with the method appended
 // ("tiny/lora") and Result.Params the trainable parameters.
 func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
-	if err := opts.Validate(); err != nil {
-		return Result{}, err
-	}
-	cfg = cfg.WithDefaults()
-	total := opts.Warmup + opts.Steps
-	cfg.Steps, cfg.Warmup = total, min(cfg.Warmup, total/2)
-	cfg, m, err := train.Prepare(cfg)
+	cfg, m, err := prepare(cfg, opts)
 	if err != nil {
 		return Result{}, err
 	}

@@ -55,20 +55,7 @@ func groupRun(t testing.TB, cfg Config, ds *Dataset, g *mlx.Group) (losses []flo
 	if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
 		t.Fatal(err)
 	}
-	batch, err := s.Plan.NewBatch(cfg.Model.Context)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < cfg.Steps; i++ {
-		if err := sampler.FillBatch(batch); err != nil {
-			t.Fatal(err)
-		}
-		loss, err := s.State.Update(s.Schedule.LR(i), BatchOf(batch))
-		if err != nil {
-			t.Fatalf("update %d: %v", i+1, err)
-		}
-		losses = append(losses, loss)
-	}
+	losses = runUpdates(t, s, sampler)
 	err = mlx.Do(func() error {
 		sc := mlx.NewScope()
 		defer sc.Close()

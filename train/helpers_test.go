@@ -61,6 +61,28 @@ func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, trace
 	return losses, traces
 }
 
+// runUpdates runs s.Config.Steps updates of s on batches of sampler in the
+// plan's shape, following s's schedule, and returns their losses.
+func runUpdates(t testing.TB, s *Setup, sampler *data.Sampler) []float64 {
+	t.Helper()
+	batch, err := s.Plan.NewBatch(s.Config.Model.Context)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var losses []float64
+	for i := 0; i < s.Config.Steps; i++ {
+		if err := sampler.FillBatch(batch); err != nil {
+			t.Fatal(err)
+		}
+		loss, err := s.State.Update(s.Schedule.LR(i), BatchOf(batch))
+		if err != nil {
+			t.Fatalf("update %d: %v", i+1, err)
+		}
+		losses = append(losses, loss)
+	}
+	return losses
+}
+
 // setupRun is setupLosses that also returns the final parameters,
 // flattened and concatenated in the model's order.
 func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {
@@ -78,20 +100,7 @@ func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces i
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch, err := s.Plan.NewBatch(cfg.Model.Context)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < cfg.Steps; i++ {
-		if err := sampler.FillBatch(batch); err != nil {
-			t.Fatal(err)
-		}
-		loss, err := s.State.Update(s.Schedule.LR(i), BatchOf(batch))
-		if err != nil {
-			t.Fatalf("update %d: %v", i+1, err)
-		}
-		losses = append(losses, loss)
-	}
+	losses = runUpdates(t, s, sampler)
 	mlx.Do(func() error {
 		sc := mlx.NewScope() // frees the casts, reshapes and concatenation
 		defer sc.Close()

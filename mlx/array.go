@@ -443,6 +443,26 @@ func GraphOps(arrs ...*Array) (map[string]int, error) {
 	return counts, nil
 }
 
+// viewOps are the primitives that produce views or bookkeeping nodes and
+// launch no kernel on a GPU.
+var viewOps = map[string]bool{
+	"Reshape": true, "Transpose": true, "Slice": true, "Broadcast": true, "BroadcastAxes": true,
+	"Squeeze": true, "ExpandDims": true, "Split": true, "Flatten": true, "Unflatten": true,
+	"AsStrided": true, "CustomTransforms": true, "StopGradient": true, "Depends": true,
+}
+
+// CountKernelOps sums a GraphOps count over the operations that are not
+// views: about the kernels an evaluation launches on a GPU.
+func CountKernelOps(ops map[string]int) int {
+	n := 0
+	for name, c := range ops {
+		if !viewOps[name] {
+			n += c
+		}
+	}
+	return n
+}
+
 // AsyncEval schedules the arrays' computation and returns without waiting,
 // so the host can prepare the next step while the device works.
 func AsyncEval(arrs ...*Array) error {

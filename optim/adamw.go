@@ -52,6 +52,12 @@ func adamSlots(p Param) []slot {
 // Name returns "adamw".
 func (o *AdamW) Name() string { return "adamw" }
 
+// Params returns the parameters o was built for.
+func (o *AdamW) Params() []Param { return o.lay.paramList() }
+
+// Over returns AdamW with o's configuration over params (Elementwise).
+func (o *AdamW) Over(params []Param) (Optimizer, error) { return NewAdamW(params, o.cfg) }
+
 // Init returns the zero state.
 func (o *AdamW) Init() ([]*mlx.Array, error) { return o.lay.init() }
 

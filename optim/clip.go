@@ -23,28 +23,57 @@ func ClipByGlobalNorm(grads []*mlx.Array, maxNorm float64) (clipped []*mlx.Array
 func clipInScope(grads []*mlx.Array, maxNorm float64) (clipped []*mlx.Array, norm *mlx.Array) {
 	scope := mlx.NewScope()
 	defer scope.Close()
-	// One reduction over all gradients, flattened and concatenated, rather
-	// than a square and a sum per gradient: on a GPU each is a kernel
-	// launch, and the concatenation costs one copy per gradient.
-	flat := make([]*mlx.Array, len(grads))
-	for i, g := range grads {
-		flat[i] = mlx.Reshape(f32(g), -1)
-	}
-	sumSq := scalar(0)
-	if len(flat) > 0 {
-		sumSq = mlx.Sum(mlx.Square(mlx.Concatenate(flat, 0)))
-	}
-	norm = mlx.Sqrt(sumSq)
+	norm = globalNorm(grads)
 	scope.Keep(norm)
 	clipped = make([]*mlx.Array, len(grads))
 	if maxNorm <= 0 {
 		copy(clipped, grads)
 		return clipped, norm
 	}
-	scale := mlx.Minimum(scalar(1), mlx.Divide(scalar(maxNorm), mlx.AddScalar(norm, 1e-6)))
+	scale := ClipScale(norm, maxNorm)
 	for i, g := range grads {
 		clipped[i] = castTo(mlx.Multiply(f32(g), scale), g.Dtype())
 	}
 	scope.Keep(clipped...)
 	return clipped, norm
+}
+
+// GlobalNorm returns the L2 norm of all of grads together as a 0-D
+// float32 array, computed in float32. The caller owns it.
+func GlobalNorm(grads []*mlx.Array) *mlx.Array {
+	var norm *mlx.Array
+	_ = mlx.Do(func() error {
+		scope := mlx.NewScope()
+		defer scope.Close()
+		norm = globalNorm(grads)
+		scope.Keep(norm)
+		return nil
+	})
+	return norm
+}
+
+// globalNorm is GlobalNorm's work, on the MLX thread inside a scope.
+//
+// It is one reduction over all gradients, flattened and concatenated,
+// rather than a square and a sum per gradient: on a GPU each is a kernel
+// launch, and the concatenation costs one copy per gradient. A single
+// array (a flat layout's whole gradient, Flat) is reduced as it is.
+func globalNorm(grads []*mlx.Array) *mlx.Array {
+	switch len(grads) {
+	case 0:
+		return mlx.Sqrt(scalar(0))
+	case 1:
+		return mlx.Sqrt(mlx.Sum(mlx.Square(f32(grads[0]))))
+	}
+	flat := make([]*mlx.Array, len(grads))
+	for i, g := range grads {
+		flat[i] = mlx.Reshape(f32(g), -1)
+	}
+	return mlx.Sqrt(mlx.Sum(mlx.Square(mlx.Concatenate(flat, 0))))
+}
+
+// ClipScale returns min(1, maxNorm/(norm + 1e-6)) for a 0-D norm: the
+// factor that scales gradients of that global norm to at most maxNorm.
+func ClipScale(norm *mlx.Array, maxNorm float64) *mlx.Array {
+	return mlx.Minimum(scalar(1), mlx.Divide(scalar(maxNorm), mlx.AddScalar(norm, 1e-6)))
 }

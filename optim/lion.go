@@ -48,6 +48,12 @@ func NewLion(params []Param, cfg LionConfig) (*Lion, error) {
 // Name returns "lion".
 func (o *Lion) Name() string { return "lion" }
 
+// Params returns the parameters o was built for.
+func (o *Lion) Params() []Param { return o.lay.paramList() }
+
+// Over returns Lion with o's configuration over params (Elementwise).
+func (o *Lion) Over(params []Param) (Optimizer, error) { return NewLion(params, o.cfg) }
+
 // Init returns the zero state.
 func (o *Lion) Init() ([]*mlx.Array, error) { return o.lay.init() }
 

@@ -41,7 +41,12 @@ func TestLionMatchesReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkAgainstReference(t, opt, fixtureParams(), func(step int, lr float64, params []Param, p, g [][]float64, st map[string][]float64) {
+	checkAgainstReference(t, opt, fixtureParams(), refLion(t, cfg))
+}
+
+// refLion is Lion in float64.
+func refLion(t *testing.T, cfg LionConfig) refOptimizer {
+	return func(step int, lr float64, params []Param, p, g [][]float64, st map[string][]float64) {
 		for i, prm := range params {
 			m := refSlot(st, prm.Name+".lion_m", len(p[i]))
 			for k := range p[i] {
@@ -56,7 +61,7 @@ func TestLionMatchesReference(t *testing.T) {
 				m[k] = cfg.Beta2*m[k] + (1-cfg.Beta2)*g[i][k]
 			}
 		}
-	})
+	}
 }
 
 // refAdafactor is Adafactor in float64 as MLX's Python optimizer computes it
@@ -298,29 +303,34 @@ func TestSGDMatchesReference(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkAgainstReference(t, opt, fixtureParams(), func(step int, lr float64, params []Param, p, g [][]float64, st map[string][]float64) {
-				for i, prm := range params {
-					var buf []float64
-					if cfg.Momentum > 0 {
-						buf = refSlot(st, prm.Name+".sgd_m", len(p[i]))
-					}
-					for k := range p[i] {
-						d := g[i][k]
-						if prm.Decay {
-							d += cfg.WeightDecay * p[i][k]
-						}
-						if buf != nil {
-							buf[k] = cfg.Momentum*buf[k] + d
-							if cfg.Nesterov {
-								d += cfg.Momentum * buf[k]
-							} else {
-								d = buf[k]
-							}
-						}
-						p[i][k] -= lr * d
+			checkAgainstReference(t, opt, fixtureParams(), refSGD(cfg))
+		})
+	}
+}
+
+// refSGD is SGD in float64.
+func refSGD(cfg SGDConfig) refOptimizer {
+	return func(step int, lr float64, params []Param, p, g [][]float64, st map[string][]float64) {
+		for i, prm := range params {
+			var buf []float64
+			if cfg.Momentum > 0 {
+				buf = refSlot(st, prm.Name+".sgd_m", len(p[i]))
+			}
+			for k := range p[i] {
+				d := g[i][k]
+				if prm.Decay {
+					d += cfg.WeightDecay * p[i][k]
+				}
+				if buf != nil {
+					buf[k] = cfg.Momentum*buf[k] + d
+					if cfg.Nesterov {
+						d += cfg.Momentum * buf[k]
+					} else {
+						d = buf[k]
 					}
 				}
-			})
-		})
+				p[i][k] -= lr * d
+			}
+		}
 	}
 }

@@ -59,6 +59,12 @@ func NewSGD(params []Param, cfg SGDConfig) (*SGD, error) {
 // Name returns "sgd".
 func (o *SGD) Name() string { return "sgd" }
 
+// Params returns the parameters o was built for.
+func (o *SGD) Params() []Param { return o.lay.paramList() }
+
+// Over returns SGD with o's configuration over params (Elementwise).
+func (o *SGD) Over(params []Param) (Optimizer, error) { return NewSGD(params, o.cfg) }
+
 // Init returns the zero state.
 func (o *SGD) Init() ([]*mlx.Array, error) { return o.lay.init() }
 

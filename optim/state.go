@@ -84,6 +84,16 @@ func (l *layout) init() ([]*mlx.Array, error) {
 	return out, nil
 }
 
+// paramList returns a copy of the parameters.
+func (l *layout) paramList() []Param {
+	out := make([]Param, len(l.params))
+	for i, p := range l.params {
+		p.Shape = slices.Clone(p.Shape)
+		out[i] = p
+	}
+	return out
+}
+
 // stateNames returns a copy of the state names.
 func (l *layout) stateNames() []string { return slices.Clone(l.names) }
 

@@ -15,7 +15,9 @@ import (
 // orderings are what microbatch i can wait for (StepOptions.dependsOn,
 // given every accumulated gradient and then the loss): the step's own
 // choice, all of it, first; then nothing, the unbounded formulation; then
-// less.
+// less. The orderings after the first pick among per-parameter
+// gradients, so accumPeak runs them with the optimizer per parameter
+// (not over the flat layout, whose accumulator is one array).
 var orderings = []struct {
 	name      string
 	dependsOn func([]*mlx.Array) []*mlx.Array
@@ -61,6 +63,9 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 		opt, err := NewOptimizer(cfg, m.Specs)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if dependsOn != nil {
+			opt = perParameter{opt}
 		}
 		opts := RunStepOptions(cfg)
 		opts.dependsOn = dependsOn

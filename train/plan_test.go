@@ -172,8 +172,10 @@ func TestResumeUnderAnotherPlan(t *testing.T) {
 
 // The probe picks the largest micro-batch whose step fits the budget,
 // measuring each candidate it runs: all 8 sequences in one pass when
-// memory is plentiful, fewer when the budget is just below that step's
-// peak, and an error naming the budget when even one sequence's lower
+// memory is plentiful, fewer when the budget is below that step's
+// peak (three quarters of it: one step's peak on the CPU moves by up to
+// a tenth from run to run with the timing of its buffers' release), and
+// an error naming the budget when even one sequence's lower
 // bound exceeds it, without running anything.
 func TestProbePlan(t *testing.T) {
 	cfg := tinyConfig()
@@ -190,13 +192,13 @@ func TestProbePlan(t *testing.T) {
 		!roomy.Probes[0].Fits || roomy.PeakBytes == 0 || roomy.PeakBytes != roomy.Probes[0].PeakBytes {
 		t.Fatalf("with 1 TiB: %+v; want micro-batch 8 × 1 from one measured probe", roomy)
 	}
-	tight, err := ProbePlan(cfg, m, roomy.PeakBytes-roomy.PeakBytes/20)
+	tight, err := ProbePlan(cfg, m, roomy.PeakBytes/4*3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("roomy %+v\ntight %+v", roomy, tight)
 	if tight.MicroBatch >= 8 || tight.Steps*tight.MicroBatch != 8 || tight.PeakBytes > tight.BudgetBytes {
-		t.Fatalf("with 95%% of the 8-sequence step's peak: %+v; want a smaller micro-batch within the budget", tight)
+		t.Fatalf("with 75%% of the 8-sequence step's peak: %+v; want a smaller micro-batch within the budget", tight)
 	}
 	if first := tight.Probes[0]; first.MicroBatch != 8 || first.Fits || first.PeakBytes <= tight.BudgetBytes {
 		t.Fatalf("first candidate %+v under a budget of %d bytes; want 8 sequences, measured over it", first, tight.BudgetBytes)

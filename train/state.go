@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
 )
 
 // Batch is one update's inputs as host tokens: N microbatches of B
@@ -101,8 +102,12 @@ type StepStats struct {
 // Its methods run on the MLX thread (mlx.Do) and may be called from any
 // goroutine, one at a time.
 type State struct {
-	step           *Step
+	step *Step
+	// params, opt and copies are in the step's layout: per parameter, or
+	// the flat groups of flat (then Params and OptState return views).
 	params, opt    []*mlx.Array
+	flat           *optim.Flat
+	views          stateViews
 	frozen         []*mlx.Array // a weighted step's frozen inputs
 	copies         []*mlx.Array // nil without ComputeCopies
 	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
@@ -127,8 +132,9 @@ func NewState(step *Step, params, optState []*mlx.Array) (*State, error) {
 		if step.nFrozen > 0 {
 			return fmt.Errorf("train: the step takes %d frozen arrays; use NewFrozenState", step.nFrozen)
 		}
-		s = newState(step, params, nil, optState)
-		return nil
+		var err error
+		s, err = newState(step, params, nil, optState)
+		return err
 	})
 	return s, err
 }
@@ -147,22 +153,34 @@ func NewFrozenState(step *Step, trainable, frozen, optState []*mlx.Array) (*Stat
 		if err := firstErr(trainable, frozen, optState); err != nil {
 			return fmt.Errorf("train: state: %w", err)
 		}
-		s = newState(step, trainable, frozen, optState)
-		return nil
+		var err error
+		s, err = newState(step, trainable, frozen, optState)
+		return err
 	})
 	return s, err
 }
 
 // newState builds a checked state, casting the compute-dtype copies.
-func newState(step *Step, params, frozen, optState []*mlx.Array) *State {
-	s := &State{step: step, params: params, frozen: frozen, opt: optState}
+// With a flat layout (optim.Flat) it packs the parameters and optimizer
+// state into their groups and releases the per-parameter arrays.
+func newState(step *Step, params, frozen, optState []*mlx.Array) (*State, error) {
+	flat, err := step.layoutFor(params)
+	if err != nil {
+		return nil, err
+	}
+	s := &State{step: step, params: params, frozen: frozen, opt: optState, flat: flat}
+	if flat != nil {
+		s.params, s.opt = flat.Pack(params), flat.PackState(optState)
+		mlx.Free(params...)
+		mlx.Free(optState[1:]...) // the counter is kept as it is
+	}
 	if step.nCopies > 0 {
-		s.copies = make([]*mlx.Array, len(params))
-		for i, p := range params {
+		s.copies = make([]*mlx.Array, len(s.params))
+		for i, p := range s.params {
 			s.copies[i] = mlx.AsType(p, step.opts.ComputeDtype)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // firstErr returns the first error an array of lists carries.
@@ -273,7 +291,7 @@ func (s *State) apply(lr float64, b Batch) error {
 		batch = append(batch, mlx.FromSlice(w, b.N, b.B, b.T))
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
-	out, err := s.step.apply(s.params, s.copies, s.frozen, s.opt, lrArr, batch...)
+	out, err := s.step.applyLayout(s.params, s.copies, s.frozen, s.opt, lrArr, batch...)
 	mlx.Free(batch...)
 	mlx.Free(lrArr)
 	if err != nil {
@@ -296,6 +314,23 @@ func (s *State) arrays() []*mlx.Array {
 func (s *State) release() {
 	mlx.Free(s.arrays()...)
 	s.loss, s.gradNorm = nil, nil
+	s.views.free()
+}
+
+// stateViews are the per-parameter views of a flat state's groups that
+// Params and OptState hand out, made on first use after each update.
+type stateViews struct {
+	params, opt []*mlx.Array
+}
+
+// free releases the views. opt[0] is the state's own update counter
+// (optim.Flat.UnpackState), which the state releases itself.
+func (v *stateViews) free() {
+	mlx.Free(v.params...)
+	if len(v.opt) > 0 {
+		mlx.Free(v.opt[1:]...)
+	}
+	*v = stateViews{}
 }
 
 // Eval computes the state's pending update, if any, and waits for it.
@@ -361,8 +396,17 @@ func (s *State) GraphOps() (map[string]int, error) {
 }
 
 // Params returns the current parameters in the model's order. The state
-// owns them: they stay valid until the next update or Free.
-func (s *State) Params() []*mlx.Array { return s.params }
+// owns them: they stay valid until the next update or Free. With a flat
+// layout they are views of the state's flat arrays (no copies).
+func (s *State) Params() []*mlx.Array {
+	if s.flat == nil || s.freed {
+		return s.params
+	}
+	if s.views.params == nil {
+		mlx.Do(func() error { s.views.params = s.flat.Unpack(s.params); return nil })
+	}
+	return s.views.params
+}
 
 // Frozen returns the frozen arrays of a weighted step's state (nil
 // otherwise). The state owns them, as Params.
@@ -370,7 +414,15 @@ func (s *State) Frozen() []*mlx.Array { return s.frozen }
 
 // OptState returns the current optimizer state in the order of the
 // optimizer's StateNames. The state owns it, as Params.
-func (s *State) OptState() []*mlx.Array { return s.opt }
+func (s *State) OptState() []*mlx.Array {
+	if s.flat == nil || s.freed {
+		return s.opt
+	}
+	if s.views.opt == nil {
+		mlx.Do(func() error { s.views.opt = s.flat.UnpackState(s.opt); return nil })
+	}
+	return s.views.opt
+}
 
 // Free releases every array the state holds; the state cannot be used
 // afterwards. Freeing twice, or a nil state, is a no-op. The Step is not

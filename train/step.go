@@ -112,6 +112,10 @@ type Step struct {
 	nCopies  int // nParams with ComputeCopies, else 0
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
 	weighted bool
+	// flat is the flat layout of an elementwise optimizer's parameters
+	// and state (optim.Flat), built by layoutFor from the first
+	// parameters the step sees; nil runs the optimizer per parameter.
+	flat     *optim.Flat
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
 	traces   int // written on the MLX thread, read after mlx.Do returns
@@ -257,9 +261,18 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // have stayed alive for every microbatch. The step's peak is then one
 // microbatch's plus the float32 accumulators, whatever N
 // (docs/performance/cpu.md measures it against fewer dependencies).
+//
+// With a flat layout (an elementwise optimizer, optim.Flat) the inputs
+// and outputs are the layout's groups: the loss reads per-parameter views
+// of them, each microbatch's gradients are concatenated into one array
+// (concatGrads) and accumulated as one, and the optimizer runs once per
+// group (flatUpdate). On a GPU that is three kernels per parameter and
+// update fewer: its cast, its accumulation or concatenation for the
+// norm, and its optimizer update (docs/performance/gpu.md).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
-	P, C, F, S := s.nParams, s.nCopies, s.nFrozen, s.nState
+	P, C, S := s.layoutSizes()
+	F := s.nFrozen
 	params, frozen, state := in[:P], in[P+C:P+C+F], in[P+C+F:P+C+F+S]
 	batch := in[P+C+F+S+1:] // x, y and, when weighted, w
 	lr := in[P+C+F+S]
@@ -267,19 +280,24 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	if C > 0 {
 		lossParams = in[P : P+C]
 	}
+	if s.flat != nil {
+		lossParams = s.flat.Unpack(lossParams) // views, no copies
+	}
 	n := s.opts.Accum
-	var grads []*mlx.Array
+	// acc holds the float32 gradient sums: one per parameter, or with a
+	// flat layout one array of all of them in the layout's group order.
+	var acc []*mlx.Array
 	var lossSum *mlx.Array
-	args := make([]*mlx.Array, P+F+len(batch))
+	args := make([]*mlx.Array, s.nParams+F+len(batch))
 	copy(args, lossParams)
-	copy(args[P:], frozen)
-	mb := args[P+F:] // this microbatch's slices of batch
+	copy(args[s.nParams:], frozen)
+	mb := args[s.nParams+F:] // this microbatch's slices of batch
 	for i := 0; i < n; i++ {
 		for k, a := range batch {
 			mb[k] = microbatch(a, i)
 		}
 		if i > 0 {
-			deps := append(slices.Clip(grads), lossSum)
+			deps := append(slices.Clip(acc), lossSum)
 			if s.opts.dependsOn != nil {
 				deps = s.opts.dependsOn(deps)
 			}
@@ -291,34 +309,30 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		if err != nil {
 			return nil, err
 		}
+		if s.flat != nil {
+			g = []*mlx.Array{s.concatGrads(g)}
+		}
 		if i == 0 {
 			lossSum = vals[0]
-			grads = make([]*mlx.Array, P)
+			acc = make([]*mlx.Array, len(g))
 			for j := range g {
-				grads[j] = mlx.AsType(g[j], mlx.Float32)
+				acc[j] = mlx.AsType(g[j], mlx.Float32)
 			}
 			continue
 		}
 		lossSum = mlx.Add(lossSum, vals[0])
 		for j := range g {
-			grads[j] = mlx.Add(grads[j], mlx.AsType(g[j], mlx.Float32))
+			acc[j] = mlx.Add(acc[j], mlx.AsType(g[j], mlx.Float32))
 		}
 	}
-	// A weighted loss is normalised by its weights, over the whole update:
-	// the sums are already the mean. (A data-parallel step all-reduces the
-	// summed gradients and loss here, before clipping; with weights
-	// normalised by the global token count, Batch.WeightSum, the sum over
-	// ranks is the global mean.)
-	loss := lossSum
-	if n > 1 && !s.weighted {
-		loss = mlx.MulScalar(lossSum, 1/float64(n))
-		for j := range grads {
-			grads[j] = mlx.MulScalar(grads[j], 1/float64(n))
-		}
+	var newParams, newState []*mlx.Array
+	var loss, norm *mlx.Array
+	var err error
+	if s.flat != nil {
+		newParams, newState, loss, norm, err = s.flatUpdate(params, acc[0], state, lr, lossSum)
+	} else {
+		newParams, newState, loss, norm, err = s.update(params, acc, state, lr, lossSum)
 	}
-	grads, loss = reduceAcrossRanks(s.opts.Group, grads, loss, !s.weighted)
-	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
-	newParams, newState, err := s.opt.Update(params, clipped, state, lr)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +343,127 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	}
 	out = append(append(out, newState...), loss, norm)
 	return out, nil
+}
+
+// meanFactor is what the summed microbatch losses and gradients are
+// multiplied by: 1/N for a plain step, 1 for a weighted one, whose weights
+// already normalise them over the whole update.
+func (s *Step) meanFactor() float64 {
+	if s.weighted {
+		return 1
+	}
+	return 1 / float64(s.opts.Accum)
+}
+
+// update averages, all-reduces and clips the per-parameter gradients and
+// runs the optimizer on each parameter.
+func (s *Step) update(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
+	// (A data-parallel step all-reduces the summed gradients and loss here,
+	// before clipping; with weights normalised by the global token count,
+	// Batch.WeightSum, the sum over ranks is the global mean.)
+	loss = lossSum
+	if k := s.meanFactor(); k != 1 {
+		loss = mlx.MulScalar(lossSum, k)
+		for j := range grads {
+			grads[j] = mlx.MulScalar(grads[j], k)
+		}
+	}
+	grads, loss = reduceAcrossRanks(s.opts.Group, grads, loss, !s.weighted)
+	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
+	newParams, newState, err = s.opt.Update(params, clipped, state, lr)
+	return newParams, newState, loss, norm, err
+}
+
+// concatGrads concatenates one microbatch's per-parameter gradients,
+// flattened, in the flat layout's group order, in their own (compute)
+// dtype: one copy per gradient, and then a single cast of the whole
+// array to float32 where casting each gradient would launch a kernel per
+// parameter.
+func (s *Step) concatGrads(grads []*mlx.Array) *mlx.Array {
+	order := s.flat.Order()
+	parts := make([]*mlx.Array, len(order))
+	for k, i := range order {
+		parts[k] = mlx.Reshape(grads[i], -1)
+	}
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	return mlx.Concatenate(parts, 0)
+}
+
+// flatUpdate is update over the flat layout, given the float32 sum all of
+// the microbatches' gradients in the layout's group order (concatGrads):
+// the norm reduces it as it is, each group's gradient is a slice of it,
+// and the optimizer runs once per group. The mean over the microbatches
+// and the clipping scale are one 0-D factor that MLX's compiler fuses
+// into each group's update kernel.
+func (s *Step) flatUpdate(params []*mlx.Array, all *mlx.Array, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
+	summed, lossSum := reduceAcrossRanks(s.opts.Group, []*mlx.Array{all}, lossSum, !s.weighted)
+	all = summed[0]
+	k := s.meanFactor()
+	loss = lossSum
+	var scale *mlx.Array // nil: the gradients as they are
+	norm = optim.GlobalNorm([]*mlx.Array{all})
+	if k != 1 {
+		loss, norm = mlx.MulScalar(lossSum, k), mlx.MulScalar(norm, k)
+		scale = mlx.Scalar(k, mlx.Float32)
+	}
+	if s.opts.GradClip > 0 {
+		clip := optim.ClipScale(norm, s.opts.GradClip)
+		if scale == nil {
+			scale = clip
+		} else {
+			scale = mlx.Multiply(scale, clip)
+		}
+	}
+	bounds := s.flat.GroupBounds()
+	groupGrads := make([]*mlx.Array, len(bounds))
+	for g, b := range bounds {
+		groupGrads[g] = mlx.Slice(all, []int{b[0]}, []int{b[1]})
+		if scale != nil {
+			groupGrads[g] = mlx.Multiply(groupGrads[g], scale)
+		}
+	}
+	newParams, newState, err = s.flat.Optimizer().Update(params, groupGrads, state, lr)
+	return newParams, newState, loss, norm, err
+}
+
+// layoutSizes returns how many parameter, copy and optimizer-state arrays
+// the step takes and emits: per parameter, or per group of the flat
+// layout.
+func (s *Step) layoutSizes() (params, copies, state int) {
+	if s.flat == nil {
+		return s.nParams, s.nCopies, s.nState
+	}
+	g := s.flat.Groups()
+	if s.nCopies > 0 {
+		copies = g
+	}
+	return g, copies, 1 + g*(s.nState-1)/s.nParams
+}
+
+// layoutFor returns the flat layout for parameters params (nil when the
+// optimizer runs per parameter), building it from their dtypes the first
+// time: a step's compiled function has one layout for its whole life.
+func (s *Step) layoutFor(params []*mlx.Array) (*optim.Flat, error) {
+	if _, ok := s.opt.(optim.Elementwise); !ok {
+		return nil, nil
+	}
+	dtypes := make([]mlx.Dtype, len(params))
+	for i, p := range params {
+		dtypes[i] = p.Dtype()
+	}
+	if s.flat == nil {
+		flat, err := optim.NewFlat(s.opt, dtypes)
+		if err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		s.flat = flat
+	}
+	if want := s.flat.Dtypes(); !slices.Equal(dtypes, want) {
+		return nil, fmt.Errorf("train: parameters of dtypes %v for a step laid out for %v", dtypes, want)
+	}
+	return s.flat, nil
 }
 
 // Run applies one update. x and y are [Accum, B, T] int32; lr is a 0-D
@@ -378,13 +513,61 @@ func (s *Step) RunWeighted(params, frozen, state []*mlx.Array, lr, x, y, w *mlx.
 	return res, err
 }
 
-// apply checks the inputs and runs the step on the MLX thread. copies are
-// the compute-dtype copies of params; nil casts them here. batch is x, y
+// apply checks the inputs and runs the step on the MLX thread, on
+// per-parameter arrays: with a flat layout it packs them into groups
+// first and returns the outputs as per-parameter views. copies are the
+// compute-dtype copies of params; nil casts them here. batch is x, y
 // and, for a weighted step, w. Inputs are not freed.
 func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
 	if len(params) != s.nParams || len(state) != s.nState || len(frozen) != s.nFrozen {
 		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, built for %d, %d and %d",
 			len(params), len(frozen), len(state), s.nParams, s.nFrozen, s.nState)
+	}
+	if copies != nil && len(copies) != s.nCopies {
+		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
+	}
+	if err := firstErr(params, state); err != nil {
+		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
+	}
+	flat, err := s.layoutFor(params)
+	if err != nil || flat == nil {
+		if err != nil {
+			return stepOutputs{}, err
+		}
+		return s.applyLayout(params, copies, frozen, state, lr, batch...)
+	}
+	packed := flat.Pack(params)
+	packedState := flat.PackState(state)
+	var packedCopies []*mlx.Array
+	if copies != nil {
+		packedCopies = flat.Pack(copies)
+	}
+	out, err := s.applyLayout(packed, packedCopies, frozen, packedState, lr, batch...)
+	// The outputs' graph holds what it needs of the packed inputs; the
+	// counter is the caller's own array.
+	mlx.Free(packed...)
+	mlx.Free(packedCopies...)
+	mlx.Free(packedState[1:]...)
+	if err != nil {
+		return stepOutputs{}, err
+	}
+	views := stepOutputs{params: flat.Unpack(out.params), state: flat.UnpackState(out.state), loss: out.loss, gradNorm: out.gradNorm}
+	if len(out.copies) > 0 {
+		views.copies = flat.Unpack(out.copies)
+	}
+	mlx.Free(out.params...)
+	mlx.Free(out.copies...)
+	mlx.Free(out.state[1:]...)
+	return views, nil
+}
+
+// applyLayout is apply on arrays already in the step's layout (per
+// parameter, or the flat layout's groups): what a State holds.
+func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
+	P, C, S := s.layoutSizes()
+	if len(params) != P || len(state) != S || len(frozen) != s.nFrozen {
+		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, laid out for %d, %d and %d",
+			len(params), len(frozen), len(state), P, s.nFrozen, S)
 	}
 	if err := s.checkInputs(lr, batch[0], batch[1]); err != nil {
 		return stepOutputs{}, err
@@ -395,17 +578,17 @@ func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, 
 		}
 	}
 	var cast []*mlx.Array
-	if s.nCopies > 0 && copies == nil {
+	if C > 0 && copies == nil {
 		cast = make([]*mlx.Array, len(params))
 		for i, p := range params {
 			cast[i] = mlx.AsType(p, s.opts.ComputeDtype)
 		}
 		copies = cast
 	}
-	if len(copies) != s.nCopies {
-		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
+	if len(copies) != C {
+		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, laid out for %d", len(copies), C)
 	}
-	in := make([]*mlx.Array, 0, s.nParams+s.nCopies+s.nFrozen+s.nState+1+len(batch))
+	in := make([]*mlx.Array, 0, P+C+s.nFrozen+S+1+len(batch))
 	in = append(append(append(append(append(append(in, params...), copies...), frozen...), state...), lr), batch...)
 	out, err := s.call(in)
 	// The outputs' graph holds what it needs of the inputs.
@@ -413,7 +596,6 @@ func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, 
 	if err != nil {
 		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
 	}
-	P, C, S := s.nParams, s.nCopies, s.nState
 	return stepOutputs{params: out[:P:P], copies: out[P : P+C : P+C], state: out[P+C : P+C+S : P+C+S],
 		loss: out[P+C+S], gradNorm: out[P+C+S+1]}, nil
 }

@@ -120,25 +120,6 @@ type Result struct {
 	Round int `json:"round,omitempty"`
 }
 
-// viewOps are MLX primitives that produce views or bookkeeping nodes and
-// launch no kernel on a GPU.
-var viewOps = map[string]bool{
-	"Reshape": true, "Transpose": true, "Slice": true, "Broadcast": true, "BroadcastAxes": true,
-	"Squeeze": true, "ExpandDims": true, "Split": true, "Flatten": true, "Unflatten": true,
-	"AsStrided": true, "CustomTransforms": true, "StopGradient": true, "Depends": true,
-}
-
-// countOps counts the non-view operations of a count by primitive.
-func countOps(ops map[string]int) int {
-	n := 0
-	for name, c := range ops {
-		if !viewOps[name] {
-			n += c
-		}
-	}
-	return n
-}
-
 // syntheticTokens is the length of the random token stream a bench without
 // data samples its windows from.
 const syntheticTokens = 1 << 18
@@ -267,7 +248,7 @@ func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, ops *
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		*ops = countOps(byOp)
+		*ops = mlx.CountKernelOps(byOp)
 		counting := time.Since(called)
 		start, called = start.Add(counting), called.Add(counting)
 	}

@@ -9,7 +9,10 @@
 #   scripts/gpu-plan.sh [OUTDIR]         # default $OUT, else runs/gpu-plan
 #
 # Environment: ROUNDS (2), WARMUP (20), STEPS (50), INTERP_STEPS (30),
-# TORCH=0 leaves out the torch.compile rows, BIG=0 the mega/behemoth rows.
+# TORCH=0 leaves out the torch.compile rows, BIG=0 the mega/behemoth rows,
+# COMPARE=NAME adds, after each compiled huge row, the same row run by
+# .gpu/bin/posttrainllm-NAME (another build, e.g. of the commit before a
+# change), so two builds alternate in one call.
 # MLX must be installed (scripts/gpu-setup.sh, or scripts/offline/setup.sh)
 # and posttrainllm built into .gpu/bin. OUTDIR receives results.jsonl (one
 # labelled JSON result per line), table.md and log.txt.
@@ -51,12 +54,21 @@ PY
   fi
   rm -f "$tmp" "$tmp.err"
 }
-ptlm() { "$bin" bench --device gpu --warmup-steps "$WARMUP" --json "$@"; }
+ptlm_with() { local b="$1"; shift; "$b" bench --device gpu --warmup-steps "$WARMUP" --json "$@"; }
+ptlm() { ptlm_with "$bin" "$@"; }
+# compiled LABEL ARGS...: a compiled huge row, and the COMPARE build's.
+compiled() {
+  local label="$1"; shift
+  row "$label" ptlm "$@" --compile=true
+  if [[ -n "${COMPARE:-}" ]]; then
+    row "$label ($COMPARE)" ptlm_with "$root/.gpu/bin/posttrainllm-$COMPARE" "$@" --compile=true
+  fi
+}
 torch() { python3 bench/peers/torch_peer.py --warmup "$WARMUP" --steps "$STEPS" --compile "$@"; }
 
 for r in $(seq "$ROUNDS"); do
-  row "huge auto compiled #$r" ptlm --preset huge --micro-batch auto --steps "$STEPS" --compile=true
-  row "huge 4x4 compiled #$r" ptlm --preset huge --micro-batch 4 --steps "$STEPS" --compile=true
+  compiled "huge auto compiled #$r" --preset huge --micro-batch auto --steps "$STEPS"
+  compiled "huge 4x4 compiled #$r" --preset huge --micro-batch 4 --steps "$STEPS"
   row "huge auto interpreted #$r" ptlm --preset huge --micro-batch auto --steps "$INTERP_STEPS" --compile=false
   row "huge 4x4 interpreted #$r" ptlm --preset huge --micro-batch 4 --steps "$INTERP_STEPS" --compile=false
   if [[ "${TORCH:-1}" == 1 ]]; then
@@ -73,8 +85,8 @@ fi
 
 python3 - "$results" <<'PY' | tee "$out/table.md"
 import json, sys
-print("| run | plan (micro-batch × steps) | ms/step median (p10–p90) | tokens/s | peak memory GB | traces |")
-print("|---|---|---|---|---|---|")
+print("| run | plan (micro-batch × steps) | ms/step median (p10–p90) | tokens/s | peak memory GB | traces | graph ops | host ms |")
+print("|---|---|---|---|---|---|---|---|")
 for line in open(sys.argv[1]):
     d = json.loads(line)
     plan = f'{d.get("micro_batch", d.get("batch", "?"))} × {d.get("accum_steps", d.get("accum", "?"))}'
@@ -84,7 +96,7 @@ for line in open(sys.argv[1]):
     rng = f'{d.get("ms_per_step_p10", 0):.1f}–{d.get("ms_per_step_p90", 0):.1f}'
     peak = d.get("peak_memory_bytes")
     print(f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {d.get("tokens_per_s", 0):,.0f} | '
-          f'{peak / 1e9:.2f} | {d.get("traces", "")} |' if peak else
-          f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {d.get("tokens_per_s", 0):,.0f} | – | {d.get("traces", "")} |')
+          f'{peak / 1e9:.2f} | {d.get("traces", "")} | {d.get("graph_ops", "–")} | {d.get("host_ms_per_step", 0):.2f} |' if peak else
+          f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {d.get("tokens_per_s", 0):,.0f} | – | {d.get("traces", "")} | – | – |')
 PY
 exit "$status"

@@ -51,18 +51,46 @@ func (m *TinyGPT) formulation() formulation {
 	return formulationFor(mlx.DefaultDevice(), m.Config)
 }
 
+// StackedQKV returns Config.QKVRuns when the model's formulation on the
+// default device projects q, k and v with one matmul (a GPU): a caller
+// holding the three weights stacked then saves concatenating them in
+// every step and forms one weight gradient instead of three. It returns
+// nil on the CPU, where the projections run as three matmuls and a
+// stacked weight would only add a concatenation of their gradients.
+// Like Loss it reads MLX state on the MLX thread and may be called from
+// any goroutine.
+func (m *TinyGPT) StackedQKV() [][]int {
+	var stacked bool
+	mlx.Do(func() error { stacked = m.formulation().stackedQKV; return nil })
+	if !stacked {
+		return nil
+	}
+	return m.Config.QKVRuns()
+}
+
 // qkv returns the q, k and v projections of rows x [B·T, D], with their
 // biases where the family has them: q is [B·T, qDim], k and v [B·T, kvDim]
-// (kvDim < qDim with grouped-query attention).
+// (kvDim < qDim with grouped-query attention). Weights passed stacked
+// (block.wqkv, StackedQKV) are used as they are: by the stacked formulation directly,
+// by the plain one split into three views.
 func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.Array) {
 	if !f.stackedQKV {
-		return linearBias(x, b.wq, b.bq), linearBias(x, b.wk, b.bk), linearBias(x, b.wv, b.bv)
+		wq, wk, wv := b.wq, b.wk, b.wv
+		if b.wqkv != nil {
+			w := mlx.SplitAt(b.wqkv, []int{qDim, qDim + kvDim}, 0)
+			wq, wk, wv = w[0], w[1], w[2]
+		}
+		return linearBias(x, wq, b.bq), linearBias(x, wk, b.bk), linearBias(x, wv, b.bv)
 	}
 	var bias *mlx.Array
 	if b.bq != nil {
 		bias = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
 	}
-	s := mlx.SplitAt(linearBias(x, mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0), bias), []int{qDim, qDim + kvDim}, -1)
+	w := b.wqkv
+	if w == nil {
+		w = mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0)
+	}
+	s := mlx.SplitAt(linearBias(x, w, bias), []int{qDim, qDim + kvDim}, -1)
 	return s[0], s[1], s[2]
 }
 

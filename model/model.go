@@ -29,6 +29,9 @@ func New(cfg Config) (*TinyGPT, error) {
 type block struct {
 	attnNorm, attnNormB, wq, wk, wv, wo, mlpNorm, mlpNormB, w1, w2, w3 *mlx.Array
 	bq, bk, bv, bo, b1, b2, b3                                         *mlx.Array
+	// wqkv is [wq; wk; wv], [D + 2·KV, D], when the caller passed the
+	// three stacked (Config.QKVRuns); wq, wk and wv are nil then.
+	wqkv *mlx.Array
 }
 
 // weights is the flat parameter list viewed by name, cast to the compute
@@ -47,12 +50,14 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 	if m.Config.MasterFP32 && m.Config.ComputeDtype() != mlx.Float32 {
 		p = make([]*mlx.Array, len(params))
 		for i, a := range params {
-			p[i] = mlx.AsType(a, m.Config.ComputeDtype())
+			if a != nil {
+				p[i] = mlx.AsType(a, m.Config.ComputeDtype())
+			}
 		}
 	}
 	c := m.Config
 	var w weights
-	i := 0
+	i, stackedNils := 0, 0
 	next := func() *mlx.Array { i++; return p[i-1] }
 	// Specs' order: each weight, then its bias where the family has one.
 	norm := func(g, b **mlx.Array) {
@@ -81,6 +86,14 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 		linear(&b.wq, &b.bq)
 		linear(&b.wk, &b.bk)
 		linear(&b.wv, &b.bv)
+		if b.wk == nil && b.wv == nil && b.wq != nil {
+			stackedNils += 2
+			if rows := c.DModel + 2*c.KVHeadCount()*c.HeadDim(); b.wq.Ndim() != 2 || b.wq.Dim(0) != rows || c.Bias {
+				return weights{}, fmt.Errorf("model: layer %d: wq is %v with wk and wv nil, want the three stacked, [%d %d] (QKVRuns)",
+					l, b.wq.Shape(), rows, c.DModel)
+			}
+			b.wqkv, b.wq = b.wq, nil
+		}
 		linear(&b.wo, &b.bo)
 		norm(&b.mlpNorm, &b.mlpNormB)
 		linear(&b.w1, &b.b1)
@@ -93,6 +106,16 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 	w.head = w.tokEmb
 	if !c.TiedEmbeddings {
 		w.head = next()
+	}
+	// Only the wk and wv slots of stacked layers may be nil.
+	nils := 0
+	for _, a := range p {
+		if a == nil {
+			nils++
+		}
+	}
+	if nils != stackedNils {
+		return weights{}, fmt.Errorf("model: %d parameter arrays are nil, want none but wk and wv where wq holds the three stacked", nils)
 	}
 	return w, nil
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"strings"
 )
 
 // Kind says what a parameter is, which decides its initialisation and how
@@ -92,6 +93,26 @@ func (c Config) Specs() []ParamSpec {
 		add("output.weight", Head, v, d)
 	}
 	return specs
+}
+
+// QKVRuns returns, per layer, the indices in Specs of its wq, wk and wv
+// weights, for a caller that holds each layer's three stacked in one
+// [D + 2·KV, D] array (rows wq, then wk, then wv: their order in Specs,
+// so a flat copy of the parameters holds them that way). Loss, Logits
+// and the other pure functions accept that array in wq's slot with nil
+// in wk's and wv's. Families with q/k/v biases (not adjacent to their
+// weights in Specs) return nil. TinyGPT.StackedQKV says whether to.
+func (c Config) QKVRuns() [][]int {
+	if c.Bias {
+		return nil
+	}
+	var out [][]int
+	for i, s := range c.Specs() {
+		if strings.HasSuffix(s.Name, ".attn.wq.weight") {
+			out = append(out, []int{i, i + 1, i + 2})
+		}
+	}
+	return out
 }
 
 // NumParams counts the model's parameters.

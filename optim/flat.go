@@ -176,14 +176,82 @@ func (f *Flat) Pack(arrays []*mlx.Array) []*mlx.Array {
 // arrays (Pack's inverse), in parameter order. The views need no copy;
 // the caller owns them, and they keep the groups' memory alive.
 func (f *Flat) Unpack(groups []*mlx.Array) []*mlx.Array {
-	out := make([]*mlx.Array, len(f.params))
+	units := make([][]int, len(f.params))
+	for i := range units {
+		units[i] = []int{i}
+	}
+	return f.Views(groups, units)
+}
+
+// Units groups the parameters into the arrays a step differentiates,
+// in group order: each run of stacked (consecutive parameter indices
+// whose arrays stack along axis 0, such as a layer's q, k and v weights:
+// wq, wk, wv) that lies contiguous in one group and shares its trailing
+// dimensions becomes one unit; every other parameter is a unit of its
+// own. Concatenating the units' flattened gradients in this order gives
+// the layout's flat gradient (the Order concatenation).
+func (f *Flat) Units(stacked [][]int) [][]int {
+	run := map[int][]int{} // first index → run
+	for _, r := range stacked {
+		if len(r) > 1 {
+			run[r[0]] = r
+		}
+	}
+	var units [][]int
+	for _, grp := range f.groups {
+		for k := 0; k < len(grp.members); k++ {
+			i := grp.members[k]
+			if r := run[i]; r != nil && f.stackable(grp, k, r) {
+				units = append(units, slices.Clone(r))
+				k += len(r) - 1
+				continue
+			}
+			units = append(units, []int{i})
+		}
+	}
+	return units
+}
+
+// stackable reports whether run r starts at member k of grp, continues
+// with the next members in order, and shares its trailing dimensions.
+func (f *Flat) stackable(grp flatGroup, k int, r []int) bool {
+	if k+len(r) > len(grp.members) {
+		return false
+	}
+	first := f.params[r[0]].Shape
+	for j, i := range r {
+		s := f.params[i].Shape
+		if grp.members[k+j] != i || len(s) < 1 || !slices.Equal(s[1:], first[1:]) {
+			return false
+		}
+	}
+	return true
+}
+
+// Views returns a view of the groups for each unit (Units): a
+// parameter's array, or a run's parameters stacked along axis 0. The
+// caller owns them; they need no copy.
+func (f *Flat) Views(groups []*mlx.Array, units [][]int) []*mlx.Array {
+	where := make([][2]int, len(f.params)) // group, offset
 	for g, grp := range f.groups {
 		for k, i := range grp.members {
-			off := grp.offsets[k]
-			part := mlx.Slice(groups[g], []int{off}, []int{off + f.params[i].size()})
-			out[i] = mlx.Reshape(part, f.params[i].Shape...)
-			mlx.Free(part)
+			where[i] = [2]int{g, grp.offsets[k]}
 		}
+	}
+	out := make([]*mlx.Array, len(units))
+	for u, unit := range units {
+		g, off := where[unit[0]][0], where[unit[0]][1]
+		shape := slices.Clone(f.params[unit[0]].Shape)
+		size := 0
+		for j, i := range unit {
+			size += f.params[i].size()
+			if j > 0 {
+				shape[0] += f.params[i].Shape[0]
+			}
+		}
+		part := mlx.Slice(groups[g], []int{off}, []int{off + size})
+		out[u] = mlx.Reshape(part, shape...)
+		mlx.Free(part)
 	}
 	return out
 }

@@ -140,3 +140,43 @@ func TestFlatOnlyForElementwise(t *testing.T) {
 		t.Errorf("NewFlat with one dtype for four params: %v", err)
 	}
 }
+
+// A run of consecutive parameters contiguous in one group, with equal
+// trailing dimensions, is one unit whose view is the parameters stacked;
+// runs split across groups, or of other trailing shapes, stay apart.
+func TestFlatUnitsStackRuns(t *testing.T) {
+	params := []Param{
+		{Name: "a", Shape: []int{2, 3}, Decay: true},
+		{Name: "b", Shape: []int{1, 3}, Decay: true},
+		{Name: "n", Shape: []int{3}},
+		{Name: "c", Shape: []int{2, 2}, Decay: true},
+		{Name: "d", Shape: []int{2, 2}, Decay: true},
+	}
+	opt, err := NewAdamW(params, DefaultAdamWConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFlat(opt, []mlx.Dtype{mlx.Float32, mlx.Float32, mlx.Float32, mlx.Float32, mlx.Float32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// [0 1] and [3 4] stack; [2 3] crosses from the no-decay group.
+	units := f.Units([][]int{{0, 1}, {2, 3}, {3, 4}})
+	want := [][]int{{0, 1}, {3, 4}, {2}}
+	if !slices.EqualFunc(units, want, slices.Equal) {
+		t.Fatalf("units %v, want %v", units, want)
+	}
+	if got := f.Units([][]int{{3, 1}}); !slices.EqualFunc(got, [][]int{{0}, {1}, {3}, {4}, {2}}, slices.Equal) {
+		t.Fatalf("a run out of order: units %v, want every parameter apart", got)
+	}
+	onMLX(t, func() {
+		arrays := paramArrays(t, params, mlx.Float32)
+		views := f.Views(f.Pack(arrays), units)
+		stacked := mlx.Concatenate([]*mlx.Array{arrays[0], arrays[1]}, 0)
+		if !slices.Equal(views[0].Shape(), []int{3, 3}) {
+			t.Fatalf("stacked view has shape %v, want [3 3]", views[0].Shape())
+		}
+		assertClose(t, "stacked view", readData(t, views[0]), readData(t, stacked), 0)
+		assertClose(t, "single view", readData(t, views[2]), readData(t, arrays[2]), 0)
+	})
+}

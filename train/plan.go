@@ -209,7 +209,7 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	// Deferred calls run last first: the buffers go back to the system
 	// once the state and the step have released them.
 	defer mlx.ClearCache()
-	step, err := NewStep(m.Loss, o, len(m.Specs), len(o.StateNames()), RunStepOptions(cfg))
+	step, err := NewModelStep(m, o, RunStepOptions(cfg))
 	if err != nil {
 		return 0, err
 	}

@@ -91,7 +91,7 @@ func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group
 		}
 		opts := s.Plan.StepOptions(cfg)
 		opts.Group = g
-		s.Step, err = NewStep(m.Loss, s.Optimizer, len(m.Specs), len(s.Optimizer.StateNames()), opts)
+		s.Step, err = NewModelStep(m, s.Optimizer, opts)
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
 
@@ -66,6 +67,16 @@ type StepOptions struct {
 	// group leaves the step as it is without one.
 	Group *mlx.Group
 
+	// StackedParams lists runs of consecutive parameter indices whose
+	// arrays the loss also accepts stacked along axis 0 into one array,
+	// passed in the run's first slot with nil in the others
+	// (model.Config.QKVRuns gives TinyGPT's q/k/v weights; its loss
+	// functions accept them so). With a flat layout, a run that lies
+	// contiguous in one group is passed as that one view and
+	// differentiated as one array: no concatenation of the weights in each
+	// step, one gradient instead of several. Ignored otherwise.
+	StackedParams [][]int
+
 	// dependsOn picks, from what the microbatches so far accumulated
 	// (every gradient, then the loss), what each microbatch after the first
 	// waits for; nil picks all of it (see Step.body). Tests and the
@@ -115,7 +126,12 @@ type Step struct {
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
-	flat     *optim.Flat
+	flat *optim.Flat
+	// loss reads the flat list (params, frozen arrays, x, y and, when
+	// weighted, w); vag differentiates it with respect to units, the
+	// arrays the step passes for the parameters (gradient), in order.
+	loss     func(in []*mlx.Array) *mlx.Array
+	units    [][]int
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
 	traces   int // written on the MLX thread, read after mlx.Do returns
@@ -145,6 +161,16 @@ func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepO
 	return newStep(func(in []*mlx.Array) *mlx.Array {
 		return loss(in[:nParams], in[nParams], in[nParams+1])
 	}, opt, nParams, 0, nState, false, opts)
+}
+
+// NewModelStep is NewStep for m's training loss (m.Loss) over all its
+// parameters, with opt's state, passing each layer's q/k/v weights stacked
+// where the model's formulation wants them so and the layout allows
+// (StepOptions.StackedParams from m.StackedQKV: on a GPU): the step a
+// training run uses.
+func NewModelStep(m *model.TinyGPT, opt optim.Optimizer, opts StepOptions) (*Step, error) {
+	opts.StackedParams = m.StackedQKV()
+	return NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
 }
 
 // NewWeightedStep builds the step for a weighted loss over nTrainable
@@ -183,34 +209,63 @@ func newStep(loss func(in []*mlx.Array) *mlx.Array, opt optim.Optimizer, nParams
 	if nParams < 1 || nState < 0 {
 		return nil, fmt.Errorf("train: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
 	}
-	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted}
+	for _, run := range opts.StackedParams {
+		for _, i := range run {
+			if i < 0 || i >= nParams {
+				return nil, fmt.Errorf("train: stacked parameter run %v: index %d out of range [0, %d)", run, i, nParams)
+			}
+		}
+	}
+	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted, loss: loss}
 	if opts.ComputeCopies {
 		s.nCopies = nParams
 	}
-	argnums := make([]int, nParams)
+	if opts.Compile {
+		err := mlx.Do(func() (err error) {
+			if s.compiled, err = mlx.Compile(s.body); err != nil {
+				return fmt.Errorf("train: compiling the step: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// gradient returns the value-and-gradient function of the loss with
+// respect to the step's units, building it on first use (inside the first
+// trace, once the layout is known): with a flat layout the units are
+// optim.Flat.Units of StackedParams, otherwise each parameter.
+func (s *Step) gradient() (*mlx.ValueAndGradFunc, error) {
+	if s.vag != nil {
+		return s.vag, nil
+	}
+	units := make([][]int, s.nParams)
+	for i := range units {
+		units[i] = []int{i}
+	}
+	if s.flat != nil {
+		units = s.flat.Units(s.opts.StackedParams)
+	}
+	U := len(units)
+	argnums := make([]int, U)
 	for i := range argnums {
 		argnums[i] = i
 	}
-	err := mlx.Do(func() error {
-		vag, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-			return []*mlx.Array{loss(in)}, nil
-		}, argnums...)
-		if err != nil {
-			return fmt.Errorf("train: building value_and_grad: %w", err)
+	vag, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		full := make([]*mlx.Array, s.nParams, s.nParams+len(in)-U)
+		for u, unit := range units {
+			full[unit[0]] = in[u] // a stacked run's other slots stay nil
 		}
-		s.vag = vag
-		if opts.Compile {
-			if s.compiled, err = mlx.Compile(s.body); err != nil {
-				vag.Free()
-				return fmt.Errorf("train: compiling the step: %w", err)
-			}
-		}
-		return nil
-	})
+		return []*mlx.Array{s.loss(append(full, in[U:]...))}, nil
+	}, argnums...)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
 	}
-	return s, nil
+	s.vag, s.units = vag, units
+	return vag, nil
 }
 
 // Traces counts how often the step function's Go body ran: with Compile,
@@ -280,18 +335,23 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	if C > 0 {
 		lossParams = in[P : P+C]
 	}
+	vag, err := s.gradient()
+	if err != nil {
+		return nil, err
+	}
 	if s.flat != nil {
-		lossParams = s.flat.Unpack(lossParams) // views, no copies
+		lossParams = s.flat.Views(lossParams, s.units) // no copies
 	}
 	n := s.opts.Accum
 	// acc holds the float32 gradient sums: one per parameter, or with a
 	// flat layout one array of all of them in the layout's group order.
 	var acc []*mlx.Array
 	var lossSum *mlx.Array
-	args := make([]*mlx.Array, s.nParams+F+len(batch))
+	U := len(lossParams)
+	args := make([]*mlx.Array, U+F+len(batch))
 	copy(args, lossParams)
-	copy(args[s.nParams:], frozen)
-	mb := args[s.nParams+F:] // this microbatch's slices of batch
+	copy(args[U:], frozen)
+	mb := args[U+F:] // this microbatch's slices of batch
 	for i := 0; i < n; i++ {
 		for k, a := range batch {
 			mb[k] = microbatch(a, i)
@@ -305,7 +365,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 				copy(mb, mlx.Depends(mb, deps))
 			}
 		}
-		vals, g, err := s.vag.Call(args...)
+		vals, g, err := vag.Call(args...)
 		if err != nil {
 			return nil, err
 		}
@@ -327,7 +387,6 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	}
 	var newParams, newState []*mlx.Array
 	var loss, norm *mlx.Array
-	var err error
 	if s.flat != nil {
 		newParams, newState, loss, norm, err = s.flatUpdate(params, acc[0], state, lr, lossSum)
 	} else {
@@ -374,16 +433,15 @@ func (s *Step) update(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array)
 	return newParams, newState, loss, norm, err
 }
 
-// concatGrads concatenates one microbatch's per-parameter gradients,
-// flattened, in the flat layout's group order, in their own (compute)
-// dtype: one copy per gradient, and then a single cast of the whole
+// concatGrads concatenates one microbatch's gradients of the units,
+// flattened, in the units' (the flat layout's group) order, in their own
+// (compute) dtype: one copy per unit, and then a single cast of the whole
 // array to float32 where casting each gradient would launch a kernel per
 // parameter.
 func (s *Step) concatGrads(grads []*mlx.Array) *mlx.Array {
-	order := s.flat.Order()
-	parts := make([]*mlx.Array, len(order))
-	for k, i := range order {
-		parts[k] = mlx.Reshape(grads[i], -1)
+	parts := make([]*mlx.Array, len(grads))
+	for u, g := range grads {
+		parts[u] = mlx.Reshape(g, -1)
 	}
 	if len(parts) == 1 {
 		return parts[0]

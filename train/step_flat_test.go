@@ -168,3 +168,53 @@ func TestFlatLayoutRunsFewerOperations(t *testing.T) {
 		}
 	})
 }
+
+// Each layer's q/k/v weights passed stacked (StepOptions.StackedParams,
+// a view of the flat layout differentiated as one array) give the updates
+// of the three passed apart; on the CPU the model splits the stacked view
+// into three matmuls, on a GPU it runs one.
+func TestStackedParamsMatchSeparate(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		ds := memoryDataset(t, syntheticText(20_000), copiesT)
+		m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: copiesT})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var states [2]*State
+		var losses [2][]float64
+		for k, stacked := range [][][]int{m.Config.QKVRuns(), nil} {
+			opt, err := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := StepOptions{Accum: 2, GradClip: 0.5, Compile: true, StackedParams: stacked}
+			step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer step.Free()
+			st, err := InitState(step, m, copiesSeed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Free()
+			for i := 0; i < 3; i++ {
+				loss, err := st.Update(1e-2, copiesBatch(ds, i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				losses[k] = append(losses[k], loss)
+			}
+			if want := len(m.Specs) - 2*len(stacked); len(step.units) != want {
+				t.Fatalf("stacked=%v: the step differentiates %d arrays, want %d", stacked != nil, len(step.units), want)
+			}
+			states[k] = st
+		}
+		for i := range losses[0] {
+			if d := losses[0][i] - losses[1][i]; d*d > 1e-12 {
+				t.Errorf("update %d: loss %v stacked, %v separate", i, losses[0][i], losses[1][i])
+			}
+		}
+		assertWithin(t, "params", states[0].Params(), states[1].Params(), 1e-5, 1e-7)
+	})
+}

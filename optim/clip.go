@@ -52,18 +52,26 @@ func GlobalNorm(grads []*mlx.Array) *mlx.Array {
 	return norm
 }
 
+// fewArrays is how many gradients globalNorm reduces one by one.
+const fewArrays = 4
+
 // globalNorm is GlobalNorm's work, on the MLX thread inside a scope.
 //
-// It is one reduction over all gradients, flattened and concatenated,
-// rather than a square and a sum per gradient: on a GPU each is a kernel
-// launch, and the concatenation costs one copy per gradient. A single
-// array (a flat layout's whole gradient, Flat) is reduced as it is.
+// Many arrays are flattened and concatenated into one reduction, rather
+// than a square and a sum per gradient: on a GPU each is a kernel launch,
+// and the concatenation costs one copy per gradient. A few (up to
+// fewArrays: a flat layout's groups, Flat) are reduced one by one and
+// summed, which copies nothing.
 func globalNorm(grads []*mlx.Array) *mlx.Array {
-	switch len(grads) {
-	case 0:
+	if len(grads) == 0 {
 		return mlx.Sqrt(scalar(0))
-	case 1:
-		return mlx.Sqrt(mlx.Sum(mlx.Square(f32(grads[0]))))
+	}
+	if len(grads) <= fewArrays {
+		sum := mlx.Sum(mlx.Square(f32(grads[0])))
+		for _, g := range grads[1:] {
+			sum = mlx.Add(sum, mlx.Sum(mlx.Square(f32(g))))
+		}
+		return mlx.Sqrt(sum)
 	}
 	flat := make([]*mlx.Array, len(grads))
 	for i, g := range grads {

@@ -129,6 +129,16 @@ func (p Param) size() int {
 // flat parameters, gradients and state (PackState's order).
 func (f *Flat) Optimizer() Optimizer { return f.inner }
 
+// GroupOf returns the group that holds parameter i.
+func (f *Flat) GroupOf(i int) int {
+	for g, grp := range f.groups {
+		if slices.Contains(grp.members, i) {
+			return g
+		}
+	}
+	return -1
+}
+
 // Groups returns the number of flat arrays.
 func (f *Flat) Groups() int { return len(f.groups) }
 

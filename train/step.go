@@ -320,8 +320,8 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 // With a flat layout (an elementwise optimizer, optim.Flat) the inputs
 // and outputs are the layout's groups: the loss reads per-parameter views
 // of them, each microbatch's gradients are concatenated into one array
-// (concatGrads) and accumulated as one, and the optimizer runs once per
-// group (flatUpdate). On a GPU that is three kernels per parameter and
+// per group (concatGrads) and accumulated so, and the optimizer runs once
+// per group (flatUpdate). On a GPU that is three kernels per parameter and
 // update fewer: its cast, its accumulation or concatenation for the
 // norm, and its optimizer update (docs/performance/gpu.md).
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
@@ -344,7 +344,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	}
 	n := s.opts.Accum
 	// acc holds the float32 gradient sums: one per parameter, or with a
-	// flat layout one array of all of them in the layout's group order.
+	// flat layout one per group.
 	var acc []*mlx.Array
 	var lossSum *mlx.Array
 	U := len(lossParams)
@@ -370,7 +370,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			return nil, err
 		}
 		if s.flat != nil {
-			g = []*mlx.Array{s.concatGrads(g)}
+			g = s.concatGrads(g)
 		}
 		if i == 0 {
 			lossSum = vals[0]
@@ -388,7 +388,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	var newParams, newState []*mlx.Array
 	var loss, norm *mlx.Array
 	if s.flat != nil {
-		newParams, newState, loss, norm, err = s.flatUpdate(params, acc[0], state, lr, lossSum)
+		newParams, newState, loss, norm, err = s.flatUpdate(params, acc, state, lr, lossSum)
 	} else {
 		newParams, newState, loss, norm, err = s.update(params, acc, state, lr, lossSum)
 	}
@@ -434,34 +434,41 @@ func (s *Step) update(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array)
 }
 
 // concatGrads concatenates one microbatch's gradients of the units,
-// flattened, in the units' (the flat layout's group) order, in their own
-// (compute) dtype: one copy per unit, and then a single cast of the whole
-// array to float32 where casting each gradient would launch a kernel per
-// parameter.
-func (s *Step) concatGrads(grads []*mlx.Array) *mlx.Array {
-	parts := make([]*mlx.Array, len(grads))
+// flattened, into one array per group of the flat layout (units come in
+// group order), in their own (compute) dtype: one copy per unit, and then
+// one cast per group to float32 where casting each gradient would launch
+// a kernel per parameter. Each group's gradient is an array of its own,
+// not a slice of one: MLX may hand an input's whole buffer to an output
+// (donation), and a slice's output would then keep the whole buffer.
+func (s *Step) concatGrads(grads []*mlx.Array) []*mlx.Array {
+	out := make([]*mlx.Array, 0, s.flat.Groups())
+	var parts []*mlx.Array
 	for u, g := range grads {
-		parts[u] = mlx.Reshape(g, -1)
+		parts = append(parts, mlx.Reshape(g, -1))
+		if u+1 < len(grads) && s.flat.GroupOf(s.units[u+1][0]) == s.flat.GroupOf(s.units[u][0]) {
+			continue
+		}
+		if len(parts) == 1 {
+			out = append(out, parts[0])
+		} else {
+			out = append(out, mlx.Concatenate(parts, 0))
+		}
+		parts = nil
 	}
-	if len(parts) == 1 {
-		return parts[0]
-	}
-	return mlx.Concatenate(parts, 0)
+	return out
 }
 
-// flatUpdate is update over the flat layout, given the float32 sum all of
-// the microbatches' gradients in the layout's group order (concatGrads):
-// the norm reduces it as it is, each group's gradient is a slice of it,
-// and the optimizer runs once per group. The mean over the microbatches
-// and the clipping scale are one 0-D factor that MLX's compiler fuses
-// into each group's update kernel.
-func (s *Step) flatUpdate(params []*mlx.Array, all *mlx.Array, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
-	summed, lossSum := reduceAcrossRanks(s.opts.Group, []*mlx.Array{all}, lossSum, !s.weighted)
-	all = summed[0]
+// flatUpdate is update over the flat layout, given the float32 sums of
+// the microbatches' gradients per group (concatGrads): the norm reduces
+// them as they are, and the optimizer runs once per group. The mean over
+// the microbatches and the clipping scale are one 0-D factor that MLX's
+// compiler fuses into each group's update kernel.
+func (s *Step) flatUpdate(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
+	grads, lossSum = reduceAcrossRanks(s.opts.Group, grads, lossSum, !s.weighted)
 	k := s.meanFactor()
 	loss = lossSum
 	var scale *mlx.Array // nil: the gradients as they are
-	norm = optim.GlobalNorm([]*mlx.Array{all})
+	norm = optim.GlobalNorm(grads)
 	if k != 1 {
 		loss, norm = mlx.MulScalar(lossSum, k), mlx.MulScalar(norm, k)
 		scale = mlx.Scalar(k, mlx.Float32)
@@ -474,12 +481,11 @@ func (s *Step) flatUpdate(params []*mlx.Array, all *mlx.Array, state []*mlx.Arra
 			scale = mlx.Multiply(scale, clip)
 		}
 	}
-	bounds := s.flat.GroupBounds()
-	groupGrads := make([]*mlx.Array, len(bounds))
-	for g, b := range bounds {
-		groupGrads[g] = mlx.Slice(all, []int{b[0]}, []int{b[1]})
-		if scale != nil {
-			groupGrads[g] = mlx.Multiply(groupGrads[g], scale)
+	groupGrads := grads
+	if scale != nil {
+		groupGrads = make([]*mlx.Array, len(grads))
+		for g, gr := range grads {
+			groupGrads[g] = mlx.Multiply(gr, scale)
 		}
 	}
 	newParams, newState, err = s.flat.Optimizer().Update(params, groupGrads, state, lr)

@@ -13,6 +13,11 @@
 // Updates are computed in float32 and cast back to each parameter's dtype
 // (bfloat16 parameters stay bfloat16); optimizer state is float32.
 //
+// Elementwise optimizers (AdamW, Lion, SGD) can also run over Flat
+// groups: parameters and state concatenated into one 1-D array per dtype
+// and decay flag, one update per group instead of per parameter, which is
+// how a training step on a GPU runs them.
+//
 // Schedules run on the host: the trainer evaluates Schedule.LR for the
 // 0-based index of the optimizer update (not the microbatch) and writes the
 // value into the learning-rate input each step.

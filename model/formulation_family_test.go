@@ -16,14 +16,7 @@ import (
 func TestFormulationsAgreeForEveryFamily(t *testing.T) {
 	for name, c := range familyConfigs() {
 		mlxtest.Run(t, func(t testing.TB) {
-			m, err := New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			params, err := m.Init(5)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, params := initModel(t, c, 5)
 			defer mlx.Free(params...)
 			x, y := tokens(t, 2, 12, c.VocabSize, 1), tokens(t, 2, 12, c.VocabSize, 6)
 			wantLoss, wantGrads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {

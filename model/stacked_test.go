@@ -18,14 +18,7 @@ func TestStackedQKVMatchesSeparate(t *testing.T) {
 	for _, name := range []string{"tinygpt", "llama"} {
 		c := familyConfigs()[name]
 		mlxtest.Run(t, func(t testing.TB) {
-			m, err := New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			params, err := m.Init(5)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, params := initModel(t, c, 5)
 			defer mlx.Free(params...)
 			x, y := tokens(t, 2, 12, c.VocabSize, 1), tokens(t, 2, 12, c.VocabSize, 6)
 			triples := m.Config.QKVRuns()
@@ -99,14 +92,7 @@ func TestStackedQKVRefusals(t *testing.T) {
 	}
 	mlxtest.Run(t, func(t testing.TB) {
 		c := familyConfigs()["tinygpt"]
-		m, err := New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		params, err := m.Init(5)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, params := initModel(t, c, 5)
 		defer mlx.Free(params...)
 		x := tokens(t, 2, 8, c.VocabSize, 1)
 		tr := m.Config.QKVRuns()[0]
@@ -121,4 +107,19 @@ func TestStackedQKVRefusals(t *testing.T) {
 			t.Errorf("nil wo: %v", err)
 		}
 	})
+}
+
+// initModel builds the model of c and its parameters initialised with
+// seed; the caller frees the parameters.
+func initModel(t testing.TB, c Config, seed uint64) (*TinyGPT, []*mlx.Array) {
+	t.Helper()
+	m, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := m.Init(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, params
 }

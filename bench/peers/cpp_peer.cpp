@@ -17,6 +17,7 @@
 // which passes a preset's shape as flags; alone:
 //   bin/cpp_peer --vocab 256 --d-model 128 --layers 4 --heads 4 --context 128 \
 //     --batch 8 --accum 1 --steps 20
+// --graph-ops 1 prints the first step's operations by primitive to stderr.
 // It prints one JSON line in the field names of `posttrainllm bench --json`.
 
 #include <algorithm>
@@ -28,11 +29,13 @@
 #include <ctime>
 #include <map>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "mlx/mlx.h"
+#include "mlx/primitives.h"
 
 namespace mx = mlx::core;
 
@@ -47,7 +50,7 @@ struct Config {
   double lr = 2e-3, min_lr = 2e-4, clip = 1.0, weight_decay = 0.1;
   int warmup_lr = 50;  // learning-rate warm-up, shortened to half the run as bench does
   int warmup = 5, steps = 20;
-  bool compile = true;
+  bool compile = true, graph_ops = false;
   uint64_t seed = 1;
 
   int hidden() const { return static_cast<int>(std::lround(mlp_ratio * d_model)); }
@@ -98,11 +101,12 @@ Config parse(int argc, char** argv) {
   num("min-lr", c.min_lr);
   num("clip", c.clip);
   num("weight-decay", c.weight_decay);
-  int tied = c.tied, compile = c.compile, seed = 1;
+  int tied = c.tied, compile = c.compile, graph_ops = c.graph_ops, seed = 1;
   integer("tied", tied, 0);
   integer("compile", compile, 0);
+  integer("graph-ops", graph_ops, 0);
   integer("seed", seed, 0);
-  c.tied = tied, c.compile = compile, c.seed = seed;
+  c.tied = tied, c.compile = compile, c.graph_ops = graph_ops, c.seed = seed;
   if (auto it = kv.find("gelu"); it != kv.end()) {
     c.gelu = it->second;
     kv.erase(it);
@@ -244,6 +248,26 @@ std::function<std::vector<mx::array>(const std::vector<mx::array>&)> make_step(c
   };
 }
 
+// print_graph_ops writes to stderr, by primitive name, the operations that
+// evaluating outs runs, views included, as mlx.GraphOps counts them (one per
+// primitive, whatever its number of outputs): with --compile 0 the step's
+// whole graph, to set beside `posttrainllm bench --json`'s
+// graph_ops_by_primitive.
+void print_graph_ops(const std::vector<mx::array>& outs) {
+  std::set<std::uintptr_t> seen;
+  std::map<std::string, size_t> counts;
+  std::vector<mx::array> stack = outs;
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+    for (auto& s : a.siblings()) seen.insert(s.id());
+    counts[a.primitive().name()]++;
+    for (auto& in : a.inputs()) stack.push_back(in);
+  }
+  for (auto& [name, n] : counts) std::fprintf(stderr, "graph op %s %zu\n", name.c_str(), n);
+}
+
 // cosine_lr is optim.WarmupCosine as bench sets it up (common.cosine_lr).
 double cosine_lr(const Config& c, int step, int total) {
   int warmup = std::min(c.warmup_lr, total / 2);
@@ -305,6 +329,7 @@ int run(const Config& c) {
     in.push_back(mx::array(xs.data(), shape, mx::int32));
     in.push_back(mx::array(ys.data(), shape, mx::int32));
     auto out = step(in);
+    if (c.graph_ops && i == 0) print_graph_ops(out);
     mx::eval(out);
     double l = out.back().item<float>();
     state.assign(out.begin(), out.end() - 1);

@@ -115,6 +115,10 @@ type Result struct {
 	// so it shows what compiling fuses away. MLX expands RMSNorm, RoPE and
 	// attention into plain operations on the CPU, so counts differ by device.
 	GraphOps int `json:"graph_ops"`
+	// GraphOpsByPrimitive is the same count by MLX primitive name, views
+	// included, so a step's graph can be set beside another
+	// implementation's (bench/peers/cpp_peer.cpp --graph-ops 1).
+	GraphOpsByPrimitive map[string]int `json:"graph_ops_by_primitive,omitempty"`
 	// Round is the comparison round the result belongs to (Compare), 0 for
 	// a single run.
 	Round int `json:"round,omitempty"`
@@ -202,7 +206,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			mlx.ResetPeakMemory()
 			cpuStart = processCPUTime()
 		}
-		h, d, loss, err := step(s, sampler, batch, i, &res.GraphOps)
+		h, d, loss, err := step(s, sampler, batch, i, res)
 		if err != nil {
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
@@ -233,8 +237,9 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 
 // step runs update i and returns its host and device times and its loss.
 // On the first update it also counts the operations the update evaluates
-// into *ops, a count kept out of both times.
-func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, ops *int) (host, device time.Duration, loss float64, err error) {
+// into res.GraphOps and res.GraphOpsByPrimitive, a count kept out of both
+// times.
+func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, res *Result) (host, device time.Duration, loss float64, err error) {
 	start := time.Now()
 	if err := sampler.FillBatch(batch); err != nil {
 		return 0, 0, 0, err
@@ -248,7 +253,7 @@ func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, ops *
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		*ops = mlx.CountKernelOps(byOp)
+		res.GraphOps, res.GraphOpsByPrimitive = mlx.CountKernelOps(byOp), byOp
 		counting := time.Since(called)
 		start, called = start.Add(counting), called.Add(counting)
 	}

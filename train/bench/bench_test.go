@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -75,6 +76,14 @@ func TestRunInterpretedRunsBodyEveryStep(t *testing.T) {
 		t.Fatalf("operations per step: compiled %d, interpreted %d; want 0 < compiled < interpreted", compiled.GraphOps, res.GraphOps)
 	}
 	t.Logf("operations per step: compiled %d, interpreted %d", compiled.GraphOps, res.GraphOps)
+	// The count by primitive holds the same operations, views added: the
+	// interpreted step's matmuls are all there.
+	for _, r := range []Result{res, compiled} {
+		if n := mlx.CountKernelOps(r.GraphOpsByPrimitive); n != r.GraphOps || r.GraphOpsByPrimitive["Matmul"] == 0 {
+			t.Fatalf("compile=%t: by primitive %v holds %d non-view operations and %d matmuls, want %d and > 0",
+				r.Compile, r.GraphOpsByPrimitive, n, r.GraphOpsByPrimitive["Matmul"], r.GraphOps)
+		}
+	}
 }
 
 // Every step frees what it replaces: the memory held after the last step

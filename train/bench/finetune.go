@@ -155,7 +155,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 			if err != nil {
 				return err
 			}
-			res.GraphOps = mlx.CountKernelOps(byOp)
+			res.GraphOps, res.GraphOpsByPrimitive = mlx.CountKernelOps(byOp), byOp
 			counting := time.Since(called)
 			start, called = start.Add(counting), called.Add(counting)
 		}

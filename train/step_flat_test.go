@@ -1,6 +1,7 @@
 package train
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
@@ -109,16 +110,7 @@ func TestFlatLayoutMatchesPerParameter(t *testing.T) {
 }
 
 func sameShape(a, b *mlx.Array) bool {
-	as, bs := a.Shape(), b.Shape()
-	if len(as) != len(bs) {
-		return false
-	}
-	for i := range as {
-		if as[i] != bs[i] {
-			return false
-		}
-	}
-	return a.Dtype() == b.Dtype()
+	return slices.Equal(a.Shape(), b.Shape()) && a.Dtype() == b.Dtype()
 }
 
 func equalItems(t testing.TB, a, b *mlx.Array) bool {

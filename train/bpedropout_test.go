@@ -1,27 +1,9 @@
 package train
 
 import (
-	"context"
 	"path/filepath"
 	"testing"
-
-	"github.com/posttrainllm/posttrainllm/data"
 )
-
-// gpt2Dataset tokenises text with GPT-2, in memory.
-func gpt2Dataset(t testing.TB, text string, context int) *Dataset {
-	t.Helper()
-	tok, err := data.NewTokenizer("gpt2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := data.NewTokens(tok.Encode(text))
-	tr, val, err := data.Split(tokens, 0.1, context)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Dataset{Tokenizer: tok, Tokens: tokens, Train: tr, Val: val}
-}
 
 // A run with BPE-dropout traces once, trains on other windows than one
 // without, and resumes to exactly the losses of an uninterrupted run.
@@ -29,22 +11,10 @@ func TestBPEDropoutRunResumesExactly(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.Tokenizer, cfg.Model.VocabSize, cfg.Model.DModel = "gpt2", 50257, 16
 	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
-	ds := gpt2Dataset(t, syntheticText(40_000), cfg.Model.Context)
+	ds := tokenizedDataset(t, "gpt2", syntheticText(40_000), cfg.Model.Context)
 	run := func(cfg Config, dir, resume string) (Summary, []Metrics) {
 		t.Helper()
-		tr, err := New(cfg, ds, dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum, err := tr.Run(context.Background(), resume)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ms, err := ReadMetrics(filepath.Join(dir, MetricsFile))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sum, ms
+		return runTrainerOn(t, cfg, ds, dir, resume)
 	}
 	plain, _ := run(cfg, t.TempDir(), "")
 	cfg.BPEDropout = 0.1

@@ -28,7 +28,13 @@ func syntheticText(n int) string {
 // memoryDataset tokenises text with the byte tokenizer, in memory.
 func memoryDataset(t testing.TB, text string, context int) *Dataset {
 	t.Helper()
-	tok, err := data.NewTokenizer("byte")
+	return tokenizedDataset(t, "byte", text, context)
+}
+
+// tokenizedDataset tokenises text with the named tokenizer, in memory.
+func tokenizedDataset(t testing.TB, tokenizer, text string, context int) *Dataset {
+	t.Helper()
+	tok, err := data.NewTokenizer(tokenizer)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,13 @@ import (
 
 func runTrainer(t *testing.T, cfg Config, dir, resume string) (Summary, []Metrics) {
 	t.Helper()
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	return runTrainerOn(t, cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir, resume)
+}
+
+// runTrainerOn runs a trainer of cfg on ds in dir (resuming from resume
+// when set) and returns its summary and logged metrics.
+func runTrainerOn(t testing.TB, cfg Config, ds *Dataset, dir, resume string) (Summary, []Metrics) {
+	t.Helper()
 	tr, err := New(cfg, ds, dir)
 	if err != nil {
 		t.Fatal(err)

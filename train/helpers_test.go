@@ -89,6 +89,22 @@ func runUpdates(t testing.TB, s *Setup, sampler *data.Sampler) []float64 {
 	return losses
 }
 
+// preparedSetup prepares cfg and returns a fresh setup of it, its model
+// and the prepared config; the setup is freed when the test ends.
+func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.TinyGPT, Config) {
+	t.Helper()
+	cfg, m, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewSetup(cfg, m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Free)
+	return s, m, cfg
+}
+
 // setupRun is setupLosses that also returns the final parameters,
 // flattened and concatenated in the model's order.
 func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {

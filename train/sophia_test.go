@@ -39,15 +39,7 @@ func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.Optimizer = "sophia"
 	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
-	cfg, m, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSetup(cfg, m, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
+	s, m, cfg := preparedSetup(t, cfg)
 	e, err := NewSophiaEstimator(s.Optimizer, m, cfg.Seed, true)
 	if err != nil {
 		t.Fatal(err)

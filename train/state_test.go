@@ -9,15 +9,7 @@ import (
 // stateSetup returns a fresh setup of the tiny config and a batch for it.
 func stateSetup(t *testing.T) (*Setup, Batch) {
 	t.Helper()
-	cfg, m, err := Prepare(tinyConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSetup(cfg, m, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Free)
+	s, _, cfg := preparedSetup(t, tinyConfig())
 	n := cfg.Accum * cfg.Batch * cfg.Model.Context
 	b := Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
 	for i := range b.X {

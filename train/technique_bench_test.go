@@ -16,15 +16,7 @@ func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, Batch) {
 	cfg.Model.DModel, cfg.Model.Heads, cfg.Model.Context, cfg.Batch = 64, 4, 64, 8
 	cfg.Optimizer, cfg.GaLoreRank = opt, 16
 	ds := memoryDataset(b, syntheticText(60_000), cfg.Model.Context)
-	cfg, m, err := Prepare(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	s, err := NewSetup(cfg, m, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Free)
+	s, m, cfg := preparedSetup(b, cfg)
 	sampler, err := data.NewSampler(ds.Train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		b.Fatal(err)

@@ -109,15 +109,8 @@ func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.TinyGPT, Config) {
 // flattened and concatenated in the model's order.
 func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {
 	t.Helper()
-	cfg, m, err := Prepare(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := NewSetup(cfg, m, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Free()
+	s, _, cfg := preparedSetup(t, cfg)
+	defer s.Free() // now, not when the test ends (freeing twice is a no-op)
 	sampler, err := data.NewSampler(ds.Train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		t.Fatal(err)

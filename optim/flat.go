@@ -41,10 +41,15 @@ type Flat struct {
 	params []Param // the per-parameter list, in the optimizer's order
 	dtypes []mlx.Dtype
 	groups []flatGroup
-	order  []int // parameter indices in group order: the concatenated gradient's
-	slots  int   // state arrays per parameter after the step counter
-	inner  Optimizer
+	order  []int // parameter indices in group order
+	// at[i] is parameter i's group and its offset there.
+	at    []flatPos
+	slots int // state arrays per parameter after the step counter
+	inner Optimizer
 }
+
+// flatPos is where a parameter lies: its group and its offset there.
+type flatPos struct{ group, offset int }
 
 // flatGroup is one flat array: the parameters (indices into Flat.params)
 // it holds, each one's offset, and its total size.
@@ -104,8 +109,12 @@ func NewFlat(opt Optimizer, dtypes []mlx.Dtype) (*Flat, error) {
 		grp.size += p.size()
 	}
 	groupParams := make([]Param, len(f.groups))
+	f.at = make([]flatPos, len(params))
 	for g, grp := range f.groups {
 		f.order = append(f.order, grp.members...)
+		for k, i := range grp.members {
+			f.at[i] = flatPos{g, grp.offsets[k]}
+		}
 		groupParams[g] = Param{Name: fmt.Sprintf("flat.%d", g), Shape: []int{grp.size}, Decay: grp.decay}
 	}
 	inner, err := e.Over(groupParams)
@@ -130,14 +139,7 @@ func (p Param) size() int {
 func (f *Flat) Optimizer() Optimizer { return f.inner }
 
 // GroupOf returns the group that holds parameter i.
-func (f *Flat) GroupOf(i int) int {
-	for g, grp := range f.groups {
-		if slices.Contains(grp.members, i) {
-			return g
-		}
-	}
-	return -1
-}
+func (f *Flat) GroupOf(i int) int { return f.at[i].group }
 
 // Groups returns the number of flat arrays.
 func (f *Flat) Groups() int { return len(f.groups) }
@@ -145,13 +147,12 @@ func (f *Flat) Groups() int { return len(f.groups) }
 // Dtypes returns the parameter dtypes the layout was built for.
 func (f *Flat) Dtypes() []mlx.Dtype { return slices.Clone(f.dtypes) }
 
-// Order returns the parameter indices in group order: concatenating the
-// parameters' flattened gradients in this order and slicing it at
-// GroupBounds gives each group's gradient.
+// Order returns the parameter indices in group order: the order in which
+// the groups, one after the other, hold the parameters.
 func (f *Flat) Order() []int { return slices.Clone(f.order) }
 
-// GroupBounds returns where each group starts and ends in the
-// concatenation of all groups (Order's).
+// GroupBounds returns where each group starts and ends if the groups
+// are laid end to end (the parameters in Order).
 func (f *Flat) GroupBounds() [][2]int {
 	out := make([][2]int, len(f.groups))
 	at := 0
@@ -242,15 +243,9 @@ func (f *Flat) stackable(grp flatGroup, k int, r []int) bool {
 // parameter's array, or a run's parameters stacked along axis 0. The
 // caller owns them; they need no copy.
 func (f *Flat) Views(groups []*mlx.Array, units [][]int) []*mlx.Array {
-	where := make([][2]int, len(f.params)) // group, offset
-	for g, grp := range f.groups {
-		for k, i := range grp.members {
-			where[i] = [2]int{g, grp.offsets[k]}
-		}
-	}
 	out := make([]*mlx.Array, len(units))
 	for u, unit := range units {
-		g, off := where[unit[0]][0], where[unit[0]][1]
+		g, off := f.at[unit[0]].group, f.at[unit[0]].offset
 		shape := slices.Clone(f.params[unit[0]].Shape)
 		size := 0
 		for j, i := range unit {

@@ -84,6 +84,17 @@ func TestRunInterpretedRunsBodyEveryStep(t *testing.T) {
 				r.Compile, r.GraphOpsByPrimitive, n, r.GraphOpsByPrimitive["Matmul"], r.GraphOps)
 		}
 	}
+	// With more than one update it counts the second, which does not make
+	// the initial state (fresh parameters, zero moments, their packing into
+	// the flat layout); a one-update run can only count the first.
+	only, err := Run(cfg, Options{Warmup: 0, Steps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(only.GraphOps > compiled.GraphOps) {
+		t.Fatalf("operations counted: %d in a one-update run, %d in a two-update run; want the first to add the initial state's",
+			only.GraphOps, compiled.GraphOps)
+	}
 }
 
 // Every step frees what it replaces: the memory held after the last step

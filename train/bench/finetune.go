@@ -150,7 +150,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
 		called := time.Now()
-		if i == 0 {
+		if i == countedUpdate(total) {
 			byOp, err := st.GraphOps()
 			if err != nil {
 				return err

@@ -20,6 +20,7 @@ typedef struct ptlm_closure_* ptlm_closure;   // vector<array> -> vector<array>
 typedef struct ptlm_vag_* ptlm_vag;           // value_and_grad function
 typedef struct ptlm_st_* ptlm_st;             // loaded safetensors file
 typedef struct ptlm_group_* ptlm_group;       // mlx::core::distributed::Group
+typedef struct ptlm_kernel_* ptlm_kernel;     // mlx::core::fast::CustomKernelFunction
 
 // Dtypes, numbered like mlx::core::Dtype::Val.
 enum {
@@ -187,6 +188,19 @@ int ptlm_fast_rope(ptlm_array x, int dims, bool traditional, float base, float s
 int ptlm_fast_sdpa(ptlm_array q, ptlm_array k, ptlm_array v, float scale, const char* mask_mode,
                   ptlm_array mask, ptlm_array* out);
 int ptlm_fast_cross_entropy(ptlm_array logits, ptlm_array targets, ptlm_array* out);
+
+// Custom kernels: CUDA C++ source that MLX compiles at run time (NVRTC)
+// and launches as one graph operation. cuda_available reports whether this
+// libmlx has the CUDA backend; a kernel can only run there.
+int ptlm_cuda_available(bool* out);
+int ptlm_cuda_kernel_new(const char* name, const char** inputs, size_t n_in, const char** outputs, size_t n_out,
+                         const char* source, const char* header, ptlm_kernel* out);
+int ptlm_kernel_free(ptlm_kernel k);
+// shapes holds the outputs' shapes one after another, ndims their ranks;
+// grid and group are 3 ints each, in threads; template arguments are ints.
+int ptlm_kernel_apply(ptlm_kernel k, const ptlm_array* in, size_t n_in, const int* shapes, const int* ndims,
+                      const int* dtypes, size_t n_out, const int* grid, const int* group, const char** tnames,
+                      const int* tvalues, size_t n_t, ptlm_vec* out);
 
 // Random numbers with explicit keys.
 int ptlm_random_key(uint64_t seed, ptlm_array* out);

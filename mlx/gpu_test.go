@@ -8,6 +8,7 @@ package mlx
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -143,6 +144,77 @@ func TestGPUGradMatchesCPU(t *testing.T) {
 		}
 		if e := relErr(t, "grad", gotG, wantG); e > 1e-3 {
 			t.Fatalf("GPU gradient differs from the CPU by %.3g, want <= 1e-3", e)
+		}
+	})
+}
+
+// A custom CUDA kernel runs on the GPU with its template arguments, inside
+// a compiled function too, and two outputs of different dtypes come back.
+func TestGPUCUDAKernel(t *testing.T) {
+	onMLX(t, func() {
+		onGPU(t)
+		if !CUDAAvailable() {
+			t.Fatal("CUDAAvailable is false with a GPU device")
+		}
+		k, err := NewCUDAKernel("ptlm_test_affine", []string{"x"}, []string{"y", "n"}, `
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  y[i] = static_cast<float>(x[i]) * A - B;
+  n[i] = (int)i;
+`, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Free()
+		in := []float32{1, -2, 3.5, 0, 10}
+		apply := func(inputs []*Array) ([]*Array, error) {
+			return k.Apply(inputs, KernelLaunch{
+				OutputShapes: [][]int{{len(in)}, {len(in)}}, OutputDtypes: []Dtype{Float32, Int32},
+				Grid: [3]int{256, 1, 1}, Block: [3]int{256, 1, 1},
+				Template: []KernelArg{{"N", len(in)}, {"A", 3}, {"B", 1}},
+			})
+		}
+		compiled, err := Compile(apply)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer compiled.Free()
+		// Malformed launches are refused with the counts that are wrong.
+		x := FromSlice(in, len(in))
+		for _, c := range []struct {
+			name   string
+			inputs []*Array
+			launch KernelLaunch
+			want   string
+		}{
+			{"no outputs", []*Array{x}, KernelLaunch{}, "0 output shapes"},
+			{"dtypes short", []*Array{x}, KernelLaunch{OutputShapes: [][]int{{1}}}, "1 output shapes and 0 dtypes"},
+			{"no inputs", nil, KernelLaunch{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32}}, "no inputs"},
+			{"negative template argument", []*Array{x}, KernelLaunch{OutputShapes: [][]int{{1}}, OutputDtypes: []Dtype{Float32},
+				Template: []KernelArg{{"B", -1}}}, "template argument B = -1"},
+		} {
+			if _, err := k.Apply(c.inputs, c.launch); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%s: err %v, want one containing %q", c.name, err, c.want)
+			}
+		}
+		for _, run := range []Func{apply, func(in []*Array) ([]*Array, error) { return compiled.Call(in...) }} {
+			out, err := run([]*Array{FromSlice(in, len(in))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			y, err := ToSlice[float32](out[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := ToSlice[int32](out[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range in {
+				if y[i] != 3*v-1 || n[i] != int32(i) {
+					t.Fatalf("element %d: y %v n %d, want %v and %d", i, y[i], n[i], 3*v-1, i)
+				}
+			}
 		}
 	})
 }

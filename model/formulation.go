@@ -27,13 +27,19 @@ type formulation struct {
 	// logits; otherwise the float32 path (rowTerms). Only for a loss
 	// without z-loss.
 	fusedLoss bool
+	// cudaKernels runs the model's own CUDA kernels (kernels.go) for
+	// attention's heads and RMSNorm's backward pass, in a forward pass
+	// without a KV cache; otherwise MLX's RoPE, split and RMSNorm.
+	cudaKernels bool
 }
 
 // formulationFor returns the formulation the model uses on device d for
 // config c: each choice is the faster one measured on that backend.
 func formulationFor(d mlx.Device, c Config) formulation {
 	if d == mlx.GPU {
-		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0}
+		// The kernels are CUDA C++: on a Metal GPU MLX's own operations run.
+		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0,
+			cudaKernels: mlx.CUDAAvailable()}
 	}
 	// On the CPU the plain formulation costs least: the written-out GELU
 	// adds a fifth to the forward and backward pass, and the stacked qkv
@@ -74,14 +80,21 @@ func (m *TinyGPT) StackedQKV() [][]int {
 // (block.wqkv, StackedQKV) are used as they are: by the stacked formulation directly,
 // by the plain one split into three views.
 func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.Array) {
-	if !f.stackedQKV {
-		wq, wk, wv := b.wq, b.wk, b.wv
-		if b.wqkv != nil {
-			w := mlx.SplitAt(b.wqkv, []int{qDim, qDim + kvDim}, 0)
-			wq, wk, wv = w[0], w[1], w[2]
-		}
-		return linearBias(x, wq, b.bq), linearBias(x, wk, b.bk), linearBias(x, wv, b.bv)
+	if f.stackedQKV {
+		s := mlx.SplitAt(f.qkvRows(b, x), []int{qDim, qDim + kvDim}, -1)
+		return s[0], s[1], s[2]
 	}
+	wq, wk, wv := b.wq, b.wk, b.wv
+	if b.wqkv != nil {
+		w := mlx.SplitAt(b.wqkv, []int{qDim, qDim + kvDim}, 0)
+		wq, wk, wv = w[0], w[1], w[2]
+	}
+	return linearBias(x, wq, b.bq), linearBias(x, wk, b.bk), linearBias(x, wv, b.bv)
+}
+
+// qkvRows is the stacked formulation's projection of rows x [B·T, D]
+// against [wq; wk; wv] (and the stacked biases): [B·T, qDim + 2·kvDim].
+func (f formulation) qkvRows(b block, x *mlx.Array) *mlx.Array {
 	var bias *mlx.Array
 	if b.bq != nil {
 		bias = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
@@ -90,8 +103,7 @@ func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.A
 	if w == nil {
 		w = mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0)
 	}
-	s := mlx.SplitAt(linearBias(x, w, bias), []int{qDim, qDim + kvDim}, -1)
-	return s[0], s[1], s[2]
+	return linearBias(x, w, bias)
 }
 
 // residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
@@ -113,8 +125,9 @@ func (f formulation) residualBias(x, h, w, b *mlx.Array) *mlx.Array {
 	return mlx.Add(f.residual(x, h, w), b)
 }
 
-// allFormulations lists every combination of the choices, for tests and
-// benchmarks that compare them.
+// allFormulations lists every combination of the choices that runs on any
+// device, for tests and benchmarks that compare them; cudaKernels runs
+// only on a CUDA GPU (model/gpu_test.go compares it there).
 func allFormulations() []formulation {
 	var out []formulation
 	for i := range 16 {

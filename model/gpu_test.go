@@ -63,3 +63,68 @@ func TestGPULossMatchesPlainFormulationOnCPU(t *testing.T) {
 		t.Logf("loss GPU %.5f, CPU %.5f", gpuLoss, cpuLoss)
 	})
 }
+
+// TestGPUKernelsMatchMLXOps runs each family's loss and gradients on the
+// GPU with the model's CUDA kernels (attention's heads, RMSNorm's backward
+// pass) and with MLX's operations in their place, from the same weights:
+// in float32 they agree to float32 rounding, in bf16 to bf16's, for RoPE
+// with and without scaling, grouped-query attention, learned positions
+// (no rotation) and LayerNorm (no norm kernel). It also checks that the
+// GPU formulation uses the kernels (formulationFor).
+func TestGPUKernelsMatchMLXOps(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		if !mlx.GPU.Available() {
+			t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible")
+		}
+		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
+			t.Fatal(err)
+		}
+		defer mlx.SetDefaultDevice(mlx.CPU)
+		for family, c := range familyConfigs() {
+			for _, dtype := range []string{"float32", "bfloat16"} {
+				c.Dtype = dtype
+				m, params := initModel(t, c, 11)
+				with := formulationFor(mlx.GPU, m.Config)
+				if !with.cudaKernels {
+					t.Fatalf("%s: the GPU formulation does not use the CUDA kernels", family)
+				}
+				without := with
+				without.cudaKernels = false
+				x, y := tokens(t, 3, 16, c.VocabSize, 2), tokens(t, 3, 16, c.VocabSize, 9)
+				lossWith, gradsWith := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return m.loss(p, x, y, with) }, params, x, y)
+				lossWithout, gradsWithout := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return m.loss(p, x, y, without) }, params, x, y)
+				tol := 1e-4
+				if dtype == "bfloat16" {
+					tol = 3e-2
+				}
+				if math.Abs(lossWith-lossWithout) > tol*lossWithout {
+					t.Fatalf("%s %s: loss %.6f with the kernels, %.6f without", family, dtype, lossWith, lossWithout)
+				}
+				// Per parameter ‖Δ‖ ≤ tol·‖g‖, plus tol·1% of the largest
+				// gradient's norm: some gradients are zero but for rounding
+				// (a key bias shifts every logit of a query alike).
+				norms := make([]float64, len(gradsWith))
+				largest := 0.0
+				for i, g := range gradsWithout {
+					for _, v := range g {
+						norms[i] += v * v
+					}
+					norms[i] = math.Sqrt(norms[i])
+					largest = math.Max(largest, norms[i])
+				}
+				for i := range gradsWith {
+					var diff float64
+					for j := range gradsWith[i] {
+						d := gradsWith[i][j] - gradsWithout[i][j]
+						diff += d * d
+					}
+					if diff = math.Sqrt(diff); !(diff <= tol*norms[i]+tol*0.01*largest) {
+						t.Fatalf("%s %s: gradient of %s differs by %.3g with the kernels (norm %.3g, largest %.3g), want within %g of it",
+							family, dtype, m.Specs[i].Name, diff, norms[i], largest, tol)
+					}
+				}
+				t.Logf("%s %s: loss %.6f with the kernels, %.6f without", family, dtype, lossWith, lossWithout)
+			}
+		}
+	})
+}

@@ -133,11 +133,15 @@ func linearBias(x, w, b *mlx.Array) *mlx.Array {
 }
 
 // norm is the family's normalisation of the last axis: RMSNorm with gain g,
-// or LayerNorm with gain g and bias b (nil for none).
-func (m *TinyGPT) norm(x, g, b *mlx.Array) *mlx.Array {
+// or LayerNorm with gain g and bias b (nil for none). RMSNorm runs through
+// k's kernel where k has one for rows like x.
+func (m *TinyGPT) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
 	eps := float32(m.Config.NormEps)
 	if m.Config.layerNorm() {
 		return mlx.LayerNorm(x, g, b, eps)
+	}
+	if k.useNorm(x) {
+		return k.applyNorm(x, g)
 	}
 	return mlx.RMSNorm(x, g, eps)
 }
@@ -200,6 +204,14 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		}
 		defer gelu.Free()
 	}
+	if cache != nil {
+		f.cudaKernels = false // the kernels place positions from 0
+	}
+	ks, err := m.newKernels(f, B, T)
+	if err != nil {
+		return mlx.ErrorArray(err)
+	}
+	defer ks.Free()
 	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
 	if w.posEmb != nil {
 		if offset+T > c.Context {
@@ -209,16 +221,16 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		x = mlx.Reshape(mlx.Add(mlx.Reshape(x, B, T, c.DModel), pos), B*T, c.DModel)
 	}
 	if w.embedNorm != nil {
-		x = m.norm(x, w.embedNorm, w.embedNormB)
+		x = m.norm(ks, x, w.embedNorm, w.embedNormB)
 	}
 	for l, b := range w.blocks {
-		x = f.residualBias(x, m.attention(f, b, m.norm(x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
-		x = f.residualBias(x, m.mlp(gelu, b, m.norm(x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
+		x = f.residualBias(x, m.attention(f, ks, b, m.norm(ks, x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
+		x = f.residualBias(x, m.mlp(gelu, b, m.norm(ks, x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
 	}
 	if cache != nil {
 		cache.Offset += T
 	}
-	x = m.norm(x, w.norm, w.normB)
+	x = m.norm(ks, x, w.norm, w.normB)
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
 		return mlx.AddMM(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
@@ -260,8 +272,10 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // The q, k and v projections are f.qkv: on a GPU one matmul against the
 // three weights stacked into [D + 2·KV, D], split afterwards; on the CPU
 // three matmuls. The parameters stay separate (wq, wk, wv) either way, so
-// checkpoints are unchanged.
-func (m *TinyGPT) attention(f formulation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+// checkpoints are unchanged. On a CUDA GPU, without a cache, one kernel of
+// ks splits the stacked projection into heads and rotates q and k
+// (kernels.go) in place of the split, the head views and MLX's RoPE.
+func (m *TinyGPT) attention(f formulation, ks kernels, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
 	c := m.Config
 	hd, kvh := c.HeadDim(), c.KVHeadCount()
 	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
@@ -277,8 +291,13 @@ func (m *TinyGPT) attention(f formulation, b block, x *mlx.Array, B, T int, cach
 		}
 		return mlx.RoPE(t, hd, false, float32(c.RoPEBase), c.ropeScale(), offset)
 	}
-	q, k, v := f.qkv(b, x, c.DModel, kvh*hd)
-	q, k, v = rope(heads(q, c.Heads)), rope(heads(k, kvh)), heads(v, kvh)
+	var q, k, v *mlx.Array
+	if f.stackedQKV && ks.useHeads(x) {
+		q, k, v = ks.applyHeads(f.qkvRows(b, x)) // split, rotated and laid out as heads by one kernel
+	} else {
+		q, k, v = f.qkv(b, x, c.DModel, kvh*hd)
+		q, k, v = rope(heads(q, c.Heads)), rope(heads(k, kvh)), heads(v, kvh)
+	}
 	mask := mlx.CausalMask
 	if cache != nil {
 		k, v = cache.append(l, k, v)

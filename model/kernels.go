@@ -24,11 +24,11 @@ import (
 //     input's gradient and per-block partial sums of the gain's gradient in
 //     one pass; normGainSum adds the partial sums up.
 //
-// Each kernel computes in float32 what MLX's kernels compute: the forward
-// rotation is bit-identical to fast::rope's (checked on the GPU by
-// TestGPUKernelsMatchMLX), the gradients agree to the compute dtype's
-// rounding. Template arguments carry every size, so each shape is a
-// kernel of its own in MLX's cache; floats travel as their bit patterns.
+// Each kernel computes in float32 what MLX's kernels compute, rounding
+// once to the compute dtype; TestGPUKernelsMatchMLXOps (gpu_test.go)
+// checks losses and gradients against MLX's operations. Template
+// arguments carry every size, so each shape is a kernel of its own in
+// MLX's cache; floats travel as their (non-negative) bit patterns.
 const (
 	headsFwdSource = `
   const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;

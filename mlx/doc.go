@@ -51,4 +51,13 @@
 // the fix. This package then makes the call again on the MLX thread; C or
 // C++ code that calls the bridge directly must likewise make its calls on
 // that thread, for instance from a Go function passed to Do.
+//
+// # Custom kernels
+//
+// NewCUDAKernel defines a kernel written in CUDA C++ that MLX compiles at
+// run time and launches as one graph operation. Wrapped by CustomVJP with
+// a second kernel for its backward pass, it is a differentiable operation
+// that traces into compiled steps like MLX's own (the model's kernels for
+// attention's heads and RMSNorm's backward pass are built so). Kernels
+// need the mlx-cuda library: CUDAAvailable says whether it is loaded.
 package mlx

@@ -30,12 +30,16 @@ import (
 // arguments carry every size, so each shape is a kernel of its own in
 // MLX's cache; floats travel as their (non-negative) bit patterns.
 const (
-	headsFwdSource = `
+	// headsPosition starts both heads kernels: thread idx takes the pair
+	// (i, i + hd/2) of head slot j (q heads, then k, then v) of row
+	// r = b·T + t.
+	headsPosition = `
   const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
   constexpr int HALF = HD / 2, NH = HQ + 2 * HKV;
   if (idx >= (unsigned int)R * NH * HALF) return;
   const int i = idx % HALF, j = (idx / HALF) % NH, r = idx / (HALF * NH);
-  const int b = r / T, t = r % T;
+  const int b = r / T, t = r % T;`
+	headsFwdSource = headsPosition + `
   const auto* src = qkv + (size_t)r * (NH * HD) + j * HD;
   float x1 = static_cast<float>(src[i]), x2 = static_cast<float>(src[i + HALF]);
   if (ROTATE && j < HQ + HKV) {
@@ -58,12 +62,7 @@ const (
     v[o + i] = x1; v[o + i + HALF] = x2;
   }
 `
-	headsBwdSource = `
-  const unsigned int idx = blockIdx.x * blockDim.x + threadIdx.x;
-  constexpr int HALF = HD / 2, NH = HQ + 2 * HKV;
-  if (idx >= (unsigned int)R * NH * HALF) return;
-  const int i = idx % HALF, j = (idx / HALF) % NH, r = idx / (HALF * NH);
-  const int b = r / T, t = r % T;
+	headsBwdSource = headsPosition + `
   float x1, x2;
   size_t o;
   if (j < HQ) {

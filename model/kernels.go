@@ -180,8 +180,11 @@ func (m *TinyGPT) newKernels(f formulation, B, T int) (kernels, error) {
 	}
 	c := m.Config
 	// The rotation's constants travel as non-negative bit patterns: a RoPE
-	// base below 1 (a negative log₂) keeps MLX's RoPE.
-	if hd := c.HeadDim(); hd%2 == 0 && (c.learnedPositions() || (c.RoPEBase >= 1 && c.ropeScale() > 0)) {
+	// base below 1 (a negative log₂) keeps MLX's RoPE. The kernel indexes
+	// its threads with 32 bits, and MLX's grid is an int.
+	hd := c.HeadDim()
+	rotation := c.learnedPositions() || (c.RoPEBase >= 1 && c.ropeScale() > 0)
+	if n := B * T * (c.Heads + 2*c.KVHeadCount()) * hd / 2; hd%2 == 0 && rotation && n < math.MaxInt32-256 {
 		if err := k.addHeads(c, B, T); err != nil {
 			k.Free()
 			return kernels{}, err

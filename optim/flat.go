@@ -41,7 +41,6 @@ type Flat struct {
 	params []Param // the per-parameter list, in the optimizer's order
 	dtypes []mlx.Dtype
 	groups []flatGroup
-	order  []int // parameter indices in group order
 	// at[i] is parameter i's group and its offset there.
 	at    []flatPos
 	slots int // state arrays per parameter after the step counter
@@ -111,7 +110,6 @@ func NewFlat(opt Optimizer, dtypes []mlx.Dtype) (*Flat, error) {
 	groupParams := make([]Param, len(f.groups))
 	f.at = make([]flatPos, len(params))
 	for g, grp := range f.groups {
-		f.order = append(f.order, grp.members...)
 		for k, i := range grp.members {
 			f.at[i] = flatPos{g, grp.offsets[k]}
 		}
@@ -146,22 +144,6 @@ func (f *Flat) Groups() int { return len(f.groups) }
 
 // Dtypes returns the parameter dtypes the layout was built for.
 func (f *Flat) Dtypes() []mlx.Dtype { return slices.Clone(f.dtypes) }
-
-// Order returns the parameter indices in group order: the order in which
-// the groups, one after the other, hold the parameters.
-func (f *Flat) Order() []int { return slices.Clone(f.order) }
-
-// GroupBounds returns where each group starts and ends if the groups
-// are laid end to end (the parameters in Order).
-func (f *Flat) GroupBounds() [][2]int {
-	out := make([][2]int, len(f.groups))
-	at := 0
-	for g, grp := range f.groups {
-		out[g] = [2]int{at, at + grp.size}
-		at += grp.size
-	}
-	return out
-}
 
 // Pack concatenates per-parameter arrays (one per parameter, in order,
 // each of its parameter's shape) into the groups' flat arrays. The

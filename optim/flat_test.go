@@ -79,18 +79,16 @@ func TestFlatGroupsAndRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// (float32, decay) = w; (float32, no decay) = v, b; (bf16, decay) = e.
-	if got, want := f.Order(), []int{0, 1, 3, 2}; !slices.Equal(got, want) {
-		t.Fatalf("order %v, want %v", got, want)
-	}
-	if got := f.GroupBounds(); len(got) != 3 || got[0] != [2]int{0, 6} || got[1] != [2]int{6, 17} || got[2] != [2]int{17, 23} {
-		t.Fatalf("group bounds %v, want [0 6] [6 17] [17 23]", got)
+	if got, want := []int{f.GroupOf(0), f.GroupOf(1), f.GroupOf(2), f.GroupOf(3)}, []int{0, 1, 2, 1}; f.Groups() != 3 || !slices.Equal(got, want) {
+		t.Fatalf("%d groups, parameters in groups %v, want 3 and %v", f.Groups(), got, want)
 	}
 	onMLX(t, func() {
 		arrays := paramArrays(t, params, mlx.Float32)
 		arrays[2] = mlx.AsType(arrays[2], mlx.BFloat16)
 		groups := f.Pack(arrays)
-		if len(groups) != 3 || groups[2].Dtype() != mlx.BFloat16 || groups[1].Dim(0) != 11 {
-			t.Fatalf("packed into %d groups (%v)", len(groups), groups)
+		if len(groups) != 3 || groups[2].Dtype() != mlx.BFloat16 ||
+			groups[0].Dim(0) != 6 || groups[1].Dim(0) != 11 || groups[2].Dim(0) != 6 {
+			t.Fatalf("packed into %d groups (%v), want sizes 6, 11, 6", len(groups), groups)
 		}
 		back := f.Unpack(groups)
 		for i := range arrays {

@@ -172,10 +172,11 @@ type kernels struct {
 }
 
 // newKernels builds the kernels formulation f uses for a forward pass of
-// B×T positions without a KV cache; the zero kernels when f uses none.
-func (m *TinyGPT) newKernels(f formulation, B, T int) (kernels, error) {
+// B×T positions; the zero kernels when f uses none or the pass continues a
+// KV cache (the kernels place positions from 0).
+func (m *TinyGPT) newKernels(f formulation, B, T int, cached bool) (kernels, error) {
 	k := kernels{rows: B * T}
-	if !f.cudaKernels {
+	if !f.cudaKernels || cached {
 		return k, nil
 	}
 	c := m.Config

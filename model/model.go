@@ -204,10 +204,7 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		}
 		defer gelu.Free()
 	}
-	if cache != nil {
-		f.cudaKernels = false // the kernels place positions from 0
-	}
-	ks, err := m.newKernels(f, B, T)
+	ks, err := m.newKernels(f, B, T, cache != nil)
 	if err != nil {
 		return mlx.ErrorArray(err)
 	}

@@ -85,8 +85,8 @@ fi
 
 python3 - "$results" <<'PY' | tee "$out/table.md"
 import json, sys
-print("| run | plan (micro-batch × steps) | ms/step median (p10–p90) | tokens/s | peak memory GB | traces | graph ops | host ms |")
-print("|---|---|---|---|---|---|---|---|")
+print("| run | plan (micro-batch × steps) | ms/step median (p10–p90) | pipelined ms/step | tokens/s | peak memory GB (pipelined) | traces | graph ops | host ms |")
+print("|---|---|---|---|---|---|---|---|---|")
 for line in open(sys.argv[1]):
     d = json.loads(line)
     plan = f'{d.get("micro_batch", d.get("batch", "?"))} × {d.get("accum_steps", d.get("accum", "?"))}'
@@ -94,9 +94,15 @@ for line in open(sys.argv[1]):
         plan += f' ({d["plan"]})'
     ms = d.get("ms_per_step_median")
     rng = f'{d.get("ms_per_step_p10", 0):.1f}–{d.get("ms_per_step_p90", 0):.1f}'
-    peak = d.get("peak_memory_bytes")
-    print(f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {d.get("tokens_per_s", 0):,.0f} | '
-          f'{peak / 1e9:.2f} | {d.get("traces", "")} | {d.get("graph_ops", "–")} | {d.get("host_ms_per_step", 0):.2f} |' if peak else
-          f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {d.get("tokens_per_s", 0):,.0f} | – | {d.get("traces", "")} | – | – |')
+    pipe = d.get("ms_per_step_pipelined")
+    pipe = f"{pipe:.2f}" if pipe else "–"
+    peak, peak_pipe = d.get("peak_memory_bytes"), d.get("peak_memory_bytes_pipelined")
+    mem = f"{peak / 1e9:.2f}" if peak else "–"
+    if peak_pipe:
+        mem += f" ({peak_pipe / 1e9:.2f})"
+    host = d.get("host_ms_per_step")
+    host = f"{host:.2f}" if host is not None else "–"
+    print(f'| {d["label"]} | {plan} | {ms:.2f} ({rng}) | {pipe} | {d.get("tokens_per_s", 0):,.0f} | {mem} | '
+          f'{d.get("traces", "")} | {d.get("graph_ops", "–")} | {host} |')
 PY
 exit "$status"

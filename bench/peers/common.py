@@ -161,6 +161,22 @@ class Timer:
             self.cpu_start = time.process_time()
 
 
+def pipelined(steps, every, run, wait):
+    """Wall time per step (ms) of `steps` steps run as posttrainllm's
+    trainer runs them (bench's ms_per_step_pipelined): run(i) starts step i
+    and returns its loss without waiting for it; wait(loss) waits for the
+    device and reads the loss back, every `every` steps and after the last
+    (which must also wait for the whole step)."""
+    start = now()
+    for i in range(steps):
+        loss = run(i)
+        if (i + 1) % every == 0 or i == steps - 1:
+            value = wait(loss)
+            if not math.isfinite(value):
+                raise SystemExit(f"pipelined step {i + 1}: loss is {value}")
+    return (now() - start) * 1e3 / steps
+
+
 def quantile(xs, q):
     """Linear interpolation between order statistics, as train.quantile."""
     s = sorted(xs)

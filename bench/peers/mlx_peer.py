@@ -192,9 +192,23 @@ def main():
         mx.eval(loss, state)
         value = loss.item()
         timer.record(i, common.now() - start, value)
+    peak = mx.get_peak_memory()
+
+    def scheduled(i):
+        xs, ys = data.next()
+        opt.learning_rate = mx.array(common.cosine_lr(cfg, args.warmup + i, total), dtype=mx.float32)
+        loss = step(mx.array(xs), mx.array(ys))
+        mx.async_eval(loss, state)
+        return loss
+
+    def read(loss):
+        mx.eval(loss, state)
+        return loss.item()
+
+    pipelined = common.pipelined(args.steps, cfg.get("log_every", 10), scheduled, read)
     mode = "compiled" if args.compile else "interpreted"
-    common.report("mlx-python " + mode, cfg, args, timer, mx.get_peak_memory(),
-                  {"mlx_version": mx.__version__, "default_device": str(mx.default_device()),
+    common.report("mlx-python " + mode, cfg, args, timer, peak,
+                  {"ms_per_step_pipelined": pipelined, "mlx_version": mx.__version__, "default_device": str(mx.default_device()),
                    "gelu": m["gelu"], "libmlx": common.loaded_library("libmlx")})
 
 

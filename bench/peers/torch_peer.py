@@ -224,6 +224,19 @@ def main():
         timer.record(i, common.now() - start, value)
     peak = torch.cuda.max_memory_allocated() if dev.type == "cuda" else 0
     extra = {"torch_version": torch.__version__}
+
+    def scheduled(i):
+        xs, ys = data.next()
+        x = torch.from_numpy(xs).to(dev, dtype=torch.long)
+        y = torch.from_numpy(ys).to(dev, dtype=torch.long)
+        return step(x, y, common.cosine_lr(cfg, args.warmup + i, total))
+
+    def read(loss):
+        sync()
+        return loss.item()
+
+    sync()
+    extra["ms_per_step_pipelined"] = common.pipelined(args.steps, cfg.get("log_every", 10), scheduled, read)
     if args.profile_steps > 0 and dev.type == "cuda":
         def profiled(i):
             xs, ys = data.next()

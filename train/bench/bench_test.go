@@ -49,6 +49,10 @@ func TestRunCompiledTracesOnce(t *testing.T) {
 	if res.PeakMemoryBytes == 0 || res.PeakMemoryBytes < res.ActiveMemoryBytes {
 		t.Fatalf("peak memory %d, active %d", res.PeakMemoryBytes, res.ActiveMemoryBytes)
 	}
+	if !(res.PipelinedMsPerStep > 0) || res.PipelinedPeakMemoryBytes < res.ActiveMemoryBytes {
+		t.Fatalf("pipelined: %g ms per step, peak %d bytes (active after the timed steps %d)",
+			res.PipelinedMsPerStep, res.PipelinedPeakMemoryBytes, res.ActiveMemoryBytes)
+	}
 	// The synthetic stream is learnable: 14 AdamW steps lower the loss.
 	if !(res.LossLast < res.LossFirst) || math.Abs(res.LossFirst-math.Log(256)) > 0.3 {
 		t.Fatalf("loss %g -> %g, want a start near ln 256 and a fall", res.LossFirst, res.LossLast)

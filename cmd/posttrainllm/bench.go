@@ -19,6 +19,7 @@ type benchOptions struct {
 	steps      int
 	warmup     int
 	json       bool
+	pipelined  bool
 	compare    bool
 	rounds     int
 	tokenCache string
@@ -36,7 +37,13 @@ and MLX's CPU backend JIT-compiles its kernels on first use), then --steps
 timed optimizer updates on fresh parameters, and reports the median, 10th
 and 90th percentile ms per step, steps and tokens per second, how often the
 step was traced, host time (building the batch and calling the lazy step)
-and device time (evaluating its outputs), and peak memory.
+and device time (evaluating its outputs), and peak memory. Each timed update
+is waited for, so its time is the host's plus the device's; with
+--pipelined (the default) --steps more updates then run as train runs them,
+the next scheduled while the device computes the last and the loss read
+every log_every updates: the pipelined ms column (JSON
+ms_per_step_pipelined, with its peak_memory_bytes_pipelined) is what
+training gets.
 
 Data are random tokens unless --corpus names real text. Any preset field can
 be overridden by a flag as in train (--steps is the number of timed steps
@@ -82,6 +89,7 @@ to full, measured in the same process.`,
 	fs.IntVar(&opts.steps, "steps", 20, "timed steps")
 	fs.IntVar(&opts.warmup, "warmup-steps", 5, "untimed steps first (tracing, kernel JIT)")
 	fs.BoolVar(&opts.json, "json", false, "print JSON instead of a table")
+	fs.BoolVar(&opts.pipelined, "pipelined", true, "also time --steps updates scheduled as training schedules them (pipelined ms)")
 	fs.BoolVar(&opts.compare, "compare", false, "run the compile × schedule × accum matrix")
 	fs.IntVar(&opts.rounds, "rounds", 1, "with --compare: run the matrix this many times over, alternating")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (with --corpus)")
@@ -154,7 +162,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if opts.json {
 		status = rankOutput(group, cmd.ErrOrStderr())
 	}
-	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps, Group: group}
+	bo := bench.Options{Label: opts.preset, Warmup: opts.warmup, Steps: opts.steps, Group: group, Pipelined: opts.pipelined}
 	if cfg.Corpus != "" {
 		ds, err := openDataset(status, cfg, opts.tokenCache, "")
 		if err != nil {

@@ -37,6 +37,9 @@ type Options struct {
 	// windows, and tokens per step and per second count every rank's.
 	// nil measures one process.
 	Group *mlx.Group
+	// Pipelined also times Steps updates run as train.Trainer runs them,
+	// after the timed ones (Result.PipelinedMsPerStep).
+	Pipelined bool
 }
 
 // Validate reports options that cannot run.
@@ -106,8 +109,9 @@ type Result struct {
 	// optimizer state and the step's outputs).
 	PeakMemoryBytes   uint64 `json:"peak_memory_bytes"`
 	ActiveMemoryBytes uint64 `json:"active_memory_bytes"`
-	// PipelinedMsPerStep is the wall time per update of Steps more updates
-	// run after the timed ones the way train.Trainer runs them: each is
+	// PipelinedMsPerStep (with Options.Pipelined; 0 without) is the wall
+	// time per update of Steps more updates run after the timed ones the
+	// way train.Trainer runs them: each is
 	// scheduled without waiting for the one before (State.UpdateAsync) and
 	// the loss is read back every LogEvery updates and after the last, so
 	// the host records update i+1 while the device computes update i. It is
@@ -243,6 +247,9 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	res.DeviceMsPerStep = Quantile(device, 0.5)
 	res.StepsPerS = float64(opts.Steps) / timed.Seconds()
 	res.TokensPerS = res.StepsPerS * float64(res.TokensPerStep)
+	if !opts.Pipelined {
+		return nil
+	}
 	return pipelined(s, sampler, batch, opts, res)
 }
 

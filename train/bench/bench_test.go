@@ -20,7 +20,7 @@ func benchConfig() train.Config {
 
 func TestRunCompiledTracesOnce(t *testing.T) {
 	cfg := benchConfig()
-	res, err := Run(cfg, Options{Label: "unit", Warmup: 2, Steps: 12})
+	res, err := Run(cfg, Options{Label: "unit", Warmup: 2, Steps: 12, Pipelined: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +65,9 @@ func TestRunInterpretedRunsBodyEveryStep(t *testing.T) {
 	res, err := Run(cfg, Options{Warmup: 1, Steps: 3})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if res.PipelinedMsPerStep != 0 || res.PipelinedPeakMemoryBytes != 0 {
+		t.Fatalf("a bench without Pipelined reports pipelined updates: %g ms, peak %d", res.PipelinedMsPerStep, res.PipelinedPeakMemoryBytes)
 	}
 	if res.Compile || res.Traces != 4 {
 		t.Fatalf("interpreted bench ran the step body %d times, want 4 (1 warm-up + 3 timed)", res.Traces)

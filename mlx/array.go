@@ -360,6 +360,22 @@ func ToSlice[T Number](a *Array) ([]T, error) {
 	return out, nil
 }
 
+// RowContiguous evaluates a and reports whether its data lies in row-major
+// order without gaps. A view such as a transpose shares its input's buffer
+// in another order; an operation that needs rows (a reshape to a flat
+// vector, a concatenation) then copies it first, a kernel of its own on a
+// GPU.
+func (a *Array) RowContiguous() (bool, error) {
+	if err := a.Err(); err != nil {
+		return false, err
+	}
+	var out C.bool
+	if _, err := call(func() C.int { return C.ptlm_array_row_contiguous(a.h, &out) }); err != nil {
+		return false, opError("row_contiguous", err, a)
+	}
+	return bool(out), nil
+}
+
 // Float32s evaluates a and returns its elements as float32.
 func (a *Array) Float32s() ([]float32, error) { return ToSlice[float32](a) }
 

@@ -55,6 +55,7 @@ int ptlm_array_from_float(double v, int dtype, ptlm_array* out);
 int ptlm_array_from_int(int64_t v, int dtype, ptlm_array* out);
 int ptlm_array_info(ptlm_array a, int* dtype, int* ndim, int* shape, int max_ndim);
 int ptlm_array_read(ptlm_array a, void* dst, size_t nbytes);
+int ptlm_array_row_contiguous(ptlm_array a, bool* out);
 int ptlm_eval(const ptlm_array* arrs, size_t n);
 // Counts the primitives of the unevaluated graph behind arrs, by name, as
 // "name count" lines in a malloc'd string the caller frees.

@@ -119,6 +119,14 @@ int ptlm_array_read(ptlm_array a, void* dst, size_t nbytes) {
   })
 }
 
+int ptlm_array_row_contiguous(ptlm_array a, bool* out) {
+  PTLM_TRY({
+    auto& x = A(a);
+    x.eval();
+    *out = x.flags().row_contiguous;
+  })
+}
+
 int ptlm_eval(const ptlm_array* arrs, size_t n) { PTLM_TRY(mx::eval(arrays(arrs, n))) }
 
 int ptlm_graph_ops(const ptlm_array* arrs, size_t n, char** out) {

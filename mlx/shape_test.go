@@ -133,3 +133,33 @@ func TestGather(t *testing.T) {
 			[]float64{0, 1, 2, 100, 100, 5, 6, 7, 8, 100, 10, 11}, 0)
 	})
 }
+
+// A transpose is a view of its input's buffer in column order; a matmul,
+// a reshape of rows and a copy (Contiguous) write rows.
+func TestRowContiguous(t *testing.T) {
+	onMLX(t, func() {
+		a := iota6()
+		for _, c := range []struct {
+			name string
+			a    *Array
+			want bool
+		}{
+			{"array", a, true},
+			{"transpose", Transpose(a), false},
+			{"reshape", Reshape(a, 3, 2), true},
+			{"matmul", Matmul(a, Transpose(a)), true},
+			{"transpose of a column", Transpose(Reshape(a, 6, 1)), true},
+		} {
+			got, err := c.a.RowContiguous()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != c.want {
+				t.Fatalf("%s: row contiguous %t, want %t", c.name, got, c.want)
+			}
+		}
+		if _, err := Reshape(a, 4, 2).RowContiguous(); err == nil {
+			t.Fatal("row_contiguous of a failed reshape succeeded")
+		}
+	})
+}

@@ -31,6 +31,15 @@ type formulation struct {
 	// attention's heads and RMSNorm's backward pass, in a forward pass
 	// without a KV cache; otherwise MLX's RoPE, split and RMSNorm.
 	cudaKernels bool
+	// writtenProjectionVJPs differentiates the projections with written
+	// VJPs that form each weight's gradient row-major, as dYᵀ·x
+	// (projection.go); otherwise MLX's matmul VJP, whose weight gradient
+	// is a transposed view that the flat layout's reshape copies.
+	writtenProjectionVJPs bool
+
+	// proj are the projections of one forward pass, built by forward from
+	// writtenProjectionVJPs.
+	proj projections
 }
 
 // formulationFor returns the formulation the model uses on device d for
@@ -39,7 +48,7 @@ func formulationFor(d mlx.Device, c Config) formulation {
 	if d == mlx.GPU {
 		// The kernels are CUDA C++: on a Metal GPU MLX's own operations run.
 		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0,
-			cudaKernels: mlx.CUDAAvailable()}
+			cudaKernels: mlx.CUDAAvailable(), writtenProjectionVJPs: true}
 	}
 	// On the CPU the plain formulation costs least: the written-out GELU
 	// adds a fifth to the forward and backward pass, and the stacked qkv
@@ -89,7 +98,7 @@ func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.A
 		w := mlx.SplitAt(b.wqkv, []int{qDim, qDim + kvDim}, 0)
 		wq, wk, wv = w[0], w[1], w[2]
 	}
-	return linearBias(x, wq, b.bq), linearBias(x, wk, b.bk), linearBias(x, wv, b.bv)
+	return f.proj.linear(x, wq, b.bq), f.proj.linear(x, wk, b.bk), f.proj.linear(x, wv, b.bv)
 }
 
 // qkvRows is the stacked formulation's projection of rows x [B·T, D]
@@ -103,7 +112,7 @@ func (f formulation) qkvRows(b block, x *mlx.Array) *mlx.Array {
 	if w == nil {
 		w = mlx.Concatenate([]*mlx.Array{b.wq, b.wk, b.wv}, 0)
 	}
-	return linearBias(x, w, bias)
+	return f.proj.linear(x, w, bias)
 }
 
 // residual returns x + h·Wᵀ for rows x [B·T, out] and h [B·T, in], a
@@ -112,9 +121,9 @@ func (f formulation) qkvRows(b block, x *mlx.Array) *mlx.Array {
 // the GEMM's epilogue instead of as a kernel of its own.
 func (f formulation) residual(x, h, w *mlx.Array) *mlx.Array {
 	if !f.addMMResidual {
-		return mlx.Add(x, linear(h, w))
+		return mlx.Add(x, f.proj.linear(h, w, nil))
 	}
-	return mlx.AddMM(x, h, mlx.Transpose(w), 1, 1)
+	return f.proj.addLinear(x, h, w)
 }
 
 // residualBias is residual plus the projection's bias b (nil for none).
@@ -130,8 +139,9 @@ func (f formulation) residualBias(x, h, w, b *mlx.Array) *mlx.Array {
 // only on a CUDA GPU (model/gpu_test.go compares it there).
 func allFormulations() []formulation {
 	var out []formulation
-	for i := range 16 {
-		out = append(out, formulation{writtenGELU: i&1 != 0, stackedQKV: i&2 != 0, addMMResidual: i&4 != 0, fusedLoss: i&8 != 0})
+	for i := range 32 {
+		out = append(out, formulation{writtenGELU: i&1 != 0, stackedQKV: i&2 != 0, addMMResidual: i&4 != 0, fusedLoss: i&8 != 0,
+			writtenProjectionVJPs: i&16 != 0})
 	}
 	return out
 }

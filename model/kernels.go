@@ -18,11 +18,14 @@ import (
 //     reads the projection's rows once and writes q, k (rotated) and v as
 //     contiguous [B, H, T, hd] arrays; headsBwd reads their gradients and
 //     writes the projection's gradient rows, rotated back.
-//   - RMSNorm's backward pass: MLX reduces the gain's gradient over all
-//     B·T rows with a column reduction that runs on a handful of thread
-//     blocks (about 80 µs for 8,192 rows of 256). normBwd computes the
-//     input's gradient and per-block partial sums of the gain's gradient in
-//     one pass; normGainSum adds the partial sums up.
+//   - RMSNorm: MLX reduces the gain's gradient over all B·T rows with a
+//     column reduction that runs on a handful of thread blocks (about
+//     80 µs for 8,192 rows of 256). normBwd computes the input's gradient
+//     and per-block partial sums of the gain's gradient in one pass, and
+//     adds the gradient of the residual stream the norm's input continues
+//     in (which autodiff would add with a kernel of its own); normGainSum
+//     adds the partial sums up. normFwd is the forward pass, a warp per
+//     row.
 //
 // Each kernel computes in float32 what MLX's kernels compute, rounding
 // once to the compute dtype; TestGPUKernelsMatchMLXOps (gpu_test.go)
@@ -86,10 +89,34 @@ const (
   auto* dst = dqkv + (size_t)r * (NH * HD) + j * HD;
   dst[i] = x1; dst[i + HALF] = x2;
 `
+	// normFwdSource is RMSNorm's forward pass, a warp per row of D:
+	// y = x·r⊙w with r = 1/√(mean(x²) + eps), in float32, rounded once.
+	// (MLX's kernel for narrow rows runs a few rows per block with a
+	// block-wide reduction: about 8 µs for 8,192 rows of 256 on an H200.)
+	normFwdSource = `
+  constexpr int PER = (D + 31) / 32;
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * 8 + (threadIdx.x >> 5);
+  if (r >= R) return;
+  const auto* xr = x + (size_t)r * D;
+  float xv[PER], ss = 0.f;
+  for (int p = 0; p < PER; p++) {
+    const int c = lane + 32 * p;
+    xv[p] = c < D ? static_cast<float>(xr[c]) : 0.f;
+    ss += xv[p] * xv[p];
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffff, ss, o);
+  const float rinv = rsqrtf(ss / D + __int_as_float(EPS_BITS));
+  for (int p = 0; p < PER; p++) {
+    const int c = lane + 32 * p;
+    if (c < D) y[(size_t)r * D + c] = xv[p] * rinv * static_cast<float>(w[c]);
+  }
+`
 	// normBwdSource runs 256 threads per block, a warp per row at a time,
 	// over rows [blockIdx.x·RB, +RB): dx = r·g⊙w − (r³/D)·x·Σ(g⊙w⊙x) with
-	// r = 1/√(mean(x²) + eps), and the block's partial sum of g⊙x·r (the
-	// gain's gradient) per column into part[blockIdx.x].
+	// r = 1/√(mean(x²) + eps), plus with RES the residual's gradient dr,
+	// and the block's partial sum of g⊙x·r (the gain's gradient) per
+	// column into part[blockIdx.x].
 	normBwdSource = `
   constexpr int PER = (D + 31) / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -101,13 +128,14 @@ const (
   for (int r = r0 + warp; r < r1; r += 8) {
     const auto* xr = x + (size_t)r * D;
     const auto* gr = dy + (size_t)r * D;
-    float xv[PER], gv[PER], ss = 0.f, gx = 0.f;
+    float xv[PER], gv[PER], rv[PER], ss = 0.f, gx = 0.f;
     for (int p = 0; p < PER; p++) {
       const int c = lane + 32 * p;
-      xv[p] = 0.f; gv[p] = 0.f;
+      xv[p] = 0.f; gv[p] = 0.f; rv[p] = 0.f;
       if (c < D) {
         xv[p] = static_cast<float>(xr[c]);
         gv[p] = static_cast<float>(gr[c]);
+        if (RES) rv[p] = static_cast<float>(dr[(size_t)r * D + c]); // loaded with the row, not after its sums
         ss += xv[p] * xv[p];
         gx += gv[p] * static_cast<float>(w[c]) * xv[p];
       }
@@ -121,7 +149,7 @@ const (
     for (int p = 0; p < PER; p++) {
       const int c = lane + 32 * p;
       if (c < D) {
-        dx[(size_t)r * D + c] = rinv * gv[p] * static_cast<float>(w[c]) - k * xv[p];
+        dx[(size_t)r * D + c] = rinv * gv[p] * static_cast<float>(w[c]) - k * xv[p] + rv[p];
         acc[p] += gv[p] * xv[p] * rinv;
       }
     }
@@ -168,7 +196,12 @@ const maxKernelNormDim = 1536
 type kernels struct {
 	heads *mlx.Closure // qkv rows [R, (H+2KV)·hd] -> q, k, v [B, h, T, hd]
 	norm  *mlx.Closure // RMSNorm of x [rows, D] with gain w
-	rows  int          // the rows R = B·T both were built for
+	// normRes is norm with x passed through as a second output, the
+	// residual stream: its backward pass adds the residual's gradient to
+	// the norm's in the same kernel, where autodiff would add the two
+	// with a kernel of its own.
+	normRes *mlx.Closure
+	rows    int // the rows R = B·T all were built for
 }
 
 // newKernels builds the kernels formulation f uses for a forward pass of
@@ -207,6 +240,7 @@ func (m *TinyGPT) newKernels(f formulation, B, T int, cached bool) (kernels, err
 func (k kernels) Free() {
 	k.heads.Free()
 	k.norm.Free()
+	k.normRes.Free()
 }
 
 func define(name string, inputs, outputs []string, source string) (*mlx.CUDAKernel, error) {
@@ -263,9 +297,14 @@ func (k *kernels) addHeads(c Config, B, T int) error {
 	return nil
 }
 
-// addNorm defines RMSNorm with the kernels' backward pass for rows of R.
+// addNorm defines RMSNorm as the kernels' forward and backward passes for
+// rows of R, plain (k.norm) and passing its input through (k.normRes).
 func (k *kernels) addNorm(c Config, R int) error {
-	bwd, err := define("ptlm_rms_norm_bwd", []string{"x", "w", "dy"}, []string{"dx", "part"}, normBwdSource)
+	fwd, err := define("ptlm_rms_norm_fwd", []string{"x", "w"}, []string{"y"}, normFwdSource)
+	if err != nil {
+		return err
+	}
+	bwd, err := define("ptlm_rms_norm_bwd", []string{"x", "w", "dy", "dr"}, []string{"dx", "part"}, normBwdSource)
 	if err != nil {
 		return err
 	}
@@ -274,20 +313,37 @@ func (k *kernels) addNorm(c Config, R int) error {
 		return err
 	}
 	D, eps := c.DModel, float32(c.NormEps)
-	// About 256 blocks of rows (8 rows per warp at most per pass), so
-	// the pass fills the GPU and the partial sums stay few.
-	rb := ((R+255)/256 + 7) / 8 * 8
+	// About 512 blocks of rows, two rows per warp for 8,192 rows: enough
+	// warps that their loads overlap rather than a warp waiting on row
+	// after row, and few enough partial sums for normGainSum.
+	rb := ((R+511)/512 + 7) / 8 * 8
 	nb := (R + rb - 1) / rb
-	bwdTmpl := []mlx.KernelArg{{Name: "R", Value: R}, {Name: "D", Value: D}, {Name: "RB", Value: rb}, {Name: "EPS_BITS", Value: floatBits(eps)}}
 	sumTmpl := []mlx.KernelArg{{Name: "D", Value: D}, {Name: "NB", Value: nb}}
 	block := [3]int{256, 1, 1}
-	k.norm, err = mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		return []*mlx.Array{mlx.RMSNorm(in[0], in[1], eps)}, nil
-	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
-		x, w := primals[0], primals[1]
-		out, err := bwd.Apply([]*mlx.Array{x, w, cotangents[0]}, mlx.KernelLaunch{
+	fwdTmpl := []mlx.KernelArg{{Name: "R", Value: R}, {Name: "D", Value: D}, {Name: "EPS_BITS", Value: floatBits(eps)}}
+	forward := func(x, w *mlx.Array) (*mlx.Array, error) {
+		out, err := fwd.Apply([]*mlx.Array{x, w}, mlx.KernelLaunch{
+			OutputShapes: [][]int{x.Shape()}, OutputDtypes: []mlx.Dtype{x.Dtype()},
+			Grid: [3]int{(R + 7) / 8 * 256, 1, 1}, Block: block, Template: fwdTmpl, // a warp per row
+		})
+		if err != nil {
+			return nil, err
+		}
+		return out[0], nil
+	}
+	// backward returns dx and dw for cotangent dy, adding the residual's
+	// gradient dr to dx (nil for none: the kernel then reads dy in its
+	// place and ignores it).
+	backward := func(x, w, dy, dr *mlx.Array) ([]*mlx.Array, error) {
+		res := 1
+		if dr == nil {
+			dr, res = dy, 0
+		}
+		tmpl := []mlx.KernelArg{{Name: "R", Value: R}, {Name: "D", Value: D}, {Name: "RB", Value: rb},
+			{Name: "EPS_BITS", Value: floatBits(eps)}, {Name: "RES", Value: res}}
+		out, err := bwd.Apply([]*mlx.Array{x, w, dy, dr}, mlx.KernelLaunch{
 			OutputShapes: [][]int{x.Shape(), {nb, D}}, OutputDtypes: []mlx.Dtype{x.Dtype(), mlx.Float32},
-			Grid: [3]int{nb * 256, 1, 1}, Block: block, Template: bwdTmpl,
+			Grid: [3]int{nb * 256, 1, 1}, Block: block, Template: tmpl,
 		})
 		if err != nil {
 			return nil, err
@@ -300,6 +356,21 @@ func (k *kernels) addNorm(c Config, R int) error {
 			return nil, err
 		}
 		return []*mlx.Array{out[0], dw[0]}, nil
+	}
+	k.norm, err = mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		y, err := forward(in[0], in[1])
+		return []*mlx.Array{y}, err
+	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
+		return backward(primals[0], primals[1], cotangents[0], nil)
+	})
+	if err != nil {
+		return fmt.Errorf("model: rms norm kernel: %w", err)
+	}
+	k.normRes, err = mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		y, err := forward(in[0], in[1])
+		return []*mlx.Array{y, in[0]}, err
+	}, func(primals, cotangents, _ []*mlx.Array) ([]*mlx.Array, error) {
+		return backward(primals[0], primals[1], cotangents[0], cotangents[1])
 	})
 	if err != nil {
 		return fmt.Errorf("model: rms norm kernel: %w", err)
@@ -334,4 +405,15 @@ func (k kernels) applyNorm(x, w *mlx.Array) *mlx.Array {
 		return mlx.ErrorArray(fmt.Errorf("model: rms norm kernel: %w", err))
 	}
 	return out[0]
+}
+
+// applyNormRes returns RMSNorm(x)·w for rows x [R, D], and x passed
+// through for the residual connection around the block the norm feeds.
+func (k kernels) applyNormRes(x, w *mlx.Array) (normed, res *mlx.Array) {
+	out, err := k.normRes.Call(x, w)
+	if err != nil {
+		e := mlx.ErrorArray(fmt.Errorf("model: rms norm kernel: %w", err))
+		return e, e
+	}
+	return out[0], out[1]
 }

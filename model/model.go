@@ -120,18 +120,6 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 	return w, nil
 }
 
-// linear applies a weight stored [out, in]: x·Wᵀ.
-func linear(x, w *mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(w)) }
-
-// linearBias applies a weight stored [out, in] and a bias [out] (nil for
-// none): x·Wᵀ + b, the addition in the GEMM's epilogue.
-func linearBias(x, w, b *mlx.Array) *mlx.Array {
-	if b == nil {
-		return linear(x, w)
-	}
-	return mlx.AddMM(b, x, mlx.Transpose(w), 1, 1)
-}
-
 // norm is the family's normalisation of the last axis: RMSNorm with gain g,
 // or LayerNorm with gain g and bias b (nil for none). RMSNorm runs through
 // k's kernel where k has one for rows like x.
@@ -144,6 +132,17 @@ func (m *TinyGPT) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
 		return k.applyNorm(x, g)
 	}
 	return mlx.RMSNorm(x, g, eps)
+}
+
+// normRes is norm of x and x itself, the residual stream around the block
+// the norm feeds. Where k's norm kernel takes x, x comes back through the
+// kernel's operation, whose backward pass adds the residual's gradient to
+// the norm's (kernels.applyNormRes); otherwise it is x as it was.
+func (m *TinyGPT) normRes(k kernels, x, g, b *mlx.Array) (normed, res *mlx.Array) {
+	if !m.Config.layerNorm() && k.useNorm(x) {
+		return k.applyNormRes(x, g)
+	}
+	return m.norm(k, x, g, b), x
 }
 
 // Logits maps tokens [B, T] (int32) to next-token logits [B, T, V] in the
@@ -209,6 +208,11 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		return mlx.ErrorArray(err)
 	}
 	defer ks.Free()
+	// Generation with a KV cache takes no gradients.
+	if f.proj, err = newProjections(f.writtenProjectionVJPs && cache == nil); err != nil {
+		return mlx.ErrorArray(err)
+	}
+	defer f.proj.Free()
 	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
 	if w.posEmb != nil {
 		if offset+T > c.Context {
@@ -221,8 +225,10 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		x = m.norm(ks, x, w.embedNorm, w.embedNormB)
 	}
 	for l, b := range w.blocks {
-		x = f.residualBias(x, m.attention(f, ks, b, m.norm(ks, x, b.attnNorm, b.attnNormB), B, T, cache, l), b.wo, b.bo)
-		x = f.residualBias(x, m.mlp(gelu, b, m.norm(ks, x, b.mlpNorm, b.mlpNormB)), b.w2, b.b2)
+		h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
+		x = f.residualBias(res, m.attention(f, ks, b, h, B, T, cache, l), b.wo, b.bo)
+		h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
+		x = f.residualBias(res, m.mlp(f, gelu, b, h), b.w2, b.b2)
 	}
 	if cache != nil {
 		cache.Offset += T
@@ -230,9 +236,9 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 	x = m.norm(ks, x, w.norm, w.normB)
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
-		return mlx.AddMM(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, mlx.Transpose(w.head), 1, 1)
+		return f.proj.addLinear(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, w.head)
 	}
-	return linear(x, w.head)
+	return f.proj.linear(x, w.head, nil)
 }
 
 // paddingBias is the [pv] bias of the output projection: 0 for the v real
@@ -311,16 +317,16 @@ func (m *TinyGPT) attention(f formulation, ks kernels, b block, x *mlx.Array, B,
 // two projections run as one matmul. The caller applies the down projection
 // w2 together with the residual add. gelu is the family's GELU (unused by
 // SwiGLU).
-func (m *TinyGPT) mlp(gelu activation, b block, x *mlx.Array) *mlx.Array {
+func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
 	if m.Config.swiGLU() {
 		var b13 *mlx.Array
 		if b.b1 != nil {
 			b13 = mlx.Concatenate([]*mlx.Array{b.b1, b.b3}, 0)
 		}
-		gu := mlx.Split(linearBias(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13), 2, -1)
+		gu := mlx.Split(f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13), 2, -1)
 		return mlx.Multiply(silu(gu[0]), gu[1])
 	}
-	return gelu.apply(linearBias(x, b.w1, b.b1))
+	return gelu.apply(f.proj.linear(x, b.w1, b.b1))
 }
 
 // silu is x·σ(x), the gate of SwiGLU.

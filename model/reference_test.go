@@ -38,6 +38,7 @@ func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array 
 			return mlx.Multiply(mlx.MulScalar(t, 0.5), mlx.AddScalar(mlx.Tanh(u), 1))
 		}
 	}
+	linear := func(t, w *mlx.Array) *mlx.Array { return mlx.Matmul(t, mlx.Transpose(w)) } // w stored [out, in]
 	h := mlx.Take(w.tokEmb, x, 0)
 	if w.embedNorm != nil {
 		h = mlx.RMSNorm(h, w.embedNorm, eps)

@@ -15,8 +15,9 @@ import re
 from collections import defaultdict
 
 KINDS = [
-    ("matmul (cuBLAS/CUTLASS)", re.compile(r"gemm|cutlass|xmma|sm90_|cublas|nvjet|matmul", re.I)),
+    # cuDNN's attention kernels are named sm90_...: attention comes first.
     ("attention (SDPA)", re.compile(r"sdpa|attention|flash|fmha|cudnn", re.I)),
+    ("matmul (cuBLAS/CUTLASS)", re.compile(r"gemm|cutlass|xmma|sm90_|cublas|nvjet|matmul", re.I)),
     ("cross-entropy / softmax / logsumexp", re.compile(r"cross_entropy|softmax|logsumexp", re.I)),
     ("normalisation (RMSNorm)", re.compile(r"rms|norm", re.I)),
     ("RoPE", re.compile(r"rope", re.I)),

@@ -139,10 +139,12 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 
 // ProbePlan returns the plan of the largest micro-batch that divides
 // cfg.Batch × cfg.Accum and whose step fits budget bytes. For each
-// candidate, largest first, it builds the step, runs one update of a
+// candidate, largest first, it builds the step, runs two updates of a
 // throwaway state (fresh parameters and optimizer state, synthetic
-// tokens, learning rate 0) on cfg's device and reads MLX's peak memory
-// over it, the parameters and optimizer state included; the first
+// tokens, learning rate 0) on cfg's device as training runs them, the
+// second scheduled while the first computes (State.UpdateAsync), and
+// reads MLX's peak memory over them, the parameters and optimizer state
+// included; the first
 // candidate that peaks within the budget wins. Since accumulation runs
 // microbatches one after another, the peak depends on the micro-batch,
 // not on the number of steps.
@@ -150,8 +152,8 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 // A candidate whose lower bound (Config.MinMemory: weights, gradients and
 // logits) is already over the budget is skipped without running, so the
 // probe does not allocate far beyond it. Each candidate run costs what the
-// first update of a run costs: a trace, MLX's compilation and one update
-// of that micro-batch's step. A candidate whose update fails (a failed
+// first two updates of a run cost: a trace, MLX's compilation and two
+// updates of that micro-batch's step. A candidate whose update fails (a failed
 // allocation that MLX reports as an error) counts as not fitting; on the
 // CPU, where MLX 0.32 does not survive a failed allocation, keep the
 // budget within the machine's memory. It runs on the MLX thread; call it
@@ -199,8 +201,9 @@ func describeProbe(p PlanProbe) string {
 	return "peaked at " + gib(float64(p.PeakBytes))
 }
 
-// probeStep runs one update of a throwaway state of cfg's step and returns
-// the peak memory over it.
+// probeStep runs two updates of a throwaway state of cfg's step, one
+// scheduled while the other runs as in training, and returns the peak
+// memory over them.
 func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	o, err := NewOptimizer(cfg, m.Specs)
 	if err != nil {
@@ -229,8 +232,13 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	}
 	mlx.ClearCache()
 	mlx.ResetPeakMemory()
-	if _, err := st.Update(0, b); err != nil {
-		return 0, err
+	// Two updates as a training run schedules them (State.UpdateAsync):
+	// the second's buffers are allocated while the first still holds its
+	// own, and a run's peak is that overlap's.
+	for range 2 {
+		if err := st.UpdateAsync(0, b); err != nil {
+			return 0, err
+		}
 	}
 	if err := st.Eval(); err != nil {
 		return 0, err

@@ -245,13 +245,34 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 // the update is scheduled (mlx.AsyncEval), without waiting for it: Stats
 // waits for and reads its loss and gradient norm, and the next update
 // builds on its results directly. Eval waits for the whole update.
+//
+// Before it returns, it waits for the previous update's gradient norm,
+// the end of that update's backward pass, so the host runs at most one
+// update ahead of the device. A device allocates an update's buffers
+// when the host schedules it and holds them until it has run: a host
+// further ahead would hold several updates' activations at once (on the
+// H200, a loop reading the loss every 20 updates peaked at up to 2.2×
+// one update's memory).
 func (s *State) UpdateAsync(lr float64, b Batch) error {
 	return mlx.Do(func() error {
+		var prev *mlx.Array // nil when Stats has read it: that update is done
+		if s.updated && !s.read {
+			prev, s.gradNorm = s.gradNorm, nil
+		}
 		if err := s.apply(lr, b); err != nil {
+			if prev != nil { // nothing changed: the state keeps it
+				s.gradNorm = prev
+			}
 			return err
 		}
+		defer prev.Free()
 		if err := mlx.AsyncEval(s.arrays()...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
+		}
+		if prev != nil {
+			if err := mlx.Eval(prev); err != nil {
+				return fmt.Errorf("train: update: %w", err)
+			}
 		}
 		return nil
 	})

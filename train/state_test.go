@@ -104,3 +104,52 @@ func TestStateUpdateStatsEval(t *testing.T) {
 	var nilState *State
 	nilState.Free()
 }
+
+// UpdateAsync, which waits for the update before the one it schedules,
+// computes what Update computes: the same losses and parameters after a
+// chain of updates. A refused update leaves the last update's statistics
+// to Stats.
+func TestUpdateAsyncMatchesUpdate(t *testing.T) {
+	sync, b := stateSetup(t)
+	async, _ := stateSetup(t)
+	const n = 4
+	var want float64
+	for i := range n {
+		loss, err := sync.State.Update(1e-3*float64(i+1), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = loss
+		if err := async.State.UpdateAsync(1e-3*float64(i+1), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := async.State.Update(-1, b); err == nil {
+		t.Fatal("an update with lr -1 was taken")
+	}
+	if err := async.State.UpdateAsync(-1, b); err == nil {
+		t.Fatal("an asynchronous update with lr -1 was taken")
+	}
+	got, err := async.State.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Loss != want || !(got.GradNorm > 0) {
+		t.Fatalf("after %d asynchronous updates Stats = %+v, synchronous loss %g", n, got, want)
+	}
+	for i, p := range sync.State.Params() {
+		a, err := p.Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := async.State.Params()[i].Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range a {
+			if a[j] != c[j] {
+				t.Fatalf("parameter %d [%d]: %g synchronously, %g asynchronously", i, j, a[j], c[j])
+			}
+		}
+	}
+}

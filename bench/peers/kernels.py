@@ -21,10 +21,15 @@ KINDS = [
     ("cross-entropy / softmax / logsumexp", re.compile(r"cross_entropy|softmax|logsumexp", re.I)),
     ("normalisation (RMSNorm)", re.compile(r"rms|norm", re.I)),
     ("RoPE", re.compile(r"rope", re.I)),
+    ("attention's heads (the model's kernels)", re.compile(r"ptlm_heads")),
+    # MLX names a compiled kernel after its operations and their dtypes
+    # (mlx::GV2IBroadcast…, mlx::Ef4IAdd…): before copy / cast, which
+    # "Broadcast" would match.
+    ("fused elementwise (compiled)", re.compile(r"mlx::[A-Z]+(V2|f4|f2|i4|b1)I|compiled|fused|triton_|elementwise")),
+    ("elementwise (one op)", re.compile(r"binary|unary|ternary")),
     ("reduction", re.compile(r"reduce|sum_|all_reduce|row_reduce|col_reduce", re.I)),
     ("gather / scatter / index", re.compile(r"gather|scatter|index|take", re.I)),
     ("copy / cast", re.compile(r"copy|cast|convert|fill|zeros", re.I)),
-    ("fused elementwise (compiled)", re.compile(r"compiled|fused|triton_|elementwise|binary|unary|ternary", re.I)),
 ]
 
 

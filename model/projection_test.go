@@ -17,25 +17,10 @@ func TestProjectionGradientsAreRowMajor(t *testing.T) {
 		m, params := initModel(t, c, 2)
 		defer mlx.Free(params...)
 		x, y := tokens(t, 2, 12, c.VocabSize, 1), tokens(t, 2, 12, c.VocabSize, 4)
-		argnums := make([]int, len(params))
-		for i := range argnums {
-			argnums[i] = i
-		}
 		transposed := func(written bool) []string {
 			f := formulation{stackedQKV: true, addMMResidual: true, writtenProjectionVJPs: written}
-			n := len(params)
-			vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-				return []*mlx.Array{m.loss(in[:n], in[n], in[n+1], f)}, nil
-			}, argnums...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer vg.Free()
-			vals, grads, err := vg.Call(append(append([]*mlx.Array{}, params...), x, y)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer mlx.Free(append(vals, grads...)...)
+			val, grads := valueAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return m.loss(p, x, y, f) }, params, x, y)
+			defer mlx.Free(append(grads, val)...)
 			var names []string
 			for i, g := range grads {
 				rows, err := g.RowContiguous()

@@ -60,9 +60,10 @@ func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array 
 	return loss
 }
 
-// lossAndGrads returns loss(params, x, y) and its gradients as float64s.
-func lossAndGrads(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
-	params []*mlx.Array, x, y *mlx.Array) (float64, [][]float64) {
+// valueAndGrads returns loss(params, x, y) and its gradients with respect
+// to every parameter, as arrays the caller frees.
+func valueAndGrads(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+	params []*mlx.Array, x, y *mlx.Array) (*mlx.Array, []*mlx.Array) {
 	t.Helper()
 	n := len(params)
 	argnums := make([]int, n)
@@ -80,12 +81,20 @@ func lossAndGrads(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer mlx.Free(append(vals, grads...)...)
-	v, err := vals[0].Item()
+	return vals[0], grads
+}
+
+// lossAndGrads returns loss(params, x, y) and its gradients as float64s.
+func lossAndGrads(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+	params []*mlx.Array, x, y *mlx.Array) (float64, [][]float64) {
+	t.Helper()
+	val, grads := valueAndGrads(t, loss, params, x, y)
+	defer mlx.Free(append(grads, val)...)
+	v, err := val.Item()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := make([][]float64, n)
+	out := make([][]float64, len(grads))
 	for i, g := range grads {
 		out[i] = values(t, g)
 	}

@@ -15,7 +15,9 @@
 # change), so two builds alternate in one call.
 # MLX must be installed (scripts/gpu-setup.sh, or scripts/offline/setup.sh)
 # and posttrainllm built into .gpu/bin. OUTDIR receives results.jsonl (one
-# labelled JSON result per line), table.md and log.txt.
+# labelled JSON result per line), table.md and log.txt. The table gives each
+# row's median ms per step waited for and, where the build reports it, per
+# step pipelined as training runs (bench's ms_per_step_pipelined).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -250,41 +250,49 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	if !opts.Pipelined {
 		return nil
 	}
-	return pipelined(s, sampler, batch, opts, res)
+	// The timed steps' learning rates again.
+	return pipelined(s.State, opts, cfg.LogEvery, func(i int) float64 { return s.Schedule.LR(opts.Warmup + i) },
+		func(int) (train.Batch, error) {
+			if err := sampler.FillBatch(batch); err != nil {
+				return train.Batch{}, err
+			}
+			return train.BatchOf(batch), nil
+		}, res)
 }
 
-// pipelined runs opts.Steps more updates on s as train.Trainer runs them
+// pipelined runs opts.Steps more updates on st as train.Trainer runs them
 // and fills in res.PipelinedMsPerStep and res.PipelinedPeakMemoryBytes:
-// the batch drawn and the update scheduled (State.UpdateAsync), the loss
-// read back (State.Stats, which waits) every LogEvery updates and after
-// the last; the time ends when the last update is wholly computed. The
-// learning rates are the timed steps' again.
-func pipelined(s *train.Setup, sampler *data.Sampler, batch *data.Batch, opts Options, res *Result) error {
-	if _, err := s.State.Stats(); err != nil { // nothing of the timed steps still running
+// update i takes next(i)'s batch and learning rate lr(i) and is scheduled
+// (State.UpdateAsync), and the loss is read back (State.Stats, which
+// waits) every `every` updates and after the last; the time ends when the
+// last update is wholly computed.
+func pipelined(st *train.State, opts Options, every int, lr func(i int) float64, next func(i int) (train.Batch, error), res *Result) error {
+	if _, err := st.Stats(); err != nil { // nothing of the timed steps still running
 		return err
 	}
 	mlx.ResetPeakMemory()
-	every := max(s.Config.LogEvery, 1)
+	every = max(every, 1)
 	start := time.Now()
 	for i := range opts.Steps {
-		if err := sampler.FillBatch(batch); err != nil {
+		b, err := next(i)
+		if err != nil {
 			return fmt.Errorf("bench pipelined step %d: %w", i+1, err)
 		}
-		if err := s.State.UpdateAsync(s.Schedule.LR(opts.Warmup+i), train.BatchOf(batch)); err != nil {
+		if err := st.UpdateAsync(lr(i), b); err != nil {
 			return fmt.Errorf("bench pipelined step %d: %w", i+1, err)
 		}
 		if (i+1)%every != 0 && i != opts.Steps-1 {
 			continue
 		}
-		st, err := s.State.Stats()
+		stats, err := st.Stats()
 		if err != nil {
 			return fmt.Errorf("bench pipelined step %d: %w", i+1, err)
 		}
-		if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
-			return fmt.Errorf("bench pipelined step %d: loss is %v: %w", i+1, st.Loss, train.ErrNonFinite)
+		if math.IsNaN(stats.Loss) || math.IsInf(stats.Loss, 0) {
+			return fmt.Errorf("bench pipelined step %d: loss is %v: %w", i+1, stats.Loss, train.ErrNonFinite)
 		}
 	}
-	if err := s.State.Eval(); err != nil { // the last update's optimizer state too
+	if err := st.Eval(); err != nil { // the last update's optimizer state too
 		return err
 	}
 	res.PipelinedMsPerStep = ms(time.Since(start)) / float64(opts.Steps)

@@ -133,6 +133,15 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 		}
 	}
 	windows := (len(stream) - 1) / T
+	// fill returns update i's batch: windows of the stream in turn.
+	fill := func(i int) train.Batch {
+		for r := 0; r < N*B; r++ {
+			off := ((i*N*B + r) % windows) * T
+			copy(x[r*T:(r+1)*T], stream[off:off+T])
+			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
+		}
+		return train.Batch{X: x, Y: y, W: w, N: N, B: B, T: T}
+	}
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
 	var timed time.Duration
@@ -141,12 +150,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 			mlx.ResetPeakMemory()
 		}
 		start := time.Now()
-		for r := 0; r < N*B; r++ {
-			off := ((i*N*B + r) % windows) * T
-			copy(x[r*T:(r+1)*T], stream[off:off+T])
-			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
-		}
-		if err := st.Apply(sched.LR(i), train.Batch{X: x, Y: y, W: w, N: N, B: B, T: T}); err != nil {
+		if err := st.Apply(sched.LR(i), fill(i)); err != nil {
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
 		called := time.Now()
@@ -191,5 +195,9 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 	res.DeviceMsPerStep = Quantile(device, 0.5)
 	res.StepsPerS = float64(opts.Steps) / timed.Seconds()
 	res.TokensPerS = res.StepsPerS * float64(res.TokensPerStep)
-	return nil
+	if !opts.Pipelined {
+		return nil
+	}
+	return pipelined(st, opts, cfg.LogEvery, func(i int) float64 { return sched.LR(opts.Warmup + i) },
+		func(i int) (train.Batch, error) { return fill(total + i), nil }, res)
 }

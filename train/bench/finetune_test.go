@@ -17,13 +17,16 @@ func TestRunFineTuneLoRAAndFull(t *testing.T) {
 	cfg := benchConfig()
 	loraCfg := cfg
 	loraCfg.LR, loraCfg.MinLR = 3e-2, 3e-3 // adapters on a random base need a larger rate to move in 12 steps
-	lora, err := RunFineTune(loraCfg, FineTune{Method: train.MethodLoRA, Adapter: ad}, Options{Label: "unit", Warmup: 2, Steps: 10})
+	lora, err := RunFineTune(loraCfg, FineTune{Method: train.MethodLoRA, Adapter: ad}, Options{Label: "unit", Warmup: 2, Steps: 10, Pipelined: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	full, err := RunFineTune(cfg, FineTune{Method: train.MethodFull}, Options{Label: "unit", Warmup: 2, Steps: 10})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !(lora.PipelinedMsPerStep > 0) || full.PipelinedMsPerStep != 0 {
+		t.Errorf("pipelined ms per step: lora %g (asked for), full %g (not asked for)", lora.PipelinedMsPerStep, full.PipelinedMsPerStep)
 	}
 	if lora.Traces != 1 || full.Traces != 1 {
 		t.Errorf("compiled fine-tune steps traced %d (lora) and %d (full) times, want 1", lora.Traces, full.Traces)

@@ -144,20 +144,19 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 // tokens, learning rate 0) on cfg's device as training runs them, the
 // second scheduled while the first computes (State.UpdateAsync), and
 // reads MLX's peak memory over them, the parameters and optimizer state
-// included; the first
-// candidate that peaks within the budget wins. Since accumulation runs
-// microbatches one after another, the peak depends on the micro-batch,
-// not on the number of steps.
+// included; the first candidate that peaks within the budget wins. Since
+// accumulation runs microbatches one after another, the peak depends on
+// the micro-batch, not on the number of steps.
 //
 // A candidate whose lower bound (Config.MinMemory: weights, gradients and
 // logits) is already over the budget is skipped without running, so the
 // probe does not allocate far beyond it. Each candidate run costs what the
 // first two updates of a run cost: a trace, MLX's compilation and two
-// updates of that micro-batch's step. A candidate whose update fails (a failed
-// allocation that MLX reports as an error) counts as not fitting; on the
-// CPU, where MLX 0.32 does not survive a failed allocation, keep the
-// budget within the machine's memory. It runs on the MLX thread; call it
-// with nothing else of the run allocated.
+// updates of that micro-batch's step. A candidate whose update fails (a
+// failed allocation that MLX reports as an error) counts as not fitting;
+// on the CPU, where MLX 0.32 does not survive a failed allocation, keep
+// the budget within the machine's memory. It runs on the MLX thread; call
+// it with nothing else of the run allocated.
 func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
 	seqs := cfg.Batch * cfg.Accum
 	p := Plan{How: PlanProbed, BudgetBytes: budget}

@@ -111,14 +111,14 @@ type Result struct {
 	ActiveMemoryBytes uint64 `json:"active_memory_bytes"`
 	// PipelinedMsPerStep (with Options.Pipelined; 0 without) is the wall
 	// time per update of Steps more updates run after the timed ones the
-	// way train.Trainer runs them: each is
-	// scheduled without waiting for the one before (State.UpdateAsync) and
-	// the loss is read back every LogEvery updates and after the last, so
-	// the host records update i+1 while the device computes update i. It is
-	// what training gets; the per-step times above wait for every update
-	// and so add the host's time to the device's. PipelinedPeakMemoryBytes
-	// is MLX's peak active memory over those updates: buffers of the update
-	// being recorded are allocated while the one before still holds its own.
+	// way train.Trainer runs them: each is scheduled while the one before
+	// computes (State.UpdateAsync) and the loss is read back every
+	// LogEvery updates and after the last, so the host records update i+1
+	// while the device computes update i. It is what training gets; the
+	// per-step times above wait for every update and so add the host's
+	// time to the device's. PipelinedPeakMemoryBytes is MLX's peak active
+	// memory over those updates: the buffers of the update being scheduled
+	// are allocated while the one before still holds its own.
 	PipelinedMsPerStep       float64 `json:"ms_per_step_pipelined"`
 	PipelinedPeakMemoryBytes uint64  `json:"peak_memory_bytes_pipelined"`
 	LossFirst                float64 `json:"loss_first"` // first step run, warm-up included

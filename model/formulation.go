@@ -28,8 +28,9 @@ type formulation struct {
 	// without z-loss.
 	fusedLoss bool
 	// cudaKernels runs the model's own CUDA kernels (kernels.go) for
-	// attention's heads and RMSNorm's backward pass, in a forward pass
-	// without a KV cache; otherwise MLX's RoPE, split and RMSNorm.
+	// attention's heads and RMSNorm (forward and backward, the residual's
+	// gradient added in the backward kernel), in a forward pass without a
+	// KV cache; otherwise MLX's RoPE, split and RMSNorm.
 	cudaKernels bool
 	// writtenProjectionVJPs differentiates the projections with written
 	// VJPs that form each weight's gradient row-major, as dYᵀ·x

@@ -139,7 +139,7 @@ func (m *TinyGPT) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
 // kernel's operation, whose backward pass adds the residual's gradient to
 // the norm's (kernels.applyNormRes); otherwise it is x as it was.
 func (m *TinyGPT) normRes(k kernels, x, g, b *mlx.Array) (normed, res *mlx.Array) {
-	if !m.Config.layerNorm() && k.useNorm(x) {
+	if k.useNorm(x) { // the kernels hold a norm only for RMSNorm
 		return k.applyNormRes(x, g)
 	}
 	return m.norm(k, x, g, b), x

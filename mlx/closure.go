@@ -19,7 +19,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 	"runtime/cgo"
 	"runtime/debug"
 	"unsafe"
@@ -34,8 +33,7 @@ type Func func(inputs []*Array) ([]*Array, error)
 // result of Compile. Free it when done; a compiled Closure's trace cache
 // lives until then.
 type Closure struct {
-	h       C.ptlm_closure
-	cleanup runtime.Cleanup
+	owned[C.ptlm_closure]
 }
 
 // NewClosure wraps fn for MLX's transforms.
@@ -50,8 +48,8 @@ func NewClosure(fn Func) (*Closure, error) {
 }
 
 func wrapClosure(h C.ptlm_closure) *Closure {
-	c := &Closure{h: h}
-	c.cleanup = runtime.AddCleanup(c, func(h C.ptlm_closure) { releaseLater(func() { freeClosure(h) }) }, h)
+	c := &Closure{}
+	own(c, &c.owned, h, freeClosure)
 	return c
 }
 
@@ -59,12 +57,9 @@ func freeClosure(h C.ptlm_closure) { call(func() C.int { return C.ptlm_closure_f
 
 // Free releases the closure (and, for a compiled closure, its trace cache).
 func (c *Closure) Free() {
-	if c == nil || c.h == nil {
-		return
+	if c != nil {
+		c.release()
 	}
-	c.cleanup.Stop()
-	freeClosure(c.h)
-	c.h = nil
 }
 
 // Call applies the closure to inputs.

@@ -32,8 +32,7 @@ func CUDAAvailable() bool {
 // row-contiguous before the launch. MLX caches the compiled kernel by name
 // and template arguments, so a name must always come with the same source.
 type CUDAKernel struct {
-	h       C.ptlm_kernel
-	cleanup runtime.Cleanup
+	owned[C.ptlm_kernel]
 }
 
 // KernelArg is an integer template argument of a CUDAKernel launch. MLX
@@ -76,8 +75,8 @@ func NewCUDAKernel(name string, inputs, outputs []string, source, header string)
 	}); err != nil {
 		return nil, check("cuda_kernel "+name, err)
 	}
-	k := &CUDAKernel{h: h}
-	k.cleanup = runtime.AddCleanup(k, func(h C.ptlm_kernel) { releaseLater(func() { freeKernel(h) }) }, h)
+	k := &CUDAKernel{}
+	own(k, &k.owned, h, freeKernel)
 	return k, nil
 }
 
@@ -86,12 +85,9 @@ func freeKernel(h C.ptlm_kernel) { call(func() C.int { return C.ptlm_kernel_free
 // Free releases the kernel's definition (not MLX's cache of its compiled
 // code). A nil kernel is a no-op.
 func (k *CUDAKernel) Free() {
-	if k == nil || k.h == nil {
-		return
+	if k != nil {
+		k.release()
 	}
-	k.cleanup.Stop()
-	freeKernel(k.h)
-	k.h = nil
 }
 
 // Apply returns the kernel's outputs for inputs as launched by l: lazy

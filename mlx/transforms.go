@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime"
 )
 
 // CompileOption changes how Compile traces; see Shapeless.
@@ -57,9 +56,8 @@ func SetCompileEnabled(enabled bool) error {
 // ValueAndGradFunc computes a function's outputs and the gradients of its
 // first output (a scalar) with respect to the chosen inputs.
 type ValueAndGradFunc struct {
-	h       C.ptlm_vag
+	owned[C.ptlm_vag]
 	argnums []int
-	cleanup runtime.Cleanup
 }
 
 // ValueAndGrad returns the value-and-gradient transform of fn with respect
@@ -79,8 +77,8 @@ func ValueAndGrad(fn Func, argnums ...int) (*ValueAndGradFunc, error) {
 	if _, err := call(func() C.int { return C.ptlm_value_and_grad(c.h, &an[0], C.size_t(len(argnums)), &h) }); err != nil {
 		return nil, check("value_and_grad", err)
 	}
-	v := &ValueAndGradFunc{h: h, argnums: append([]int(nil), argnums...)}
-	v.cleanup = runtime.AddCleanup(v, func(h C.ptlm_vag) { releaseLater(func() { freeVAG(h) }) }, h)
+	v := &ValueAndGradFunc{argnums: append([]int(nil), argnums...)}
+	own(v, &v.owned, h, freeVAG)
 	return v, nil
 }
 
@@ -118,12 +116,9 @@ func (v *ValueAndGradFunc) Call(inputs ...*Array) (values, grads []*Array, err e
 
 // Free releases the transform.
 func (v *ValueAndGradFunc) Free() {
-	if v == nil || v.h == nil {
-		return
+	if v != nil {
+		v.release()
 	}
-	v.cleanup.Stop()
-	freeVAG(v.h)
-	v.h = nil
 }
 
 func freeVAG(h C.ptlm_vag) { call(func() C.int { return C.ptlm_vag_free(h) }) }

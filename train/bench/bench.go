@@ -288,8 +288,8 @@ func pipelined(st *train.State, opts Options, every int, lr func(i int) float64,
 		if err != nil {
 			return fmt.Errorf("bench pipelined step %d: %w", i+1, err)
 		}
-		if math.IsNaN(stats.Loss) || math.IsInf(stats.Loss, 0) {
-			return fmt.Errorf("bench pipelined step %d: loss is %v: %w", i+1, stats.Loss, train.ErrNonFinite)
+		if err := finiteLoss(stats.Loss); err != nil {
+			return fmt.Errorf("bench pipelined step %d: %w", i+1, err)
 		}
 	}
 	if err := st.Eval(); err != nil { // the last update's optimizer state too
@@ -337,13 +337,22 @@ func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, count
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) {
-		return 0, 0, 0, fmt.Errorf("loss is %v: %w", st.Loss, train.ErrNonFinite)
+	if err := finiteLoss(st.Loss); err != nil {
+		return 0, 0, 0, err
 	}
 	return called.Sub(start), done.Sub(called), st.Loss, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// finiteLoss refuses a loss that is NaN or infinite: a bench of a
+// diverged run measures nothing.
+func finiteLoss(loss float64) error {
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return fmt.Errorf("loss is %v: %w", loss, train.ErrNonFinite)
+	}
+	return nil
+}
 
 // benchData returns the view Run samples windows from and names it.
 func benchData(cfg train.Config, ds *train.Dataset) (data.View, string, error) {

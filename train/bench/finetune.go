@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -171,8 +170,8 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 		if err != nil {
 			return err
 		}
-		if math.IsNaN(stats.Loss) || math.IsInf(stats.Loss, 0) {
-			return fmt.Errorf("bench step %d: loss is %v: %w", i+1, stats.Loss, train.ErrNonFinite)
+		if err := finiteLoss(stats.Loss); err != nil {
+			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
 		if i == 0 {
 			res.LossFirst = stats.Loss

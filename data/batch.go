@@ -13,6 +13,11 @@ type Batch struct {
 	// N is the number of microbatches, B the sequences per microbatch and
 	// T the tokens per sequence.
 	N, B, T int
+	// Starts, when not nil, holds the batch as window starts in the
+	// sampler's view instead of tokens (NewStartsBatch,
+	// Sampler.FillStarts): N·B of them, laid out [N, B], window k being
+	// View[Starts[k] : Starts[k]+T+1]; X and Y are then nil.
+	Starts []int32
 	// State is the sampler state after this batch was drawn: restoring it
 	// with Sampler.SetState continues with the batch that follows, so a
 	// checkpoint taken after consuming this batch resumes exactly. It is
@@ -30,6 +35,16 @@ func NewBatch(n, b, t int) (*Batch, error) {
 	return &Batch{X: make([]int32, size), Y: make([]int32, size), N: n, B: b, T: t}, nil
 }
 
+// NewStartsBatch allocates a batch of n microbatches of b windows of t
+// tokens held as their starts (Batch.Starts), for a consumer that has the
+// view's tokens where it computes (train.TokenStream).
+func NewStartsBatch(n, b, t int) (*Batch, error) {
+	if err := checkBatchShape(n, b, t); err != nil {
+		return nil, err
+	}
+	return &Batch{Starts: make([]int32, n*b), N: n, B: b, T: t}, nil
+}
+
 // checkBatchShape checks that n, b and t are positive and that n*b*t fits
 // in an int.
 func checkBatchShape(n, b, t int) error {
@@ -43,22 +58,33 @@ func checkBatchShape(n, b, t int) error {
 	return nil
 }
 
-// FillBatch draws batch.N*batch.B windows into batch and records the
+// FillBatch draws batch.N*batch.B windows into batch, as tokens (Fill) or,
+// for a batch of Starts, as window starts (FillStarts), and records the
 // sampler state after them in batch.State, reusing its buffers. The
 // batch's T must equal the sampler's context.
 func (s *Sampler) FillBatch(batch *Batch) error {
 	if batch.T != s.context {
 		return fmt.Errorf("batch T = %d, want the sampler context %d", batch.T, s.context)
 	}
-	if size := batch.N * batch.B * batch.T; len(batch.X) != size || len(batch.Y) != size {
-		return fmt.Errorf("batch [N=%d, B=%d, T=%d] has len(X) = %d and len(Y) = %d, want %d",
-			batch.N, batch.B, batch.T, len(batch.X), len(batch.Y), size)
-	}
 	if sh := s.shard; sh.size > 1 && (batch.N*batch.B)%sh.rows != 0 {
 		return fmt.Errorf("batch [N=%d, B=%d] has %d windows, want a multiple of the %d rows per microbatch of rank %d of %d",
 			batch.N, batch.B, batch.N*batch.B, sh.rows, sh.rank, sh.size)
 	}
-	s.Fill(batch.X, batch.Y)
+	if batch.Starts != nil {
+		if n := batch.N * batch.B; len(batch.Starts) != n || batch.X != nil || batch.Y != nil {
+			return fmt.Errorf("batch [N=%d, B=%d] of window starts has %d starts and %d/%d tokens in X/Y, want %d starts and no tokens",
+				batch.N, batch.B, len(batch.Starts), len(batch.X), len(batch.Y), n)
+		}
+		if err := s.FillStarts(batch.Starts); err != nil {
+			return err
+		}
+	} else {
+		if size := batch.N * batch.B * batch.T; len(batch.X) != size || len(batch.Y) != size {
+			return fmt.Errorf("batch [N=%d, B=%d, T=%d] has len(X) = %d and len(Y) = %d, want %d",
+				batch.N, batch.B, batch.T, len(batch.X), len(batch.Y), size)
+		}
+		s.Fill(batch.X, batch.Y)
+	}
 	state, err := s.AppendState(batch.State[:0])
 	if err != nil {
 		return err

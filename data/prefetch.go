@@ -26,6 +26,7 @@ const maxPrefetchDepth = 8
 type Prefetcher struct {
 	sampler *Sampler
 	n, b, t int
+	starts  bool // batches of window starts (NewStartsPrefetcher)
 	ready   chan *Batch
 	free    chan *Batch
 	stop    chan struct{}
@@ -39,6 +40,23 @@ type Prefetcher struct {
 // on the prefetcher owns s: the caller must not use s until Stop returns.
 // Restore a checkpoint with s.SetState before calling NewPrefetcher.
 func NewPrefetcher(s *Sampler, n, b, t, depth int) (*Prefetcher, error) {
+	return newPrefetcher(s, n, b, t, depth, false)
+}
+
+// NewStartsPrefetcher is NewPrefetcher for batches of window starts
+// (Batch.Starts, Sampler.FillStarts): the same windows in the same order,
+// as N·B integers each instead of 2·N·B·T tokens. It fails for a sampler
+// whose windows are not slices of its view (BPE-dropout).
+func NewStartsPrefetcher(s *Sampler, n, b, t, depth int) (*Prefetcher, error) {
+	if s.dropout != nil {
+		return nil, fmt.Errorf("prefetcher: window starts of a sampler with BPE-dropout, whose windows are re-encoded; use NewPrefetcher")
+	}
+	return newPrefetcher(s, n, b, t, depth, true)
+}
+
+// newPrefetcher starts a prefetcher of token batches or, with starts, of
+// window starts.
+func newPrefetcher(s *Sampler, n, b, t, depth int, starts bool) (*Prefetcher, error) {
 	if depth < 1 || depth > maxPrefetchDepth {
 		return nil, fmt.Errorf("prefetcher: depth %d, want 1 to %d", depth, maxPrefetchDepth)
 	}
@@ -51,7 +69,8 @@ func NewPrefetcher(s *Sampler, n, b, t, depth int) (*Prefetcher, error) {
 	p := &Prefetcher{
 		sampler: s,
 		n:       n, b: b, t: t,
-		ready: make(chan *Batch, depth),
+		starts: starts,
+		ready:  make(chan *Batch, depth),
 		// The goroutine allocates only when free is empty, which bounds
 		// the batches in flight at depth ready, one being filled and one
 		// held by the consumer, plus any more the consumer holds at once.
@@ -72,8 +91,7 @@ func (p *Prefetcher) run() {
 		select {
 		case batch = <-p.free:
 		default:
-			size := p.n * p.b * p.t
-			batch = &Batch{X: make([]int32, size), Y: make([]int32, size), N: p.n, B: p.b, T: p.t}
+			batch = p.newBatch()
 		}
 		if err := p.sampler.FillBatch(batch); err != nil {
 			p.err = fmt.Errorf("prefetcher: %w", err)
@@ -85,6 +103,15 @@ func (p *Prefetcher) run() {
 			return
 		}
 	}
+}
+
+// newBatch allocates a batch of the prefetcher's shape and kind.
+func (p *Prefetcher) newBatch() *Batch {
+	if p.starts {
+		return &Batch{Starts: make([]int32, p.n*p.b), N: p.n, B: p.b, T: p.t}
+	}
+	size := p.n * p.b * p.t
+	return &Batch{X: make([]int32, size), Y: make([]int32, size), N: p.n, B: p.b, T: p.t}
 }
 
 // Next returns the next batch, waiting for it if necessary. After Stop it
@@ -111,9 +138,9 @@ func (p *Prefetcher) Next() (*Batch, error) {
 
 // Release hands a batch returned by Next back for reuse. The caller must
 // not touch the batch, its State included, afterwards. Releasing nil, or a
-// batch of another shape, does nothing.
+// batch of another shape or kind, does nothing.
 func (p *Prefetcher) Release(batch *Batch) {
-	if batch == nil || batch.N != p.n || batch.B != p.b || batch.T != p.t {
+	if batch == nil || batch.N != p.n || batch.B != p.b || batch.T != p.t || (batch.Starts != nil) != p.starts {
 		return
 	}
 	select {

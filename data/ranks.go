@@ -24,27 +24,3 @@ func (s *Sampler) Shard(rank, size, rows int) error {
 	s.shard = shard{rank: rank, size: size, rows: rows}
 	return nil
 }
-
-// fillShard is Fill for a sampler with a shard of size > 1: it draws the
-// windows of every rank, in the order one process would, and copies its
-// own. Drawing a start costs a random number; only the kept windows are
-// copied.
-func (s *Sampler) fillShard(x, y []int32) {
-	t, sh := s.context, s.shard
-	n := len(x) / t
-	if n%sh.rows != 0 {
-		panic(fmt.Sprintf("data: Sampler.Fill: %d windows on a shard of %d rows per microbatch, want a multiple", n, sh.rows))
-	}
-	starts := uint64(s.view.Len() - t)
-	global := sh.rows * sh.size // windows per microbatch of the whole run
-	for g := 0; g < n*sh.size; g++ {
-		start := int(s.rng.Uint64N(starts))
-		mb, row := g/global, g%global
-		if row/sh.rows != sh.rank {
-			continue
-		}
-		off := (mb*sh.rows + row%sh.rows) * t
-		s.view.CopyInto(x[off:off+t], start)
-		s.view.CopyInto(y[off:off+t], start+1)
-	}
-}

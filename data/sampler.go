@@ -3,7 +3,9 @@ package data
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -65,15 +67,65 @@ func (s *Sampler) Fill(x, y []int32) {
 		s.fillDropout(x, y)
 		return
 	}
-	if s.shard.size > 1 {
-		s.fillShard(x, y)
+	s.eachWindow(len(x)/t, func(k, start int) {
+		s.view.CopyInto(x[k*t:(k+1)*t], start)
+		s.view.CopyInto(y[k*t:(k+1)*t], start+1)
+	})
+}
+
+// FillStarts draws len(starts) windows as Fill does, from the same random
+// stream, but records where each starts in the view instead of copying its
+// tokens: window k is x = View[starts[k] : starts[k]+T] and y the T tokens
+// one further. A consumer holding the view's tokens elsewhere (a GPU, where
+// train.TokenStream gathers the windows) needs only these N·B integers per
+// batch. Fill and FillStarts from the same state describe the same
+// windows and leave the same state. Re-encoded windows (SetBPEDropout) are
+// not slices of the view, and a view longer than an int32 can index has
+// starts that do not fit: both are refused. On a Shard, starts takes a
+// multiple of the shard's rows, as Fill does.
+func (s *Sampler) FillStarts(starts []int32) error {
+	if s.dropout != nil {
+		return errors.New("sampler: window starts of a sampler with BPE-dropout, whose windows are re-encoded, not slices of the view; use Fill")
+	}
+	if n := s.view.Len(); n > math.MaxInt32 {
+		return fmt.Errorf("sampler: window starts in a view of %d tokens, want at most %d (int32 starts)", n, math.MaxInt32)
+	}
+	if sh := s.shard; sh.size > 1 && len(starts)%sh.rows != 0 {
+		return fmt.Errorf("sampler: %d window starts on a shard of %d rows per microbatch, want a multiple", len(starts), sh.rows)
+	}
+	s.eachWindow(len(starts), func(k, start int) { starts[k] = int32(start) })
+	return nil
+}
+
+// eachWindow draws n windows and calls f with each one's index k in the
+// batch and its start in the view (keepDraws).
+func (s *Sampler) eachWindow(n int, f func(k, start int)) {
+	starts := uint64(s.view.Len() - s.context) // s in [0, Len-T-1]
+	keepDraws(s.shard, n, func() int { return int(s.rng.Uint64N(starts)) }, f)
+}
+
+// keepDraws makes n draws of a window and hands each to keep with its
+// index k in the batch. Without a shard that is every draw; on a shard of
+// size > 1 it draws the windows of every rank, in the order one process
+// would, and keeps its own (a draw costs random numbers; only the kept
+// windows are visited), so the ranks of a data-parallel run share one
+// stream and one sampler state.
+func keepDraws[W any](sh shard, n int, draw func() W, keep func(k int, w W)) {
+	if sh.size <= 1 {
+		for k := range n {
+			keep(k, draw())
+		}
 		return
 	}
-	starts := uint64(s.view.Len() - t) // s in [0, Len-T-1]
-	for off := 0; off < len(x); off += t {
-		start := int(s.rng.Uint64N(starts))
-		s.view.CopyInto(x[off:off+t], start)
-		s.view.CopyInto(y[off:off+t], start+1)
+	if n%sh.rows != 0 {
+		panic(fmt.Sprintf("data: Sampler: %d windows on a shard of %d rows per microbatch, want a multiple", n, sh.rows))
+	}
+	global := sh.rows * sh.size // windows per microbatch of the whole run
+	for g := 0; g < n*sh.size; g++ {
+		w := draw()
+		if mb, row := g/global, g%global; row/sh.rows == sh.rank {
+			keep(mb*sh.rows+row%sh.rows, w)
+		}
 	}
 }
 

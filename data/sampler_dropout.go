@@ -1,7 +1,6 @@
 package data
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -88,33 +87,14 @@ func (s *Sampler) dropoutIDs(buf []int32, w dropoutWindow) []int32 {
 	}
 }
 
-// drawDropoutWindows draws the start and re-encoding seed of n windows. On
-// a Shard of size > 1 it draws every rank's windows in the order one
-// process would and keeps this rank's, as fillShard does, so the ranks of
-// a data-parallel run share one stream and one sampler state.
+// drawDropoutWindows draws the start and re-encoding seed of n windows,
+// on a Shard this rank's of the whole run's draw (keepDraws).
 func (s *Sampler) drawDropoutWindows(n int) []dropoutWindow {
 	starts := uint64(s.view.Len() - s.context)
-	draw := func() dropoutWindow {
+	windows := make([]dropoutWindow, n)
+	keepDraws(s.shard, n, func() dropoutWindow {
 		start := int(s.rng.Uint64N(starts))
 		return dropoutWindow{start: start, seed: s.rng.Uint64()}
-	}
-	windows := make([]dropoutWindow, n)
-	sh := s.shard
-	if sh.size <= 1 {
-		for k := range windows {
-			windows[k] = draw()
-		}
-		return windows
-	}
-	if n%sh.rows != 0 {
-		panic(fmt.Sprintf("data: Sampler.Fill: %d windows on a shard of %d rows per microbatch, want a multiple", n, sh.rows))
-	}
-	global := sh.rows * sh.size
-	for g := 0; g < n*sh.size; g++ {
-		w := draw()
-		if mb, row := g/global, g%global; row/sh.rows == sh.rank {
-			windows[mb*sh.rows+row%sh.rows] = w
-		}
-	}
+	}, func(k int, w dropoutWindow) { windows[k] = w })
 	return windows
 }

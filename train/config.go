@@ -77,6 +77,14 @@ type Config struct {
 	CheckpointEvery int `json:"checkpoint_every"` // 0: only at the end
 	KeepCheckpoints int `json:"keep_checkpoints"` // newest checkpoints kept
 	PrefetchDepth   int `json:"prefetch_depth"`
+	// Windows is where each update's token windows are made: "device"
+	// gathers them on the device from the training corpus held there
+	// (TokenStream), "host" copies them from the host as Batch.X and
+	// Batch.Y, "" or "auto" is device on a GPU and host on the CPU
+	// (WindowSource, which also says when only the host can). Both train
+	// on the same windows; on a CUDA GPU the gather is the faster
+	// (docs/performance/gpu.md), on the CPU there is nothing to save.
+	Windows string `json:"windows,omitempty"`
 }
 
 // DefaultEvalTokens is EvalTokens when a config leaves it out: enough
@@ -216,6 +224,9 @@ func (c Config) validateNames() error {
 	}
 	if names := optim.Names(); !slices.Contains(names, c.Optimizer) {
 		return fmt.Errorf("optimizer %q, want one of %s", c.Optimizer, strings.Join(names, ", "))
+	}
+	if !slices.Contains([]string{"", "auto", "device", "host"}, c.Windows) {
+		return fmt.Errorf("windows %q, want auto, device or host", c.Windows)
 	}
 	if names := optim.ScheduleNames(); !slices.Contains(names, c.Schedule) {
 		return fmt.Errorf("schedule %q, want one of %s", c.Schedule, strings.Join(names, ", "))

@@ -30,6 +30,13 @@ type Batch struct {
 	// every rank divides by the global count. An update whose weights are
 	// all zero has loss 0 and zero gradients, not 0/0.
 	WeightSum float64
+	// Stream and Starts, set together in place of X and Y, hold the batch
+	// as windows of a token stream on the device (TokenStream.Batch):
+	// N·B window starts laid out [N, B], window k's inputs being
+	// Stream[Starts[k] : Starts[k]+T] and its targets the tokens one
+	// further. The step gathers them itself. Unweighted steps only.
+	Stream *TokenStream
+	Starts []int32
 }
 
 // BatchOf views a data batch (from a Sampler or Prefetcher) as a step's
@@ -43,12 +50,39 @@ func (b Batch) check(accum int) error {
 	if b.N != accum || b.B < 1 || b.T < 1 {
 		return fmt.Errorf("train: batch of shape [%d %d %d], want [accum=%d, batch >= 1, context >= 1]", b.N, b.B, b.T, accum)
 	}
+	if b.Stream != nil || b.Starts != nil {
+		return b.checkWindows()
+	}
 	if n := b.N * b.B * b.T; len(b.X) != n || len(b.Y) != n {
 		return fmt.Errorf("train: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
 			len(b.X), len(b.Y), b.N, b.B, b.T, n)
 	}
 	if b.W != nil && len(b.W) != len(b.X) {
 		return fmt.Errorf("train: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
+	}
+	return nil
+}
+
+// checkWindows refuses a batch of window starts that is incomplete or
+// reaches outside its stream: a gather out of range would read arbitrary
+// tokens on the device rather than fail.
+func (b Batch) checkWindows() error {
+	switch {
+	case b.Stream == nil || b.Starts == nil:
+		return errors.New("train: batch with window starts but no token stream, or a stream but no starts; want both (TokenStream.Batch)")
+	case b.X != nil || b.Y != nil || b.W != nil:
+		return errors.New("train: batch with both window starts and tokens or weights; want one form")
+	case len(b.Starts) != b.N*b.B:
+		return fmt.Errorf("train: batch [%d %d] of %d window starts, want N·B = %d", b.N, b.B, len(b.Starts), b.N*b.B)
+	case b.T != b.Stream.context:
+		return fmt.Errorf("train: batch of windows of %d tokens from a stream for context %d; want the same", b.T, b.Stream.context)
+	}
+	last := int32(b.Stream.n - b.T - 1) // a window and its targets end at Len-1
+	for k, s := range b.Starts {
+		if s < 0 || s > last {
+			return fmt.Errorf("train: window start %d (window %d) outside the stream of %d tokens, want 0 to %d for context %d",
+				s, k, b.Stream.n, last, b.T)
+		}
 	}
 	return nil
 }
@@ -298,6 +332,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	var w []float32
+	if s.step.weighted && b.Stream != nil {
+		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
+	}
 	if s.step.weighted {
 		if b.W == nil {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
@@ -307,13 +344,20 @@ func (s *State) apply(lr float64, b Batch) error {
 			return err
 		}
 	}
-	batch := []*mlx.Array{mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T)}
-	if w != nil {
-		batch = append(batch, mlx.FromSlice(w, b.N, b.B, b.T))
+	var batch, made []*mlx.Array // made: the arrays made here, freed here
+	if b.Stream != nil {
+		batch = b.Stream.arrays(b.Starts, b.N, b.B)
+		made = batch[len(batch)-1:]
+	} else {
+		batch = []*mlx.Array{mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T)}
+		if w != nil {
+			batch = append(batch, mlx.FromSlice(w, b.N, b.B, b.T))
+		}
+		made = batch
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
 	out, err := s.step.applyLayout(s.params, s.copies, s.frozen, s.opt, lrArr, batch...)
-	mlx.Free(batch...)
+	mlx.Free(made...)
 	mlx.Free(lrArr)
 	if err != nil {
 		return err

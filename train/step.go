@@ -112,6 +112,11 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
 //
+// In place of x and y an unweighted step also takes its windows' starts
+// in a token stream on the device (TokenStream, Batch.Starts): the stream,
+// its view one token further, the offsets 0 … T-1 and starts[N,B]; it
+// gathers each microbatch's x and y itself.
+//
 // The learning rate is an input array, never a captured float, and N is
 // fixed, so a run with a schedule and accumulation traces exactly once.
 // A State applies a Step to the arrays it owns; Run is the bare function.
@@ -299,6 +304,33 @@ func microbatch(a *mlx.Array, i int) *mlx.Array {
 	return mlx.Squeeze(mlx.Slice(a, []int{i, 0, 0}, []int{i + 1, b, t}), 0)
 }
 
+// windowInputs is the number of batch inputs of the window form
+// (TokenStream.arrays): the stream, its view one token further, the
+// window offsets 0 … T-1 and the starts [N, B].
+const windowInputs = 4
+
+// windowed reports whether batch is the window form rather than x, y
+// and, when weighted, w.
+func (s *Step) windowed(batch []*mlx.Array) bool { return !s.weighted && len(batch) == windowInputs }
+
+// microbatchInputs sets mb to microbatch i's inputs, targets and, when
+// weighted, weights: slices of the [N, B, T] batch arrays, or, in the
+// window form, two gathers from the stream at starts[i] + offsets (the
+// targets' from the stream's view one token further).
+func (s *Step) microbatchInputs(batch []*mlx.Array, i int, mb []*mlx.Array) {
+	if !s.windowed(batch) {
+		for k, a := range batch {
+			mb[k] = microbatch(a, i)
+		}
+		return
+	}
+	tokens, shifted, offsets, starts := batch[0], batch[1], batch[2], batch[3]
+	b := starts.Dim(1)
+	row := mlx.Reshape(mlx.Slice(starts, []int{i, 0}, []int{i + 1, b}), b, 1)
+	idx := mlx.Add(row, offsets) // [B, T]
+	mb[0], mb[1] = mlx.Take(tokens, idx, 0), mlx.Take(shifted, idx, 0)
+}
+
 // body is the traced function: N forward/backward passes, gradient
 // averaging (over the microbatches, then across StepOptions.Group's
 // ranks) and clipping, and the optimizer update; with ComputeCopies the
@@ -329,7 +361,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	P, C, S := s.layoutSizes()
 	F := s.nFrozen
 	params, frozen, state := in[:P], in[P+C:P+C+F], in[P+C+F:P+C+F+S]
-	batch := in[P+C+F+S+1:] // x, y and, when weighted, w
+	batch := in[P+C+F+S+1:] // x, y and, when weighted, w; or the window form
 	lr := in[P+C+F+S]
 	lossParams := params
 	if C > 0 {
@@ -348,14 +380,16 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	var acc []*mlx.Array
 	var lossSum *mlx.Array
 	U := len(lossParams)
-	args := make([]*mlx.Array, U+F+len(batch))
+	nb := len(batch)
+	if s.windowed(batch) {
+		nb = 2 // x and y, gathered
+	}
+	args := make([]*mlx.Array, U+F+nb)
 	copy(args, lossParams)
 	copy(args[U:], frozen)
-	mb := args[U+F:] // this microbatch's slices of batch
+	mb := args[U+F:] // this microbatch's x, y and, when weighted, w
 	for i := 0; i < n; i++ {
-		for k, a := range batch {
-			mb[k] = microbatch(a, i)
-		}
+		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
 			deps := append(slices.Clip(acc), lossSum)
 			if s.opts.dependsOn != nil {
@@ -633,7 +667,7 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, laid out for %d, %d and %d",
 			len(params), len(frozen), len(state), P, s.nFrozen, S)
 	}
-	if err := s.checkInputs(lr, batch[0], batch[1]); err != nil {
+	if err := s.checkBatch(lr, batch); err != nil {
 		return stepOutputs{}, err
 	}
 	if s.weighted {
@@ -664,10 +698,12 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 		loss: out[P+C+S], gradNorm: out[P+C+S+1]}, nil
 }
 
-// checkInputs refuses a learning rate or batch that would fail inside the
-// traced function or trace it again: lr must be a 0-D float32 array, x and
-// y int32 arrays of one [Accum, B, T] shape.
-func (s *Step) checkInputs(lr, x, y *mlx.Array) error {
+// checkBatch refuses a learning rate or batch that would fail inside the
+// traced function or trace it again: lr must be a 0-D float32 array; the
+// batch x and y, int32 arrays of one [Accum, B, T] shape, or the window
+// form (windowed): 1-D int32 stream, shifted stream and offsets and
+// [Accum, B] int32 starts.
+func (s *Step) checkBatch(lr *mlx.Array, batch []*mlx.Array) error {
 	if err := lr.Err(); err != nil {
 		return fmt.Errorf("train: lr: %w", err)
 	}
@@ -675,21 +711,43 @@ func (s *Step) checkInputs(lr, x, y *mlx.Array) error {
 		return fmt.Errorf("train: lr is a %v array of shape %v, want a 0-D float32 array (mlx.Scalar(lr, mlx.Float32))",
 			lr.Dtype(), lr.Shape())
 	}
-	for _, a := range []struct {
+	if len(batch) < 2 {
+		return fmt.Errorf("train: step got %d batch arrays, want x and y", len(batch))
+	}
+	type input struct {
 		name string
 		a    *mlx.Array
-	}{{"x", x}, {"y", y}} {
-		if err := a.a.Err(); err != nil {
-			return fmt.Errorf("train: batch %s: %w", a.name, err)
-		}
-		if a.a.Ndim() != 3 || a.a.Dim(0) != s.opts.Accum {
-			return fmt.Errorf("train: batch %s has shape %v, want [accum=%d, batch, context]", a.name, a.a.Shape(), s.opts.Accum)
-		}
-		if a.a.Dtype() != mlx.Int32 {
-			return fmt.Errorf("train: batch %s is %v, want int32 token ids", a.name, a.a.Dtype())
+		want string // the shape wanted, for the error
+		ok   func(a *mlx.Array) bool
+	}
+	accumFirst := func(ndim int) func(a *mlx.Array) bool {
+		return func(a *mlx.Array) bool { return a.Ndim() == ndim && a.Dim(0) == s.opts.Accum }
+	}
+	vector := func(a *mlx.Array) bool { return a.Ndim() == 1 }
+	inputs := []input{
+		{"x", batch[0], fmt.Sprintf("[accum=%d, batch, context]", s.opts.Accum), accumFirst(3)},
+		{"y", batch[1], fmt.Sprintf("[accum=%d, batch, context]", s.opts.Accum), accumFirst(3)},
+	}
+	if s.windowed(batch) {
+		inputs = []input{
+			{"token stream", batch[0], "[tokens]", vector},
+			{"shifted token stream", batch[1], "[tokens]", vector},
+			{"window offsets", batch[2], "[context]", vector},
+			{"window starts", batch[3], fmt.Sprintf("[accum=%d, batch]", s.opts.Accum), accumFirst(2)},
 		}
 	}
-	if !slices.Equal(x.Shape(), y.Shape()) {
+	for _, in := range inputs {
+		if err := in.a.Err(); err != nil {
+			return fmt.Errorf("train: batch %s: %w", in.name, err)
+		}
+		if !in.ok(in.a) {
+			return fmt.Errorf("train: batch %s has shape %v, want %s", in.name, in.a.Shape(), in.want)
+		}
+		if in.a.Dtype() != mlx.Int32 {
+			return fmt.Errorf("train: batch %s is %v, want int32", in.name, in.a.Dtype())
+		}
+	}
+	if x, y := batch[0], batch[1]; !s.windowed(batch) && !slices.Equal(x.Shape(), y.Shape()) {
 		return fmt.Errorf("train: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
 	}
 	return nil

@@ -41,6 +41,7 @@ type Start struct {
 	TokensPerStep int
 	Resumed       string // checkpoint directory, "" for a fresh run
 	Plan          Plan   // how each update runs its sequences
+	Windows       string // where the training windows come from (DescribeWindows)
 }
 
 // Summary is the outcome of Run.
@@ -125,6 +126,7 @@ type run struct {
 	setup      *Setup
 	eval       *Evaluator
 	prefetch   *data.Prefetcher
+	stream     *TokenStream     // the training view on the device, or nil (WindowSource)
 	galore     *GaLoreRefresher // nil unless the optimizer is galore
 	sophia     *SophiaEstimator // nil unless the optimizer is sophia
 	metrics    *os.File
@@ -203,7 +205,15 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	// in the same order whatever the plan (Plan.NewBatch).
 	plan := r.setup.Plan
 	sum.Plan = plan
-	if r.prefetch, err = data.NewPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth); err != nil {
+	if device, _ := WindowSource(cfg, t.Data.Train.Len()); device {
+		if r.stream, err = NewTokenStream(t.Data.Train, cfg.Model.Context); err != nil {
+			return nil, err
+		}
+		r.prefetch, err = data.NewStartsPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
+	} else {
+		r.prefetch, err = data.NewPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if !t.lead() {
@@ -214,7 +224,8 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	}
 	if t.Hooks.OnStart != nil {
 		t.Hooks.OnStart(Start{Step: r.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
-			TokensPerStep: t.tokensPerStep(), Resumed: resumeFrom, Plan: plan})
+			TokensPerStep: t.tokensPerStep(), Resumed: resumeFrom, Plan: plan,
+			Windows: DescribeWindows(cfg, t.Data.Train.Len())})
 	}
 	return r, nil
 }
@@ -227,6 +238,7 @@ func (r *run) close() {
 	if r.prefetch != nil {
 		r.prefetch.Stop()
 	}
+	r.stream.Free()
 	r.eval.Free()
 	r.galore.Free()
 	r.sophia.Free()
@@ -304,7 +316,11 @@ func (r *run) update() (float64, error) {
 			return 0, err
 		}
 	}
-	err = r.setup.State.UpdateAsync(lr, BatchOf(batch))
+	b := BatchOf(batch)
+	if r.stream != nil {
+		b = r.stream.Batch(batch)
+	}
+	err = r.setup.State.UpdateAsync(lr, b)
 	r.samplerState = append(r.samplerState[:0], batch.State...)
 	r.prefetch.Release(batch)
 	if err != nil {

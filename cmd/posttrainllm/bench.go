@@ -228,10 +228,10 @@ func writeJSON(w io.Writer, v any) error {
 // printBench writes results as a table.
 func printBench(w io.Writer, results []bench.Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tmicro-batch×steps\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tpipelined ms\tsteps/s\ttokens/s\ttraces\tops/step\tpeak mem\tloss first->last\t")
+	fmt.Fprintln(tw, "preset\tdevice\tcompile\tschedule\taccum\tbatch\tmicro-batch×steps\twindows\tcontext\ttokens/step\tms/step p50\tp10\tp90\thost ms\tdevice ms\tpipelined ms\tsteps/s\ttokens/s\ttraces\tops/step\tpeak mem\tloss first->last\t")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%d\t%d×%d\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%d\t%s\t%.3f->%.3f\t\n",
-			r.Preset, r.Device, r.Compile, r.Schedule, r.Accum, r.Batch, r.MicroBatch, r.AccumSteps, r.Context, r.TokensPerStep,
+		fmt.Fprintf(tw, "%s\t%s\t%t\t%s\t%d\t%d\t%d×%d\t%s\t%d\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.1f\t%.1f\t%.2f\t%.0f\t%d\t%d\t%s\t%.3f->%.3f\t\n",
+			r.Preset, r.Device, r.Compile, r.Schedule, r.Accum, r.Batch, r.MicroBatch, r.AccumSteps, r.Windows, r.Context, r.TokensPerStep,
 			r.MsPerStepMedian, r.MsPerStepP10, r.MsPerStepP90, r.HostMsPerStep, r.DeviceMsPerStep, r.PipelinedMsPerStep,
 			r.StepsPerS, r.TokensPerS, r.Traces, r.GraphOps, humanBytes(r.PeakMemoryBytes), r.LossFirst, r.LossLast)
 	}

@@ -165,6 +165,8 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
 	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
 	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })
+	stringF("windows", "windows", false, "where each update's token windows are made: device (gathered from the corpus held on the device), host (copied from the host) or auto (device on a GPU, host on the CPU)",
+		func(c *train.Config) *string { return &c.Windows })
 	return o
 }
 

@@ -40,6 +40,9 @@ func (p *progress) hooks() train.Hooks {
 func (p *progress) start(s train.Start) {
 	p.steps = s.Steps
 	fmt.Fprintf(p.w, "plan: %s\n", s.Plan)
+	if s.Windows != "" {
+		fmt.Fprintf(p.w, "windows: %s\n", s.Windows)
+	}
 	if s.Resumed != "" {
 		fmt.Fprintf(p.w, "resuming at step %d of %d from %s\n", s.Step, s.Steps, s.Resumed)
 	}

@@ -71,8 +71,12 @@ type Result struct {
 	TokensPerStep int    `json:"tokens_per_step"`
 	Params        int    `json:"params"`
 	Data          string `json:"data"` // "synthetic" or the corpus path
-	WarmupSteps   int    `json:"warmup_steps"`
-	Steps         int    `json:"steps"` // timed steps
+	// Windows is where the updates' token windows were made, as a
+	// training run of the config makes them (train.WindowSource):
+	// "device" (gathered from a token stream there) or "host".
+	Windows     string `json:"windows"`
+	WarmupSteps int    `json:"warmup_steps"`
+	Steps       int    `json:"steps"` // timed steps
 	// Ranks is the number of data-parallel processes that ran the
 	// steps together (Options.Group); TokensPerStep counts all of them.
 	Ranks int `json:"ranks"`
@@ -206,9 +210,14 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	if err := train.SetBPEDropout(sampler, cfg); err != nil {
 		return err
 	}
-	batch, err := s.Plan.NewBatch(cfg.Model.Context)
+	in, err := newInputs(cfg, s.Plan, view)
 	if err != nil {
 		return err
+	}
+	defer in.stream.Free()
+	res.Windows = "host"
+	if in.stream != nil {
+		res.Windows = "device"
 	}
 	p := s.Plan
 	res.MicroBatch, res.AccumSteps, res.PlanHow, res.MemoryBudgetBytes, res.ProbePeakBytes =
@@ -221,7 +230,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			mlx.ResetPeakMemory()
 			cpuStart = processCPUTime()
 		}
-		h, d, loss, err := step(s, sampler, batch, i, i == countedUpdate(total), res)
+		h, d, loss, err := step(s, sampler, in, i, i == countedUpdate(total), res)
 		if err != nil {
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
@@ -253,11 +262,42 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	// The timed steps' learning rates again.
 	return pipelined(s.State, opts, cfg.LogEvery, func(i int) float64 { return s.Schedule.LR(opts.Warmup + i) },
 		func(int) (train.Batch, error) {
-			if err := sampler.FillBatch(batch); err != nil {
+			if err := sampler.FillBatch(in.batch); err != nil {
 				return train.Batch{}, err
 			}
-			return train.BatchOf(batch), nil
+			return in.of(), nil
 		}, res)
+}
+
+// inputs is how a bench's batches reach the step, as in a training run
+// of the same config (train.WindowSource): token windows filled on the
+// host, or window starts into a token stream on the device.
+type inputs struct {
+	batch  *data.Batch
+	stream *train.TokenStream // nil: batch holds tokens
+}
+
+// newInputs allocates the batch of plan's shape for windows of view, and
+// the token stream when the windows are gathered on the device.
+func newInputs(cfg train.Config, plan train.Plan, view data.View) (inputs, error) {
+	if device, _ := train.WindowSource(cfg, view.Len()); !device {
+		b, err := plan.NewBatch(cfg.Model.Context)
+		return inputs{batch: b}, err
+	}
+	b, err := data.NewStartsBatch(plan.Steps, plan.MicroBatch, cfg.Model.Context)
+	if err != nil {
+		return inputs{}, err
+	}
+	stream, err := train.NewTokenStream(view, cfg.Model.Context)
+	return inputs{batch: b, stream: stream}, err
+}
+
+// of views the batch, as last filled, as the step's Batch.
+func (in inputs) of() train.Batch {
+	if in.stream != nil {
+		return in.stream.Batch(in.batch)
+	}
+	return train.BatchOf(in.batch)
 }
 
 // pipelined runs opts.Steps more updates on st as train.Trainer runs them
@@ -311,12 +351,12 @@ func countedUpdate(total int) int { return min(1, total-1) }
 // With count it also counts the operations the update evaluates into
 // res.GraphOps and res.GraphOpsByPrimitive, a count kept out of both
 // times.
-func step(s *train.Setup, sampler *data.Sampler, batch *data.Batch, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
+func step(s *train.Setup, sampler *data.Sampler, in inputs, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
 	start := time.Now()
-	if err := sampler.FillBatch(batch); err != nil {
+	if err := sampler.FillBatch(in.batch); err != nil {
 		return 0, 0, 0, err
 	}
-	if err := s.State.Apply(s.Schedule.LR(i), train.BatchOf(batch)); err != nil {
+	if err := s.State.Apply(s.Schedule.LR(i), in.of()); err != nil {
 		return 0, 0, 0, err
 	}
 	called := time.Now()

@@ -241,3 +241,26 @@ func TestSyntheticStreamIsSeededAndInRange(t *testing.T) {
 		}
 	}
 }
+
+// A bench of windows gathered on the device runs the same updates as one
+// of windows copied on the host, and says which it ran.
+func TestRunWindowsOnDeviceAsOnHost(t *testing.T) {
+	results := map[string]Result{}
+	for _, w := range []string{"", "device"} {
+		cfg := benchConfig()
+		cfg.Windows = w
+		res, err := Run(cfg, Options{Label: "unit", Warmup: 1, Steps: 4, Pipelined: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		results[w] = res
+	}
+	host, device := results[""], results["device"]
+	if host.Windows != "host" || device.Windows != "device" {
+		t.Fatalf("windows reported %q by default on the CPU and %q asked for the device; want host and device", host.Windows, device.Windows)
+	}
+	if host.LossFirst != device.LossFirst || host.LossLast != device.LossLast || device.Traces != 1 {
+		t.Fatalf("losses %g → %g with host windows, %g → %g (%d traces) with device windows; want the same, 1 trace",
+			host.LossFirst, host.LossLast, device.LossFirst, device.LossLast, device.Traces)
+	}
+}

@@ -121,6 +121,30 @@ func assertWithin(t testing.TB, what string, a, b []*mlx.Array, rel, abs float64
 	return identical
 }
 
+// assertNear fails unless every element of a is within rel of the largest
+// magnitude of its array in b: the tolerance for state such as AdamW's
+// moments, where an element near zero is a difference of larger terms and
+// carries their rounding, not its own.
+func assertNear(t testing.TB, what string, a, b []*mlx.Array, rel float64) {
+	t.Helper()
+	for i := range a {
+		av, err := a[i].Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bv, err := b[i].Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tol := rel * maxAbs(bv)
+		for j := range av {
+			if d := math.Abs(float64(av[j] - bv[j])); d > tol {
+				t.Fatalf("%s: array %d element %d: %g vs %g (tolerance %g)", what, i, j, av[j], bv[j], tol)
+			}
+		}
+	}
+}
+
 func maxAbs(v []float32) float64 {
 	var m float64
 	for _, x := range v {

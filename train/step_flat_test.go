@@ -99,9 +99,11 @@ func TestFlatLayoutMatchesPerParameter(t *testing.T) {
 			// The norm sums the gradients in another order (the flat
 			// layout's groups); AdamW's division by √v carries that last
 			// bit into elements with tiny gradients, by up to 1e-5 of the
-			// learning rate here.
+			// learning rate here, and the next update's gradients carry
+			// the parameters' difference into the moments: near zero they
+			// match to the scale of their array, not their own.
 			assertWithin(t, name+" params", states[0].Params(), states[1].Params(), 1e-5, 1e-7)
-			assertWithin(t, name+" optimizer state", states[0].OptState()[1:], states[1].OptState()[1:], 1e-5, 1e-9)
+			assertNear(t, name+" optimizer state", states[0].OptState()[1:], states[1].OptState()[1:], 1e-5)
 			if a, b := states[0].OptState()[0], states[1].OptState()[0]; a.Dtype() != mlx.Int32 || !equalItems(t, a, b) {
 				t.Errorf("%s: update counters differ", name)
 			}

@@ -226,7 +226,7 @@ func (c Config) validateNames() error {
 		return fmt.Errorf("optimizer %q, want one of %s", c.Optimizer, strings.Join(names, ", "))
 	}
 	if !slices.Contains([]string{"", "auto", "device", "host"}, c.Windows) {
-		return fmt.Errorf("windows %q, want auto, device or host", c.Windows)
+		return fmt.Errorf("windows = %q, want auto, device or host", c.Windows)
 	}
 	if names := optim.ScheduleNames(); !slices.Contains(names, c.Schedule) {
 		return fmt.Errorf("schedule %q, want one of %s", c.Schedule, strings.Join(names, ", "))

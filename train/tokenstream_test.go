@@ -175,7 +175,7 @@ func TestWindowSource(t *testing.T) {
 	}
 	bad := tinyConfig()
 	bad.Windows = "gpu"
-	if err := bad.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), `windows "gpu"`) {
+	if err := bad.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), `windows = "gpu"`) {
 		t.Errorf("windows gpu: err = %v, want one naming the value", err)
 	}
 }

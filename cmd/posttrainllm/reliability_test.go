@@ -324,6 +324,8 @@ func TestReliabilityBadInput(t *testing.T) {
 			[]string{"invalid --micro-batch 4", "want a divisor of batch × accum = 2 × 3 = 6 (1, 2, 3, 6)"}},
 		{"memory budget neither bytes nor a fraction", inCase("--memory-budget", "8XB"),
 			[]string{"invalid --memory-budget 8XB", "want bytes with a unit"}},
+		{"windows neither auto, device nor host", inCase("--windows", "gpu"),
+			[]string{"invalid --windows gpu: want auto, device or host"}},
 		{"a set warm-up longer than the steps", inCase("--steps", "2", "--warmup", "20"),
 			[]string{"invalid --warmup 20", "want < steps (2)"}},
 		{"lr beyond float32", inCase("--lr", "1e300"), []string{"invalid --lr 1e+300", "float32"}},

@@ -101,14 +101,7 @@ func assertWithin(t testing.TB, what string, a, b []*mlx.Array, rel, abs float64
 	t.Helper()
 	identical = true
 	for i := range a {
-		av, err := a[i].Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bv, err := b[i].Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
+		av, bv := bothFloat32s(t, a[i], b[i])
 		for j := range av {
 			if av[j] != bv[j] {
 				identical = false
@@ -128,14 +121,7 @@ func assertWithin(t testing.TB, what string, a, b []*mlx.Array, rel, abs float64
 func assertNear(t testing.TB, what string, a, b []*mlx.Array, rel float64) {
 	t.Helper()
 	for i := range a {
-		av, err := a[i].Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		bv, err := b[i].Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
+		av, bv := bothFloat32s(t, a[i], b[i])
 		tol := rel * maxAbs(bv)
 		for j := range av {
 			if d := math.Abs(float64(av[j] - bv[j])); d > tol {
@@ -143,6 +129,20 @@ func assertNear(t testing.TB, what string, a, b []*mlx.Array, rel float64) {
 			}
 		}
 	}
+}
+
+// bothFloat32s reads a and b as float32s.
+func bothFloat32s(t testing.TB, a, b *mlx.Array) (av, bv []float32) {
+	t.Helper()
+	av, err := a.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bv, err = b.Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return av, bv
 }
 
 func maxAbs(v []float32) float64 {

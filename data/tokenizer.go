@@ -64,3 +64,29 @@ func NewTokenizer(name string) (Tokenizer, error) {
 	}
 	return mk(), nil
 }
+
+// SpecialTokenizer is a Tokenizer with special tokens (such as
+// "<|im_start|>" or "<|eot_id|>") that can be written in text: chat
+// templates and prompts spell them out, and they must become their own ids
+// as Hugging Face's tokenizers library makes them by default. Encode keeps
+// treating them as plain text, so corpus documents cannot forge a
+// separator or a turn boundary.
+type SpecialTokenizer interface {
+	Tokenizer
+	// EncodeSpecial returns the ids of text with every special token
+	// written in it matched as that token's id, and the text between
+	// them encoded as Encode does.
+	EncodeSpecial(text string) []int32
+	// SpecialTokens maps each special token's text to its id.
+	SpecialTokens() map[string]int32
+}
+
+// EncodeWithSpecials encodes text with tok's special tokens matched as
+// their ids where tok has any (a SpecialTokenizer), and as Encode does
+// otherwise: what prompts and chat templates are encoded with.
+func EncodeWithSpecials(tok Tokenizer, text string) []int32 {
+	if s, ok := tok.(SpecialTokenizer); ok {
+		return s.EncodeSpecial(text)
+	}
+	return tok.Encode(text)
+}

@@ -45,7 +45,7 @@ deps:
 # tokenizers library: pinned versions in a project-local virtual
 # environment, reinstalled when the pins change.
 PYTHON ?= python3
-PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3
+PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3 jinja2==3.1.6 MarkupSafe==3.0.4
 py-deps:
 	@if [ "$$(cat .deps/py/pinned 2>/dev/null)" != "$(PY_DEPS)" ]; then \
 		rm -rf .deps/py && $(PYTHON) -m venv .deps/py && \

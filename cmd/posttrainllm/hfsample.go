@@ -48,7 +48,12 @@ func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string,
 	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
 		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", dir, tok.VocabSize(), v)
 	}
-	ids := tok.Encode(prompt)
+	var ids []int32
+	if opts.SpecialsAsText {
+		ids = tok.Encode(prompt)
+	} else {
+		ids = data.EncodeWithSpecials(tok, prompt)
+	}
 	if len(ids) == 0 {
 		ids = []int32{tok.EOT()}
 	}

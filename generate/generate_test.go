@@ -69,6 +69,13 @@ func TestStopTokens(t *testing.T) {
 	if err != nil || reason != FinishStop || !slices.Equal(out, all[:first]) {
 		t.Fatalf("stop at %d: %v, %q, %v; want %v, stop", stop, out, reason, err, all[:first])
 	}
+	res, err := m.GenerateTokens(context.Background(), prompt, Options{MaxTokens: 30, StopTokens: []int32{stop}}, nil, nil)
+	if err != nil || res.StopToken != stop || res.CompletionTokens != first || res.PromptTokens != 2 || res.FinishReason != FinishStop {
+		t.Fatalf("GenerateTokens with stop %d: %+v, %v", stop, res, err)
+	}
+	if res, err = m.GenerateTokens(context.Background(), prompt, Options{MaxTokens: 30}, nil, nil); err != nil || res.StopToken != -1 || res.FinishReason != FinishLength {
+		t.Fatalf("GenerateTokens without stops: %+v, %v", res, err)
+	}
 	var emitted []int32
 	out, reason, err = Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 30}, func(id int32) error {
 		emitted = append(emitted, id)

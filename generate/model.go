@@ -68,6 +68,9 @@ type Result struct {
 	// a server's usage report.
 	PromptTokens, CompletionTokens int
 	FinishReason                   FinishReason
+	// StopToken is the stop token that ended generation (not counted in
+	// CompletionTokens), -1 when none did.
+	StopToken int32
 }
 
 // ChatPrompt returns the ids of messages rendered for a reply: with the
@@ -121,15 +124,37 @@ func (m *Model) Generate(ctx context.Context, req Request, onText func(delta str
 	if err != nil {
 		return Result{}, err
 	}
+	return m.GenerateTokens(ctx, ids, req.Options, req.StopStrings, onText)
+}
+
+// GenerateTokens is Generate from prompt ids already encoded (with
+// EncodePrompt or ChatPrompt, say, to check their length first): what a
+// server's backend calls. onText may return ErrStop to end generation
+// with FinishStop, as for a stop string it applies itself.
+func (m *Model) GenerateTokens(ctx context.Context, prompt []int32, opts Options, stopStrings []string, onText func(delta string) error) (Result, error) {
+	if err := opts.Validate(); err != nil {
+		return Result{}, err
+	}
 	var res Result
-	err = mlx.Do(func() error {
+	err := mlx.Do(func() error {
 		d := newDecoder(m.Net, m.Params)
 		defer d.free()
-		res, err = m.run(ctx, d, ids, req.Options, req.StopStrings, onText)
+		var err error
+		res, err = m.run(ctx, d, prompt, opts, stopStrings, onText)
 		return err
 	})
 	return res, err
 }
+
+// EncodePrompt returns the ids of text with special tokens written in it
+// as their ids (data.EncodeWithSpecials), as a completion prompt is read.
+func (m *Model) EncodePrompt(text string) []int32 {
+	return data.EncodeWithSpecials(m.Tokenizer, text)
+}
+
+// ContextLength is the most tokens the model attends to at once; longer
+// texts are generated from a sliding window of this many.
+func (m *Model) ContextLength() int { return m.Net.Config.Context }
 
 // run generates from ids with decoder d, streaming the text. Call on the
 // MLX thread.
@@ -146,5 +171,5 @@ func (m *Model) run(ctx context.Context, d *decoder, ids []int32, opts Options, 
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{Text: text, Tokens: out, PromptTokens: len(ids), CompletionTokens: len(out), FinishReason: reason}, nil
+	return Result{Text: text, Tokens: out, PromptTokens: len(ids), CompletionTokens: len(out), FinishReason: reason, StopToken: d.stopToken}, nil
 }

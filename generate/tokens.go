@@ -96,6 +96,8 @@ type decoder struct {
 	cache  *model.KVCache
 	seen   []int32 // the tokens the cache holds, cache.Offset of them
 	fed    int     // tokens fed through the model, for tests of the cache
+	// stopToken is the stop token that ended the last run, -1 for none.
+	stopToken int32
 }
 
 // newDecoder returns a decoder with an empty cache. Call on the MLX thread.
@@ -134,6 +136,7 @@ func (d *decoder) run(ctx context.Context, prompt []int32, opts Options, emit Em
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	d.stopToken = -1
 	m, cfg := d.m, d.m.Config
 	key := mlx.RandomKey(opts.Seed)
 	defer func() { key.Free() }()
@@ -205,6 +208,7 @@ func (d *decoder) run(ctx context.Context, prompt []int32, opts Options, emit Em
 			return nil, "", fmt.Errorf("generate: %w", stepErr)
 		}
 		if slices.Contains(opts.StopTokens, next) {
+			d.stopToken = next
 			return out[len(prompt):], FinishStop, nil
 		}
 		out = append(out, next)

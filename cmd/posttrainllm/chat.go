@@ -77,10 +77,13 @@ to leave. Ctrl-C stops a reply being written.
   posttrainllm chat --adapter runs/smollm-lora --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := src.check("chat"); err != nil {
-				return err
+			if src.from == "" && src.adapter == "" {
+				return usageError("chat needs --from RUN: %s, or a Hugging Face folder", checkpointPaths)
 			}
 			if err := gen.check(); err != nil {
+				return err
+			}
+			if err := src.check("chat"); err != nil {
 				return err
 			}
 			device, err := pickDevice(gen.device, "cpu", "")

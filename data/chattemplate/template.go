@@ -5,8 +5,9 @@
 // also finds the spans of assistant turns in a rendered conversation, by
 // rendering (Encode), and the template's end-of-turn token (EndOfTurn).
 //
-// Rendering uses github.com/ardanlabs/jinja with trim_blocks and
-// lstrip_blocks (Hugging Face's settings) and the raise_exception and
+// Rendering uses github.com/ardanlabs/jinja, with whitespace control
+// (trim_blocks and lstrip_blocks, Hugging Face's settings) applied as
+// jinja2 applies it (whitespace.go), and the raise_exception and
 // strftime_now globals transformers defines. The package's tests compare
 // it byte for byte with Python's jinja2 under those settings on the
 // SmolLM2, Llama 3.2, Qwen2.5 and Mistral v0.3 templates.
@@ -44,7 +45,11 @@ type Template struct {
 // New compiles source, a Jinja chat template, rendered with bos and eos as
 // bos_token and eos_token.
 func New(source, bos, eos string) (*Template, error) {
-	tpl, err := jinja.Compile(source)
+	norm, err := normalize(source)
+	if err != nil {
+		return nil, err
+	}
+	tpl, err := jinja.Compile(norm)
 	if err != nil {
 		return nil, fmt.Errorf("chat template: %w", err)
 	}

@@ -8,7 +8,8 @@ ISO time that strftime_now formats, and writes a JSON list with, per case,
 
 The environment is transformers' _compile_jinja_template:
 ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with
-the loopcontrols extension, a tojson filter that keeps non-ASCII
+the loopcontrols extension and {% generation %} blocks (transformers'
+AssistantTracker, which renders their body as is), a tojson filter that keeps non-ASCII
 (ensure_ascii=False), and the raise_exception and strftime_now globals.
 """
 
@@ -17,8 +18,21 @@ import sys
 from datetime import datetime
 
 import jinja2.ext
+import jinja2.nodes
 from jinja2.exceptions import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class Generation(jinja2.ext.Extension):
+    """{% generation %}…{% endgeneration %}: the body, as transformers'
+    AssistantTracker renders it."""
+
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
 def raise_exception(message):
@@ -31,7 +45,7 @@ def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
 
 def render(case):
     now = datetime.fromisoformat(case["now"])
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, Generation])
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: now.strftime(fmt)

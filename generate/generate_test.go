@@ -203,3 +203,33 @@ func TestEndTokensFromFiles(t *testing.T) {
 		t.Fatalf("a string: %v", err)
 	}
 }
+
+// A model without a template chats in the built-in format and stops at
+// its end-of-text token; a raw prompt has its special tokens read as ids
+// unless PlainPrompt, and "" starts from the end-of-text token.
+func TestBuiltInFormatAndPrompts(t *testing.T) {
+	tok := chatTokenizer()
+	m := testModel(t, tok, nil, []int32{tok.EOT()})
+	msgs := []data.Message{{Role: "user", Content: "Hi"}}
+	ids, err := m.ChatPrompt(msgs)
+	if err != nil || !slices.Equal(ids, data.ChatPrompt(msgs, tok)) {
+		t.Fatalf("chat prompt %v, %v; want data.ChatPrompt's", ids, err)
+	}
+	res, err := m.Generate(context.Background(), Request{Messages: msgs, Options: Options{MaxTokens: 8}}, nil)
+	if err != nil || res.PromptTokens != len(ids) {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	for _, tc := range []struct {
+		req  Request
+		want []int32
+	}{
+		{Request{Prompt: "<|im_start|>x"}, []int32{257, 'x'}},
+		{Request{Prompt: "<|im_start|>x", PlainPrompt: true}, tok.Encode("<|im_start|>x")},
+		{Request{}, []int32{tok.EOT()}},
+	} {
+		got, err := m.prompt(tc.req)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Fatalf("%+v: prompt %v, %v; want %v", tc.req, got, err, tc.want)
+		}
+	}
+}

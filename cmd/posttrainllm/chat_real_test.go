@@ -64,3 +64,14 @@ func TestRealModelChatAnswersParis(t *testing.T) {
 		t.Fatalf("chat with the imported run printed %q, the folder %q", got, out)
 	}
 }
+
+// serve, asked the same question through the chat completions API,
+// answers with Paris and stops at <|im_end|> (finish_reason "stop").
+func TestRealModelServeAnswersParis(t *testing.T) {
+	url := startServe(t, "--from", realmodel.Folder(t))
+	out := chatCompletion(t, url, `{"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0, "max_tokens": 48}`)
+	content, finish, n := reply(t, out)
+	if !strings.Contains(content, "Paris") || finish != "stop" || n >= 48 {
+		t.Fatalf("reply %q, finish %q, %d tokens; want Paris, stop, fewer than 48", content, finish, n)
+	}
+}

@@ -69,7 +69,7 @@ func TestRealModelChatAnswersParis(t *testing.T) {
 // answers with Paris and stops at <|im_end|> (finish_reason "stop").
 func TestRealModelServeAnswersParis(t *testing.T) {
 	url := startServe(t, "--from", realmodel.Folder(t))
-	out := chatCompletion(t, url, `{"messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0, "max_tokens": 48}`)
+	out := chatCompletion(t, url, `{"model": "`+realmodel.Name+`", "messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0, "max_tokens": 48}`)
 	content, finish, n := reply(t, out)
 	if !strings.Contains(content, "Paris") || finish != "stop" || n >= 48 {
 		t.Fatalf("reply %q, finish %q, %d tokens; want Paris, stop, fewer than 48", content, finish, n)

@@ -30,22 +30,18 @@ const endProbe = "Probe-reply-7c1f2e"
 // reply and reading what follows the reply: the longest of tok's special
 // tokens (data.SpecialTokenizer) and the template's eos_token that the
 // text there starts with. It returns "" when no such token follows, as
-// for a template that ends turns with plain text.
+// for a template that ends turns with plain text. A template that
+// refuses a lone user turn is probed after a system message.
 func (t *Template) EndOfTurn(tok data.Tokenizer) (string, error) {
 	t = t.pinned()
-	user := data.Message{Role: "user", Content: "Hello"}
-	prompt, err := t.Render([]data.Message{user}, true)
+	reply, err := t.probeReply(nil)
 	if err != nil {
-		return "", err
+		// Some templates want a system message first.
+		var err2 error
+		if reply, err2 = t.probeReply([]data.Message{{Role: "system", Content: "Be brief."}}); err2 != nil {
+			return "", err
+		}
 	}
-	full, err := t.Render([]data.Message{user, {Role: "assistant", Content: endProbe}}, false)
-	if err != nil {
-		return "", err
-	}
-	if !strings.HasPrefix(full, prompt) {
-		return "", fmt.Errorf("chat template: a user turn rendered with the generation prompt (%q) is not the start of the same turn followed by a reply (%q)", prompt, full)
-	}
-	reply := full[len(prompt):]
 	i := strings.LastIndex(reply, endProbe)
 	if i < 0 {
 		return "", fmt.Errorf("chat template: an assistant reply %q renders as %q, without its content", endProbe, reply)
@@ -67,6 +63,25 @@ func (t *Template) EndOfTurn(tok data.Tokenizer) (string, error) {
 		}
 	}
 	return best, nil
+}
+
+// probeReply renders first, a user turn and the reply endProbe, and
+// returns the text the reply adds to the user turn rendered with the
+// generation prompt.
+func (t *Template) probeReply(first []data.Message) (string, error) {
+	msgs := append(first, data.Message{Role: "user", Content: "Hello"})
+	prompt, err := t.Render(msgs, true)
+	if err != nil {
+		return "", err
+	}
+	full, err := t.Render(append(msgs, data.Message{Role: "assistant", Content: endProbe}), false)
+	if err != nil {
+		return "", err
+	}
+	if !strings.HasPrefix(full, prompt) {
+		return "", fmt.Errorf("chat template: a user turn rendered with the generation prompt (%q) is not the start of the same turn followed by a reply (%q)", prompt, full)
+	}
+	return full[len(prompt):], nil
 }
 
 // pinned returns a copy of t whose clock is stopped at the current time,

@@ -153,3 +153,26 @@ func TestPromptEndsWithGenerationPrompt(t *testing.T) {
 		t.Fatalf("prompt starts with id %d, want <|im_start|>'s %d", ids[0], tok.SpecialTokens()["<|im_start|>"])
 	}
 }
+
+// A template that refuses a conversation without a system message still
+// has its end-of-turn token found; one that renders no reply at all is an
+// error.
+func TestEndOfTurnProbes(t *testing.T) {
+	tok := specialTokenizer()
+	const needsSystem = `{% if messages[0].role != 'system' %}{{ raise_exception('system first') }}{% endif %}` +
+		`{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}`
+	tpl, err := New(needsSystem, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end, err := tpl.EndOfTurn(tok); err != nil || end != "<|im_end|>" {
+		t.Fatalf("end of turn %q, %v; want <|im_end|>", end, err)
+	}
+	silent, err := New(`{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}`, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := silent.EndOfTurn(tok); err == nil || !strings.Contains(err.Error(), "without its content") {
+		t.Fatalf("a template that drops replies: %v", err)
+	}
+}

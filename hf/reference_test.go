@@ -98,6 +98,37 @@ func closeLogits(t testing.TB, what string, got, want []float32) {
 	t.Logf("%s: max |Δlogit| %.3g at scale %.3g", what, worst, scale)
 }
 
+// sameTensors fails unless the folder got holds the tensors of the folder
+// want under the same names, with want's values (cast to got's dtype):
+// an export writes back the layout it imported, fused tensors included.
+func sameTensors(t *testing.T, got, want string) {
+	t.Helper()
+	mlx.Run(func() []*mlx.Array {
+		g, err := readTensors(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := readTensors(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range w {
+			if _, ok := g[name]; !ok {
+				t.Errorf("the export lacks tensor %q", name)
+			}
+		}
+		for name, a := range g {
+			b, ok := w[name]
+			if !ok {
+				t.Errorf("the export has tensor %q, the imported folder none", name)
+				continue
+			}
+			sameBits(t, name, a, mlx.AsType(b, a.Dtype()))
+		}
+		return nil
+	})
+}
+
 // sameBits fails unless got has want's shape, dtype and bytes.
 func sameBits(t testing.TB, what string, got, want *mlx.Array) {
 	t.Helper()
@@ -181,6 +212,7 @@ func checkAgainstReference(t *testing.T, dir, family string, tokens []int32) {
 		t.Fatalf("exported config.json: model_type %q, architectures %v (%v); want %q", exported.ModelType, exported.Architectures, err, family)
 	}
 	closeLogits(t, "reference on the export", got, referenceLogits(t, out, tokens))
+	sameTensors(t, out, dir)
 	back, err := Load(out, "")
 	if err != nil {
 		t.Fatal(err)

@@ -167,13 +167,14 @@ func (c Config) ParamCount() float64 {
 }
 
 // FLOPsPerToken estimates training FLOPs per token (forward + backward) as
-// 6·N plus attention's 12·L·D·T, as in the PaLM appendix and nanoGPT's MFU.
+// 6·N plus attention's 12·L·D·T, as in the PaLM appendix and nanoGPT's MFU,
+// with D the width of q (Heads·HeadDim, d_model unless head_dim differs).
 func (c Config) FLOPsPerToken() float64 {
 	n := float64(c.NumParams())
 	if c.TiedEmbeddings {
 		// The embedding lookup is not a matmul, but the tied head is.
-		return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
+		return 6*n + 12*float64(c.Layers*c.qDim()*c.Context)
 	}
 	n -= float64(c.PaddedVocab() * c.DModel) // embedding lookup is no matmul
-	return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
+	return 6*n + 12*float64(c.Layers*c.qDim()*c.Context)
 }

@@ -115,7 +115,7 @@ type ftRun struct {
 	sampler    *data.RowSampler
 	batch      *data.WeightedBatch
 	eval       *evalFunc
-	metrics    *os.File
+	sink       sinks
 	sum        *Summary
 
 	steps        int
@@ -245,8 +245,9 @@ func (r *ftRun) open() error {
 	if r.batch, err = data.NewWeightedBatch(cfg.Accum, cfg.Batch, cfg.Model.Context); err != nil {
 		return err
 	}
-	if r.metrics, err = openMetrics(filepath.Join(f.RunDir, MetricsFile), r.steps, r.resumeFrom != ""); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	if r.sink, err = openSinks(f.RunDir, r.steps, r.resumeFrom != "",
+		Setting{"config", cfg}, Setting{"finetune", f.FineTune}); err != nil {
+		return err
 	}
 	r.sum.StartStep, r.sum.Step = r.steps, r.steps
 	plan := Plan{MicroBatch: cfg.Batch, Steps: cfg.Accum, How: PlanForced}
@@ -366,9 +367,7 @@ func loadNamed(file string, names []string, specs []model.ParamSpec) ([]*mlx.Arr
 
 // close releases what open set up.
 func (r *ftRun) close() {
-	if r.metrics != nil {
-		r.metrics.Close()
-	}
+	r.sink.Close()
 	if r.eval != nil {
 		r.eval.free()
 	}
@@ -385,7 +384,7 @@ func (r *ftRun) train(ctx context.Context) error {
 			return err
 		}
 		r.sum.InitialValLoss, r.sum.ValLoss = v.Loss, v.Loss
-		if err := writeMetrics(r.metrics, Metrics{Step: 0, LR: r.schedule.LR(0), ValLoss: &v.Loss, ValTokens: v.Tokens}); err != nil {
+		if err := r.sink.Log(Metrics{Step: 0, Loss: math.NaN(), LR: r.schedule.LR(0), ValLoss: &v.Loss, ValTokens: v.Tokens}); err != nil {
 			return err
 		}
 	}
@@ -471,16 +470,24 @@ func (r *ftRun) log(lr float64, eval bool) error {
 	if err != nil {
 		return err
 	}
-	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
+	mean, counted, _, err := r.state.IntervalLoss()
+	if err != nil {
+		return err
+	}
+	bad := nonFinite(st.Loss, st.GradNorm)
+	if bad == "" {
+		bad = nonFinite(mean, st.GradNorm)
+	}
+	if bad != "" {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint: %w", r.steps, bad, lr, ErrNonFinite)
 	}
 	if math.IsNaN(r.sum.FirstLoss) {
-		r.sum.FirstLoss = st.Loss
+		r.sum.FirstLoss = mean
 	}
-	r.sum.Loss = st.Loss
+	r.sum.Loss = mean
 	now := time.Now()
-	m := Metrics{Step: r.steps, Loss: st.Loss, LR: lr, GradNorm: st.GradNorm,
+	m := Metrics{Step: r.steps, Loss: mean, LossLast: st.Loss, CountedTokens: counted, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS: (r.before + now.Sub(r.start)).Seconds(), MicroBatch: r.cfg.Batch, AccumSteps: r.cfg.Accum}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.steps-r.lastLogStep) / dt
@@ -496,8 +503,9 @@ func (r *ftRun) log(lr float64, eval bool) error {
 		r.sum.ValLoss = v.Loss
 	}
 	r.sum.TokensPerS = m.TokensPerS
-	if err := writeMetrics(r.metrics, m); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	m.PeakMemoryBytes = mlx.Memory().Peak
+	if err := r.sink.Log(m); err != nil {
+		return err
 	}
 	if r.f.Hooks.OnLog != nil {
 		r.f.Hooks.OnLog(m)

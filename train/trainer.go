@@ -45,10 +45,10 @@ type Start struct {
 
 // Summary is the outcome of Run.
 type Summary struct {
-	StartStep, Step   int // first update run, updates completed
+	StartStep, Step int // first update run, updates completed
 	// FirstLoss and Loss are the first and the last logged loss: each the
 	// token-weighted mean over its log interval (Metrics.Loss).
-	FirstLoss, Loss float64
+	FirstLoss, Loss   float64
 	InitialValLoss    float64 // NaN when not measured
 	ValLoss           float64 // NaN when not measured
 	Traces            int     // how often the step was traced (compiled) or run (interpreted)
@@ -130,7 +130,7 @@ type run struct {
 	stream     *TokenStream     // the training view on the device, or nil (WindowSource)
 	galore     *GaLoreRefresher // nil unless the optimizer is galore
 	sophia     *SophiaEstimator // nil unless the optimizer is sophia
-	sink       sinks // metrics.jsonl and TensorBoard; rank 0 only
+	sink       sinks            // metrics.jsonl and TensorBoard; rank 0 only
 	sum        *Summary
 
 	step         int // updates completed

@@ -71,17 +71,27 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
+	rowLen := cfg.Model.Context
+	if ft.Context > rowLen {
+		return nil, fmt.Errorf("context = %d, want at most the base model's context, %d", ft.Context, rowLen)
+	} else if ft.Context > 0 {
+		rowLen = ft.Context
+	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
-	if f.Train, err = LoadRows(ft.Train, tok, cfg.Model.Context, ft.MaskPrompt, ft.Pack); err != nil {
+	if f.Train, err = LoadRows(ft.Train, tok, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 		return nil, err
 	}
 	if ft.Valid != "" {
-		if f.Valid, err = LoadRows(ft.Valid, tok, cfg.Model.Context, ft.MaskPrompt, ft.Pack); err != nil {
+		if f.Valid, err = LoadRows(ft.Valid, tok, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
 }
+
+// TokensPerStep is the token positions one update covers: batch × accum
+// rows of the fine-tune's row length (FineTuneConfig.Context).
+func (f *FineTuner) TokensPerStep() int { return f.Config.Batch * f.Config.Accum * f.Train.T }
 
 // LoadRows reads a jsonl file of records and renders them with the chat
 // template into rows of context targets (data.Render, data.BuildRows).
@@ -242,7 +252,7 @@ func (r *ftRun) open() error {
 			return fmt.Errorf("resume: %w", err)
 		}
 	}
-	if r.batch, err = data.NewWeightedBatch(cfg.Accum, cfg.Batch, cfg.Model.Context); err != nil {
+	if r.batch, err = data.NewWeightedBatch(cfg.Accum, cfg.Batch, f.Train.T); err != nil {
 		return err
 	}
 	if r.sink, err = openSinks(f.RunDir, r.steps, r.resumeFrom != "",
@@ -254,7 +264,7 @@ func (r *ftRun) open() error {
 	r.sum.Plan = plan
 	if f.Hooks.OnStart != nil {
 		f.Hooks.OnStart(Start{Step: r.steps, Steps: cfg.Steps, Params: r.trainableParams(),
-			TokensPerStep: cfg.TokensPerStep(), Resumed: r.resumeFrom, Plan: plan})
+			TokensPerStep: f.TokensPerStep(), Resumed: r.resumeFrom, Plan: plan})
 	}
 	return nil
 }
@@ -408,7 +418,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		r.samplerState = append(r.samplerState[:0], b.State...)
 		r.steps++
-		r.tokensSeen += int64(r.cfg.TokensPerStep())
+		r.tokensSeen += int64(r.f.TokensPerStep())
 		logNow, evalNow, ckptNow := r.cfg.due(r.steps)
 		evalNow = evalNow && r.f.Valid != nil
 		if logNow || evalNow || ckptNow {
@@ -423,7 +433,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		r.sum.Step = r.steps
 	}
-	r.sum.finish(r.steps, r.step.Traces(), r.start, r.cfg.TokensPerStep())
+	r.sum.finish(r.steps, r.step.Traces(), r.start, r.f.TokensPerStep())
 	return nil
 }
 
@@ -491,7 +501,7 @@ func (r *ftRun) log(lr float64, eval bool) error {
 		ElapsedS: (r.before + now.Sub(r.start)).Seconds(), MicroBatch: r.cfg.Batch, AccumSteps: r.cfg.Accum}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.steps-r.lastLogStep) / dt
-		m.TokensPerS = m.StepsPerS * float64(r.cfg.TokensPerStep())
+		m.TokensPerS = m.StepsPerS * float64(r.f.TokensPerStep())
 	}
 	r.lastLog, r.lastLogStep = now, r.steps
 	if eval {

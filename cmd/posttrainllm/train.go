@@ -107,9 +107,6 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	var p trainPlan
 	var base train.Config
 	if opts.resume != "" {
-		if flags.Changed("preset") {
-			return p, usageError("--preset %s with --resume: a resumed run keeps its checkpoint's settings; drop --preset", opts.preset)
-		}
 		if opts.overwrite && (opts.out == "" || filepath.Clean(opts.out) == filepath.Clean(opts.resume)) {
 			return p, usageError("--overwrite with --resume %s: resuming continues that run; drop --overwrite", opts.resume)
 		}
@@ -152,6 +149,11 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	if p.checkpoint != "" {
 		if err := checkResumable(ov, base, cfg, p); err != nil {
 			return p, err
+		}
+		if flags.Changed("preset") {
+			if err := checkPresetOfRun(ov, opts.preset, opts.resume, base, cfg); err != nil {
+				return p, err
+			}
 		}
 	}
 	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, p.label); err != nil {
@@ -216,6 +218,46 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 	if cfg.Steps <= p.resumeStep {
 		return usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
 			p.checkpoint, p.resumeStep, cfg.Steps, p.resumeStep)
+	}
+	return nil
+}
+
+// checkPresetOfRun accepts --preset beside --resume when the preset, with
+// the same flags applied, gives the run's own settings: the command line
+// that started a run, with --resume added, continues it. Otherwise it names
+// the first setting that differs. The device is left out: the run's is
+// the one auto chose. saved is the checkpoint's config, run that config
+// with the flags applied. A warm-up the preset had shrunk to fit the run's
+// first --steps (fitWarmup) counts as the preset's.
+func checkPresetOfRun(ov *overrides, preset, resume string, saved, run train.Config) error {
+	pc, err := presets.Load(preset)
+	if err != nil {
+		return usageError("invalid --preset %s: want one of %s", preset, strings.Join(presets.Names(), ", "))
+	}
+	withFlags, err := ov.apply(pc)
+	if err != nil {
+		return usageError("invalid --preset %s with --resume %s: %v", preset, resume, err)
+	}
+	if !ov.isChanged("warmup") {
+		first := pc
+		first.Steps = saved.Steps
+		if fitWarmup(first).Warmup == run.Warmup {
+			withFlags.Warmup = run.Warmup
+		}
+	}
+	for _, f := range ov.flags {
+		if f.name == "device" {
+			continue
+		}
+		if a, b := f.get(withFlags), f.get(run); a != b {
+			return usageError("invalid --preset %s with --resume %s: the preset's %s is %s, the run's %s (--%s); drop --preset to continue the run with its own settings",
+				preset, resume, f.field, a, b, f.name)
+		}
+	}
+	withFlags.Device = run.Device
+	if field := train.FirstDifference(withFlags, run); field != "" {
+		return usageError("invalid --preset %s with --resume %s: the preset's %s differs from the run's; drop --preset to continue the run with its own settings",
+			preset, resume, field)
 	}
 	return nil
 }

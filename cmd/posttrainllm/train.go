@@ -151,7 +151,7 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 			return p, err
 		}
 		if flags.Changed("preset") {
-			if err := checkPresetOfRun(ov, opts.preset, opts.resume, base, cfg); err != nil {
+			if err := checkPresetOfRun(ov, opts.preset, opts.resume, cfg); err != nil {
 				return p, err
 			}
 		}
@@ -226,10 +226,10 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 // the same flags applied, gives the run's own settings: the command line
 // that started a run, with --resume added, continues it. Otherwise it names
 // the first setting that differs. The device is left out: the run's is
-// the one auto chose. saved is the checkpoint's config, run that config
-// with the flags applied. A warm-up the preset had shrunk to fit the run's
-// first --steps (fitWarmup) counts as the preset's.
-func checkPresetOfRun(ov *overrides, preset, resume string, saved, run train.Config) error {
+// the one auto chose. run is the checkpoint's config with the flags
+// applied. A warm-up the preset had shrunk to fit a first --steps shorter
+// than it (fitWarmup: half those steps) counts as the preset's.
+func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) error {
 	pc, err := presets.Load(preset)
 	if err != nil {
 		return usageError("invalid --preset %s: want one of %s", preset, strings.Join(presets.Names(), ", "))
@@ -238,12 +238,8 @@ func checkPresetOfRun(ov *overrides, preset, resume string, saved, run train.Con
 	if err != nil {
 		return usageError("invalid --preset %s with --resume %s: %v", preset, resume, err)
 	}
-	if !ov.isChanged("warmup") {
-		first := pc
-		first.Steps = saved.Steps
-		if fitWarmup(first).Warmup == run.Warmup {
-			withFlags.Warmup = run.Warmup
-		}
+	if !ov.isChanged("warmup") && pc.Schedule != "constant" && run.Warmup <= pc.Warmup/2 {
+		withFlags.Warmup = run.Warmup // what fitWarmup made of it for a run of up to pc.Warmup steps
 	}
 	for _, f := range ov.flags {
 		if f.name == "device" {

@@ -64,18 +64,20 @@ trains every weight and writes ordinary checkpoints.
 
 Fine-tunes have settings of their own, not the base run's: 200 steps
 (--epochs N instead runs N passes over the training sequences), batch 4,
-AdamW on a cosine schedule from --lr, by default ` + fmt.Sprint(train.DefaultAdapterLR) + ` for
-adapters and ` + fmt.Sprint(train.DefaultFullLR) + ` for a full fine-tune, down to a tenth
-of it (--min-lr).
+AdamW on a cosine schedule from --lr, by default ` + fmt.Sprint(train.DefaultAdapterLR) + `
+for adapters and ` + fmt.Sprint(train.DefaultFullLR) + ` for a full fine-tune, down to a
+tenth of it (--min-lr).
 
 The run folder --out is like train's: metrics.jsonl, tb/ (TensorBoard),
-checkpoints/, loss.png; with --valid, the held-out loss over its counted tokens is
-logged every --eval-every updates, over its first --eval-tokens positions. --resume continues a fine-tune exactly;
-Ctrl-C writes a checkpoint first. Sample with
+checkpoints/, loss.png; with --valid, the held-out loss over its counted
+tokens is logged every --eval-every updates, over its first --eval-tokens
+positions. --resume continues a fine-tune exactly, and accepts the flags
+that started it; Ctrl-C writes a checkpoint first. Sample with
 posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
+  posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}

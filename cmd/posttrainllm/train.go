@@ -38,13 +38,20 @@ func newTrainCmd() *cobra.Command {
 		Short: "Train a model from a preset, or resume a run",
 		Long: `train runs a preset (default tiny), with any preset field overridden by a
 flag, and writes into the run folder --out: metrics.jsonl (one JSON line per
-logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
-optimizer.safetensors, state.json) and loss.png, drawn at every checkpoint.
+logged step; loss is the mean over the updates since the previous line),
+tb/ (the same as TensorBoard event files: tensorboard --logdir runs),
+checkpoints/step-NNNNNNNN/ (model.safetensors, optimizer.safetensors,
+state.json) and loss.png, drawn at every checkpoint.
 
 Without --corpus it trains on the Go standard library sources under GOROOT.
+--lr moves min_lr with it (the preset's ratio) unless --min-lr is given;
+--tokenizer sets --vocab to its vocabulary unless --vocab is given.
 --resume continues a run from a checkpoint with the checkpoint's settings;
---steps may extend it, flags that change the model are refused. An existing
-run folder is never replaced unless --overwrite says so.
+--steps may extend it, and the flags that started the run (--preset
+included) may be repeated, but a setting that differs from the run's
+model, optimizer or tokenizer, or a preset that is not the run's, is
+refused. An existing run folder is never replaced unless --overwrite says
+so.
 
 ` + checkpointRule("--resume") + `
 

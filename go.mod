@@ -10,6 +10,7 @@ require (
 	github.com/tiktoken-go/tokenizer v0.10.0
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.17.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (

@@ -165,13 +165,22 @@ func (d digits) preTokenize(pieces []piece) []piece {
 		b = isolated
 	}
 	return splitPieces(pieces, func(text string) []span {
+		// As tokenizers' character patterns: each numeric character is a
+		// match of its own, the text between them one gap.
 		var ms []match
+		gap := 0
 		for i, r := range text {
-			n := utf8.RuneLen(r)
-			if n < 0 {
-				n = 1
+			if !unicode.IsNumber(r) {
+				continue
 			}
-			ms = append(ms, match{i, i + n, unicode.IsNumber(r)})
+			if gap < i {
+				ms = append(ms, match{gap, i, false})
+			}
+			gap = i + utf8.RuneLen(r)
+			ms = append(ms, match{i, gap, true})
+		}
+		if gap < len(text) {
+			ms = append(ms, match{gap, len(text), false})
 		}
 		return b.apply(ms)
 	})

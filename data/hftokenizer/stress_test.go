@@ -45,6 +45,9 @@ type stressExpected struct {
 	Plain          [][]int32 `json:"plain"`
 	SpecialDecoded []string  `json:"special_decoded"`
 	PlainDecoded   []string  `json:"plain_decoded"`
+	SinglesDecoded []string  `json:"singles_decoded"`
+	Seqs           [][]int32 `json:"seqs"`
+	SeqsDecoded    []string  `json:"seqs_decoded"`
 }
 
 // smolLM2TokenizerJSON is the real SmolLM2-135M-Instruct tokenizer.json
@@ -98,7 +101,8 @@ func idsEqual(a, b []int32) bool { return len(a) == 0 && len(b) == 0 || slices.E
 // Llama 3, Qwen2, Llama 2 and Mistral give the ids tokenizers gives on
 // every stress sample, both with special tokens matched (EncodeSpecial)
 // and as text (Encode), and decode them to the text tokenizers decodes
-// them to. Byte-level ids decode back to the sample (NFC-normalized for
+// them to, as they decode every id alone and random id sequences that cut
+// characters apart. Byte-level ids decode back to the sample (NFC-normalized for
 // Qwen2), and so do Llama 2's for samples without leading white space.
 // On the whole of tinyshakespeare, SmolLM2's ids are tokenizers' too.
 func TestStressMatchesTokenizers(t *testing.T) {
@@ -147,6 +151,19 @@ func TestStressMatchesTokenizers(t *testing.T) {
 					if !strings.HasPrefix(s, " ") && !strings.Contains(s, "\u2581") && back != s {
 						t.Errorf("Decode(Encode(%q)) = %q", s, back)
 					}
+				}
+			}
+			if len(want.SinglesDecoded) != tok.VocabSize() {
+				t.Fatalf("vocabulary %d, tokenizers %d", tok.VocabSize(), len(want.SinglesDecoded))
+			}
+			for id, w := range want.SinglesDecoded {
+				if got := tok.Decode([]int32{int32(id)}); got != w {
+					t.Errorf("Decode([%d]) = %q, tokenizers %q", id, got, w)
+				}
+			}
+			for i, ids := range want.Seqs {
+				if got := tok.Decode(ids); got != want.SeqsDecoded[i] {
+					t.Errorf("Decode(%v) = %q, tokenizers %q", ids, got, want.SeqsDecoded[i])
 				}
 			}
 			if name == "smollm2" {

@@ -7,7 +7,8 @@ data/hftokenizer/stress_test.go.
 For each variant writes OUT/NAME/tokenizer.json and OUT/NAME/expected.json:
 the ids of every sample with special tokens matched (tokenizers' default)
 and encoded as text (encode_special_tokens), no special tokens added, and
-the text each decodes to. Variants:
+the text each decodes to; and the text of every id alone and of random id
+sequences, which cut characters' bytes apart. Variants:
 
   smollm2   the real SmolLM2 file as given (Digits + ByteLevel)
   llama3    SmolLM2's vocabulary and merges with Llama 3's pre-tokenizer
@@ -27,6 +28,7 @@ endian), without special tokens matched or added.
 import copy
 import json
 import os
+import random
 import sys
 
 import numpy as np
@@ -45,6 +47,19 @@ def split_bytelevel(regex, trim_offsets):
 def added(id, content, special, lstrip=False, rstrip=False, single_word=False, normalized=False):
     return {"id": id, "content": content, "single_word": single_word, "lstrip": lstrip,
             "rstrip": rstrip, "normalized": normalized, "special": special}
+
+
+def bytes_to_unicode():
+    """GPT-2's map from bytes to printable characters."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
 
 
 def trained_sp(text, metaspace):
@@ -95,8 +110,22 @@ def main():
         special = [tok.encode(s, add_special_tokens=False).ids for s in samples]
         tok.encode_special_tokens = True
         plain = [tok.encode(s, add_special_tokens=False).ids for s in samples]
+        vocab = tok.get_vocab_size()
+        rng = random.Random(0)
+        seqs = [[rng.randrange(vocab) for _ in range(rng.randint(1, 6))] for _ in range(500)]
+        if name == "smollm2":
+            # Byte tokens that cut or break UTF-8 sequences, for the
+            # replacement of invalid bytes.
+            b2u = bytes_to_unicode()
+            for bad in ["e282", "e28241", "f09f98", "f09f9841e282ac", "eda080", "f4908080",
+                        "e08080", "80bf", "c3", "c3a9c3", "e2e282ac"]:
+                ids = [tok.token_to_id(b2u[b]) for b in bytes.fromhex(bad)]
+                assert None not in ids, bad
+                seqs.append(ids)
         with open(os.path.join(d, "expected.json"), "w") as f:
             json.dump({
+                "singles_decoded": tok.decode_batch([[i] for i in range(vocab)], skip_special_tokens=False),
+                "seqs": seqs, "seqs_decoded": tok.decode_batch(seqs, skip_special_tokens=False),
                 "special": special, "plain": plain,
                 "special_decoded": [tok.decode(i, skip_special_tokens=False) for i in special],
                 "plain_decoded": [tok.decode(i, skip_special_tokens=False) for i in plain],

@@ -24,13 +24,14 @@ type bpeModel struct {
 	ignoreMerges bool
 
 	// cache holds the tokens of words seen, up to cacheSize words, as
-	// tokenizers' BPE cache does: pieces repeat a lot in text.
+	// tokenizers' BPE cache does: pieces repeat a lot in text, and a
+	// corpus has more distinct words than tokenizers' 10,000.
 	mu    sync.RWMutex
 	cache map[string][]int32
 }
 
-// cacheSize bounds the word cache (tokenizers' default capacity).
-const cacheSize = 10_000
+// cacheSize bounds the word cache: a few megabytes at most.
+const cacheSize = 1 << 17
 
 // merge is a merge's rank and the id of the token it makes.
 type merge struct{ rank, id int32 }

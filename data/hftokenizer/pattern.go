@@ -45,9 +45,11 @@ func parsePattern(raw json.RawMessage) (pattern, error) {
 // tokenizers uses) with regexp2, whose .NET syntax shares the features
 // tokenizer.json patterns use: \p{L} and \p{N} Unicode classes, \s as
 // [\t-\r\x85\p{Z}], look-ahead and (?i:...) groups. Oniguruma's Ruby
-// syntax makes ^ and $ match at line breaks, hence Multiline.
+// syntax makes ^ and $ match at line breaks, hence Multiline. The
+// backtracking stack may grow as far as a text needs, so that no match
+// fails on a long text (regexp2 bounds it by default).
 func compileOnig(expr string) (*regexp2.Regexp, error) {
-	re, err := regexp2.Compile(expr, regexp2.Multiline)
+	re, err := regexp2.Compile(expr, regexp2.Multiline, regexp2.OptionMaxBacktrackingStackSize(-1))
 	if err != nil {
 		return nil, fmt.Errorf("regular expression %q: %w", expr, err)
 	}

@@ -142,8 +142,8 @@ func (s splitPreTokenizer) preTokenize(pieces []piece) []piece {
 	return splitPieces(pieces, func(text string) []span {
 		ms, err := s.pattern.find(text)
 		if err != nil {
-			// Only a regexp2 backtracking limit fails, which the patterns
-			// of tokenizer.json files are far from: keep the piece whole.
+			// regexp2 fails only on a time-out, which compileOnig sets
+			// none of: keep the piece whole all the same.
 			return []span{{0, len(text), false}}
 		}
 		if s.invert {

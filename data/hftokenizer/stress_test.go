@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
@@ -37,6 +38,8 @@ var stressSamples = append(slices.Clone(hfSamples),
 	"<|im_end|><|im_start|><|endoftext|> <|endoftext|>x<|im_sta <|im_start|>xy",
 	"<s>[INST] hi [/INST] ok</s><unk> </s>",
 	"<|begin_of_text|><|eot_id|>a <mask> b  <mask>\n[NS]x [NS] wordtok swordtok wordtok.",
+	// Runs of twenty thousand characters, as padding in files has.
+	strings.Repeat(" ", 20_000)+"x"+strings.Repeat("=", 20_000)+"\n\n"+strings.Repeat("\t\n", 5_000)+"y",
 )
 
 // stressExpected is what testdata/stress.py records for one variant.
@@ -212,4 +215,34 @@ func shakespeareMatches(t *testing.T, dir string) {
 	if back := tok.Decode(got); back != text {
 		t.Errorf("the text does not decode back to itself")
 	}
+}
+
+// Encoding from several goroutines at once gives the ids one goroutine
+// gives: the word cache is shared safely.
+func TestConcurrentEncode(t *testing.T) {
+	path := smolLM2TokenizerJSON(t)
+	serial, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]int32, len(stressSamples))
+	for i, s := range stressSamples {
+		want[i] = serial.EncodeSpecial(s)
+	}
+	tok, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := range stressSamples {
+				i := (k + g*7) % len(stressSamples)
+				if got := tok.EncodeSpecial(stressSamples[i]); !idsEqual(got, want[i]) {
+					t.Errorf("goroutine %d, sample %d: %v, alone %v", g, i, got, want[i])
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -13,8 +13,8 @@ import (
 // does: the lowest-ranked merge first and, among merges of equal rank,
 // the leftmost; with byte_fallback a character outside the vocabulary
 // becomes its UTF-8 bytes' tokens <0xXX>, else the unknown token (runs of
-// them fused into one with fuse_unk); with ignore_merges a word that is in
-// the vocabulary is its token whole.
+// them fused into one with fuse_unk), else nothing; with ignore_merges a
+// word that is in the vocabulary is its token whole.
 type bpeModel struct {
 	vocab        map[string]int32
 	merges       map[uint64]merge
@@ -150,34 +150,31 @@ func (c *candidates) Pop() any {
 }
 
 // encode appends the ids of one pre-tokenized word to ids.
-func (b *bpeModel) encode(ids []int32, word string) ([]int32, error) {
+func (b *bpeModel) encode(ids []int32, word string) []int32 {
 	if word == "" {
-		return ids, nil
+		return ids
 	}
 	b.mu.RLock()
 	cached, ok := b.cache[word]
 	b.mu.RUnlock()
 	if ok {
-		return append(ids, cached...), nil
+		return append(ids, cached...)
 	}
 	start := len(ids)
-	ids, err := b.merge(ids, word)
-	if err != nil {
-		return ids[:start], err
-	}
+	ids = b.merge(ids, word)
 	b.mu.Lock()
 	if len(b.cache) < cacheSize {
 		b.cache[word] = append([]int32(nil), ids[start:]...)
 	}
 	b.mu.Unlock()
-	return ids, nil
+	return ids
 }
 
 // merge appends the ids of word, merged, to ids.
-func (b *bpeModel) merge(ids []int32, word string) ([]int32, error) {
+func (b *bpeModel) merge(ids []int32, word string) []int32 {
 	if b.ignoreMerges {
 		if id, ok := b.vocab[word]; ok {
-			return append(ids, id), nil
+			return append(ids, id)
 		}
 	}
 	syms := make([]symbol, 0, len(word))
@@ -203,13 +200,16 @@ func (b *bpeModel) merge(ids []int32, word string) ([]int32, error) {
 			}
 		}
 		if b.unk < 0 {
-			return ids, fmt.Errorf("character %q is not in the vocabulary and there is no unknown token", ch)
+			continue // tokenizers drops the character
 		}
 		if last := len(syms) - 1; b.fuseUnk && last >= 0 && syms[last].id == b.unk && syms[last].end == i {
 			syms[last].end = i + n
 			continue
 		}
 		add(b.unk, i, i+n)
+	}
+	if len(syms) == 0 {
+		return ids
 	}
 	for i := range syms {
 		syms[i].prev, syms[i].next = i-1, i+1
@@ -248,7 +248,7 @@ func (b *bpeModel) merge(ids []int32, word string) ([]int32, error) {
 	for i := 0; i >= 0; i = syms[i].next {
 		ids = append(ids, syms[i].id)
 	}
-	return ids, nil
+	return ids
 }
 
 // byteIDs are the ids of the byte tokens <0xXX> of ch's bytes.

@@ -181,11 +181,7 @@ func (s strip) decodeChain(tokens []string) []string {
 func (r replace) decodeChain(tokens []string) []string {
 	out := make([]string, len(tokens))
 	for i, t := range tokens {
-		s, err := r.pattern.replaceAll(t, r.content)
-		if err != nil {
-			s = t
-		}
-		out[i] = s
+		out[i] = r.pattern.replaceAll(t, r.content)
 	}
 	return out
 }

@@ -9,7 +9,7 @@ import (
 
 // normalizer rewrites a piece of text before pre-tokenization.
 type normalizer interface {
-	normalize(text string) (string, error)
+	normalize(text string) string
 }
 
 // parseNormalizer reads the normalizer of tokenizer.json; null is none
@@ -72,29 +72,26 @@ func parseNormalizer(raw json.RawMessage) (normalizer, error) {
 // sequenceNormalizer applies its normalizers in turn.
 type sequenceNormalizer []normalizer
 
-func (s sequenceNormalizer) normalize(text string) (string, error) {
+func (s sequenceNormalizer) normalize(text string) string {
 	for _, n := range s {
-		var err error
-		if text, err = n.normalize(text); err != nil {
-			return "", err
-		}
+		text = n.normalize(text)
 	}
-	return text, nil
+	return text
 }
 
 // unicodeForm is a Unicode normalization form (NFC, NFD, NFKC, NFKD).
 type unicodeForm struct{ form norm.Form }
 
-func (u unicodeForm) normalize(text string) (string, error) { return u.form.String(text), nil }
+func (u unicodeForm) normalize(text string) string { return u.form.String(text) }
 
 // prepend is Prepend: its text before every non-empty piece.
 type prepend string
 
-func (p prepend) normalize(text string) (string, error) {
+func (p prepend) normalize(text string) string {
 	if text == "" {
-		return text, nil
+		return text
 	}
-	return string(p) + text, nil
+	return string(p) + text
 }
 
 // replace is Replace, as a normalizer or a decoder: every match of the
@@ -120,6 +117,4 @@ func parseReplace(raw json.RawMessage) (replace, error) {
 	return replace{pattern: p, content: r.Content}, nil
 }
 
-func (r replace) normalize(text string) (string, error) {
-	return r.pattern.replaceAll(text, r.content)
-}
+func (r replace) normalize(text string) string { return r.pattern.replaceAll(text, r.content) }

@@ -63,10 +63,12 @@ type match struct {
 }
 
 // find returns text cut into the pattern's matches and the gaps between
-// them, in order, as tokenizers' Pattern::find_matches does.
-func (p pattern) find(text string) ([]match, error) {
+// them, in order, as tokenizers' Pattern::find_matches does. regexp2 fails
+// only on a time-out or a backtracking limit, neither of which
+// compileOnig sets; were it to fail, the text would count as unmatched.
+func (p pattern) find(text string) []match {
 	if text == "" {
-		return []match{{0, 0, false}}, nil
+		return []match{{0, 0, false}}
 	}
 	var spans [][]int
 	if p.re == nil {
@@ -81,7 +83,7 @@ func (p pattern) find(text string) ([]match, error) {
 	} else {
 		var err error
 		if spans, err = p.re.FindAllStringIndex(text, -1); err != nil {
-			return nil, fmt.Errorf("regular expression %q on %q: %w", p.re.String(), text, err)
+			spans = nil
 		}
 	}
 	out := make([]match, 0, 2*len(spans)+1)
@@ -96,27 +98,23 @@ func (p pattern) find(text string) ([]match, error) {
 	if prev != len(text) {
 		out = append(out, match{prev, len(text), false})
 	}
-	return out, nil
+	return out
 }
 
 // replaceAll replaces every match of p in text with content.
-func (p pattern) replaceAll(text, content string) (string, error) {
+func (p pattern) replaceAll(text, content string) string {
 	if p.re == nil {
-		return strings.ReplaceAll(text, p.literal, content), nil
-	}
-	ms, err := p.find(text)
-	if err != nil {
-		return "", err
+		return strings.ReplaceAll(text, p.literal, content)
 	}
 	var b strings.Builder
-	for _, m := range ms {
+	for _, m := range p.find(text) {
 		if m.matched {
 			b.WriteString(content)
 		} else {
 			b.WriteString(text[m.start:m.end])
 		}
 	}
-	return b.String(), nil
+	return b.String()
 }
 
 // behavior is how a split treats the pattern's matches

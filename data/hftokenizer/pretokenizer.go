@@ -140,12 +140,7 @@ type splitPreTokenizer struct {
 
 func (s splitPreTokenizer) preTokenize(pieces []piece) []piece {
 	return splitPieces(pieces, func(text string) []span {
-		ms, err := s.pattern.find(text)
-		if err != nil {
-			// regexp2 fails only on a time-out, which compileOnig sets
-			// none of: keep the piece whole all the same.
-			return []span{{0, len(text), false}}
-		}
+		ms := s.pattern.find(text)
 		if s.invert {
 			for i := range ms {
 				ms[i].matched = !ms[i].matched
@@ -244,8 +239,7 @@ func (m metaspace) preTokenize(pieces []piece) []piece {
 		}
 		sep := pattern{literal: m.replacement}
 		out = append(out, splitPieces([]piece{{text: text, atStart: p.atStart}}, func(text string) []span {
-			ms, _ := sep.find(text) // a literal never fails
-			return mergedWithNext.apply(ms)
+			return mergedWithNext.apply(sep.find(text))
 		})...)
 	}
 	return out

@@ -188,8 +188,8 @@ func (t *Tokenizer) SpecialTokens() map[string]int32 {
 // Encode returns the ids of text as tokenizers gives them without special
 // tokens added and with special-token strings encoded as text (its
 // encode_special_tokens); added tokens that are not special still match.
-// A text with a character that the vocabulary can express neither as a
-// token, bytes nor an unknown token gives nil, as tokenizers fails on it.
+// A character that the vocabulary can express neither as a token, bytes
+// nor an unknown token is left out, as tokenizers leaves it out.
 func (t *Tokenizer) Encode(text string) []int32 { return t.encode(text, false) }
 
 // EncodeSpecial returns the ids of text as tokenizers gives them by
@@ -211,10 +211,7 @@ func (t *Tokenizer) encode(text string, specials bool) []int32 {
 			continue
 		}
 		if t.normalizer != nil {
-			var err error
-			if part, err = t.normalizer.normalize(part); err != nil {
-				return nil
-			}
+			part = t.normalizer.normalize(part)
 		}
 		for _, nseg := range t.normalized.split(part, specials) {
 			if nseg.token != nil {
@@ -229,10 +226,7 @@ func (t *Tokenizer) encode(text string, specials bool) []int32 {
 				pieces = t.preTokenizer.preTokenize(pieces)
 			}
 			for _, p := range pieces {
-				var err error
-				if ids, err = t.model.encode(ids, p.text); err != nil {
-					return nil
-				}
+				ids = t.model.encode(ids, p.text)
 			}
 		}
 	}

@@ -79,7 +79,7 @@ def trained_sp(text, metaspace):
 
 def main():
     smol_path, text_path, samples_path, out = sys.argv[1:5]
-    text = open(text_path, encoding="utf-8").read()
+    text = open(text_path, encoding="utf-8", newline="").read()
     samples = json.load(open(samples_path, encoding="utf-8"))
     smol = json.load(open(smol_path, encoding="utf-8"))
 

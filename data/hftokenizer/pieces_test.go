@@ -1,0 +1,120 @@
+package hftokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// unicode15 are the blocks and characters with letters or numbers that
+// Unicode 15.0 added. Go's tables (unicode.Version 15.0.0) have them and
+// the Oniguruma that tokenizers links does not (Unicode 14), so the two
+// classify them differently: Kawi, Egyptian hieroglyph format controls,
+// Kaktovik numerals, Latin Extended-G's additions, Cyrillic Extended-D,
+// Nag Mundari, Arabic Extended-C, Devanagari Extended-A and Khojki's
+// additions.
+var unicode15 = [][2]rune{
+	{0x10EC0, 0x10EFF}, {0x1123F, 0x11241}, {0x11B00, 0x11B5F}, {0x11F00, 0x11F5F},
+	{0x1342F, 0x1345F}, {0x1D2C0, 0x1D2DF}, {0x1DF25, 0x1DF2A}, {0x1E030, 0x1E08F},
+	{0x1E4D0, 0x1E4FF},
+}
+
+// inUnicode15 reports whether r is in unicode15.
+func inUnicode15(r rune) bool {
+	for _, rg := range unicode15 {
+		if rg[0] <= r && r <= rg[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// unicodeText puts every code point of the Basic Multilingual Plane
+// (surrogates and NUL left out) and every fifth of the next plane (less
+// unicode15) between letters, digits, spaces, an apostrophe and a
+// newline, so that a pattern's \p{L}, \p{N}, \s and (?i:'s) classes
+// decide every piece boundary around it.
+func unicodeText() string {
+	var b strings.Builder
+	for r := rune(1); r < 0x20000; r++ {
+		if !utf8.ValidRune(r) || r >= 0x10000 && (r%5 != 0 || inUnicode15(r)) {
+			continue
+		}
+		b.WriteString("x")
+		b.WriteRune(r)
+		b.WriteString("x 1")
+		b.WriteRune(r)
+		b.WriteString("1 '")
+		b.WriteRune(r)
+		b.WriteString(" ")
+		b.WriteRune(r)
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// The Split patterns of Llama 3 and Qwen2 on regexp2, ByteLevel's GPT-2
+// pattern on data's hand-written matcher, and Digits classify every code
+// point of the first two planes as tokenizers (Oniguruma, Rust's char)
+// does: the pieces of unicodeText are the same. Letters and numbers new
+// in Unicode 15.0 are left out (see unicode15).
+func TestPiecesMatchTokenizers(t *testing.T) {
+	py := python(t)
+	dir := t.TempDir()
+	text := unicodeText()
+	textPath, outPath := filepath.Join(dir, "text.txt"), filepath.Join(dir, "pieces.json")
+	if err := os.WriteFile(textPath, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("testdata", "pieces.py"), textPath, outPath)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pieces.py: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string][]string
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatal(err)
+	}
+	split := func(regex string) preTokenizer {
+		re, err := compileOnig(regex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return splitPreTokenizer{pattern: pattern{re: re}, behavior: isolated}
+	}
+	for name, pt := range map[string]preTokenizer{
+		"llama3":    split(llama3Pattern),
+		"qwen2":     split(qwen2Pattern),
+		"bytelevel": byteLevel{useRegex: true},
+		"digits":    digits{},
+	} {
+		got := pt.preTokenize([]piece{{text: text, atStart: true}})
+		w := want[name]
+		if len(w) == 0 {
+			t.Fatalf("%s: tokenizers gave no pieces", name)
+		}
+		for i := range min(len(got), len(w)) {
+			if got[i].text != w[i] {
+				t.Errorf("%s: piece %d is %q, tokenizers' %q (then %q)", name, i, got[i].text, w[i], w[i+1:min(len(w), i+4)])
+				break
+			}
+		}
+		if len(got) != len(w) {
+			t.Errorf("%s: %d pieces, tokenizers %d", name, len(got), len(w))
+		}
+	}
+}
+
+// Llama 3's and Qwen2's pre-tokenizer patterns, as their tokenizer.json
+// files give them.
+const (
+	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	qwen2Pattern  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)

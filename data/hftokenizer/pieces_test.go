@@ -2,6 +2,7 @@ package hftokenizer
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,20 +58,29 @@ func unicodeText() string {
 	return b.String()
 }
 
-// The Split patterns of Llama 3 and Qwen2 on regexp2, ByteLevel's GPT-2
-// pattern on data's hand-written matcher, and Digits classify every code
-// point of the first two planes as tokenizers (Oniguruma, Rust's char)
-// does: the pieces of unicodeText are the same. Letters and numbers new
-// in Unicode 15.0 are left out (see unicode15).
-func TestPiecesMatchTokenizers(t *testing.T) {
+// comparePieces pre-tokenizes text with each pre_tokenizer of configs
+// (tokenizer.json objects by name), here and with tokenizers, and fails
+// where the pieces differ.
+func comparePieces(t *testing.T, text string, configs map[string]string) {
+	t.Helper()
 	py := python(t)
 	dir := t.TempDir()
-	text := unicodeText()
-	textPath, outPath := filepath.Join(dir, "text.txt"), filepath.Join(dir, "pieces.json")
+	textPath, configsPath, outPath := filepath.Join(dir, "text.txt"), filepath.Join(dir, "configs.json"), filepath.Join(dir, "pieces.json")
+	raw := map[string]json.RawMessage{}
+	for name, c := range configs {
+		raw[name] = json.RawMessage(c)
+	}
+	cfg, err := json.Marshal(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(textPath, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, filepath.Join("testdata", "pieces.py"), textPath, outPath)
+	if err := os.WriteFile(configsPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(py, filepath.Join("testdata", "pieces.py"), textPath, configsPath, outPath)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pieces.py: %v\n%s", err, out)
 	}
@@ -82,19 +92,11 @@ func TestPiecesMatchTokenizers(t *testing.T) {
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
 	}
-	split := func(regex string) preTokenizer {
-		re, err := compileOnig(regex)
+	for name, c := range configs {
+		pt, err := parsePreTokenizer(json.RawMessage(c))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		return splitPreTokenizer{pattern: pattern{re: re}, behavior: isolated}
-	}
-	for name, pt := range map[string]preTokenizer{
-		"llama3":    split(llama3Pattern),
-		"qwen2":     split(qwen2Pattern),
-		"bytelevel": byteLevel{useRegex: true},
-		"digits":    digits{},
-	} {
 		got := pt.preTokenize([]piece{{text: text, atStart: true}})
 		w := want[name]
 		if len(w) == 0 {
@@ -110,6 +112,58 @@ func TestPiecesMatchTokenizers(t *testing.T) {
 			t.Errorf("%s: %d pieces, tokenizers %d", name, len(got), len(w))
 		}
 	}
+}
+
+// splitConfig is a Split pre-tokenizer's JSON.
+func splitConfig(pattern, behavior string, invert bool) string {
+	b, _ := json.Marshal(map[string]any{"type": "Split", "pattern": json.RawMessage(pattern), "behavior": behavior, "invert": invert})
+	return string(b)
+}
+
+// The Split patterns of Llama 3 and Qwen2 on regexp2, ByteLevel's GPT-2
+// pattern on data's hand-written matcher, and Digits classify every code
+// point of the first two planes as tokenizers (Oniguruma, Rust's char)
+// does: the pieces of unicodeText are the same. Letters and numbers new
+// in Unicode 15.0 are left out (see unicode15).
+func TestPiecesMatchTokenizers(t *testing.T) {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	comparePieces(t, unicodeText(), map[string]string{
+		"llama3":    splitConfig(`{"Regex": `+q(llama3Pattern)+`}`, "Isolated", false),
+		"qwen2":     splitConfig(`{"Regex": `+q(qwen2Pattern)+`}`, "Isolated", false),
+		"bytelevel": `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`,
+		"digits":    `{"type": "Digits", "individual_digits": false}`,
+	})
+}
+
+// Every Split behavior, inverted or not, with a String and a Regex
+// pattern; ByteLevel with and without a prefix space and its regex;
+// Metaspace with each prepend scheme, split or not, after Digits (which
+// makes pieces that do not start the text); and Sequence, cut a text of
+// stress samples as tokenizers cuts it.
+func TestPreTokenizerConfigsMatchTokenizers(t *testing.T) {
+	configs := map[string]string{}
+	for _, b := range []string{"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"} {
+		for _, inv := range []bool{false, true} {
+			for pname, p := range map[string]string{"string": `{"String": " "}`, "regex": `{"Regex": "\\s+|\\d|(?i:ab)"}`} {
+				configs[fmt.Sprintf("split-%s-%s-%v", pname, b, inv)] = splitConfig(p, b, inv)
+			}
+		}
+	}
+	for _, prefix := range []bool{false, true} {
+		for _, re := range []bool{false, true} {
+			configs[fmt.Sprintf("bytelevel-%v-%v", prefix, re)] = fmt.Sprintf(`{"type": "ByteLevel", "add_prefix_space": %v, "trim_offsets": true, "use_regex": %v}`, prefix, re)
+		}
+	}
+	for _, scheme := range []string{"always", "first", "never"} {
+		for _, split := range []bool{false, true} {
+			configs[fmt.Sprintf("metaspace-%s-%v", scheme, split)] = fmt.Sprintf(`{"type": "Sequence", "pretokenizers": [
+				{"type": "Digits", "individual_digits": true},
+				{"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": %q, "split": %v}]}`, scheme, split)
+		}
+	}
+	configs["metaspace-legacy"] = `{"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": true}`
+	configs["digits-individual"] = `{"type": "Digits", "individual_digits": true}`
+	comparePieces(t, strings.Join(stressSamples[:len(stressSamples)-1], " \u2581"), configs)
 }
 
 // Llama 3's and Qwen2's pre-tokenizer patterns, as their tokenizer.json

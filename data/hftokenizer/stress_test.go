@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/text/unicode/norm"
+
+	"github.com/posttrainllm/posttrainllm/internal/realmodel"
 )
 
 // stressSamples are texts built to find where a tokenizer's pipeline
@@ -55,24 +57,17 @@ type stressExpected struct {
 
 // smolLM2TokenizerJSON is the real SmolLM2-135M-Instruct tokenizer.json
 // that `make real-model` converts from the published GGUF.
-func smolLM2TokenizerJSON(t *testing.T) string {
+func smolLM2TokenizerJSON(t testing.TB) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", "..", ".deps", "models", "SmolLM2-135M-Instruct", "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the real model's tokenizer %s is missing: run make real-model", p)
-	}
-	return p
+	return filepath.Join(realmodel.Folder(t), "tokenizer.json")
 }
 
 // shakespeare reads the shared training text.
-func shakespeare(t *testing.T) string {
+func shakespeare(t testing.TB) string {
 	t.Helper()
-	text, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "data", "tinyshakespeare.txt"))
+	text, err := os.ReadFile(realmodel.Shakespeare(t))
 	if err != nil {
-		t.Fatalf("the shared training text is missing: %v", err)
+		t.Fatal(err)
 	}
 	return string(text)
 }

@@ -163,7 +163,13 @@ func TestPreTokenizerConfigsMatchTokenizers(t *testing.T) {
 	}
 	configs["metaspace-legacy"] = `{"type": "Metaspace", "replacement": "\u2581", "add_prefix_space": true}`
 	configs["digits-individual"] = `{"type": "Digits", "individual_digits": true}`
-	comparePieces(t, strings.Join(stressSamples[:len(stressSamples)-1], " \u2581"), configs)
+	var short []string // the samples less the long runs
+	for _, s := range stressSamples {
+		if len(s) < 10_000 {
+			short = append(short, s)
+		}
+	}
+	comparePieces(t, strings.Join(short, " \u2581"), configs)
 }
 
 // Llama 3's and Qwen2's pre-tokenizer patterns, as their tokenizer.json

@@ -1,6 +1,7 @@
 package hftokenizer
 
 import (
+	_ "embed"
 	"encoding/binary"
 	"encoding/json"
 	"os"
@@ -19,9 +20,9 @@ import (
 // stressSamples are texts built to find where a tokenizer's pipeline
 // differs from tokenizers': whitespace runs before words, tabs, "\r\n",
 // trailing and lone whitespace, Unicode spaces, digit runs, contractions
-// in both cases, code, CJK, emoji, text that NFC changes, the metaspace
-// character itself, and special and added tokens inside text, adjacent,
-// cut short and surrounded by spaces.
+// in both cases, code (a whole Go file among them), CJK, emoji, text that
+// NFC changes, the metaspace character itself, and special and added
+// tokens inside text, adjacent, cut short and surrounded by spaces.
 var stressSamples = append(slices.Clone(hfSamples),
 	"\n\nFirst Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.\n",
 	"{\n\tx := 1\n\t\ty\n}\n",
@@ -42,7 +43,14 @@ var stressSamples = append(slices.Clone(hfSamples),
 	"<|begin_of_text|><|eot_id|>a <mask> b  <mask>\n[NS]x [NS] wordtok swordtok wordtok.",
 	// Runs of twenty thousand characters, as padding in files has.
 	strings.Repeat(" ", 20_000)+"x"+strings.Repeat("=", 20_000)+"\n\n"+strings.Repeat("\t\n", 5_000)+"y",
+	// Real code, with Unix and Windows line ends.
+	goSource, strings.ReplaceAll(goSource, "\n", "\r\n"),
 )
+
+// goSource is a Go file of this package: real code, tabs and comments.
+//
+//go:embed pattern.go
+var goSource string
 
 // stressExpected is what testdata/stress.py records for one variant.
 type stressExpected struct {

@@ -1,7 +1,6 @@
 package hftokenizer
 
 import (
-	"container/heap"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -131,22 +130,56 @@ type candidate struct {
 	pos                      int
 }
 
+// candidates is a binary min-heap of merges, lowest rank first and, among
+// equal ranks, leftmost first (typed, so that pushing does not allocate as
+// container/heap's interface does).
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
+// before orders the heap.
+func (c candidates) before(i, j int) bool {
 	if c[i].rank != c[j].rank {
 		return c[i].rank < c[j].rank
 	}
 	return c[i].pos < c[j].pos
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+// push adds x.
+func (c *candidates) push(x candidate) {
+	*c = append(*c, x)
+	h := *c
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.before(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+// pop removes and returns the first merge; c is not empty.
+func (c *candidates) pop() candidate {
+	h := *c
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h.before(l, m) {
+			m = l
+		}
+		if r < len(h) && h.before(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*c = h
+	return top
 }
 
 // encode appends the ids of one pre-tokenized word to ids.
@@ -215,21 +248,21 @@ func (b *bpeModel) merge(ids []int32, word string) []int32 {
 		syms[i].prev, syms[i].next = i-1, i+1
 	}
 	syms[len(syms)-1].next = -1
-	var q candidates
+	q := make(candidates, 0, len(syms))
 	push := func(pos int) {
 		next := syms[pos].next
 		if next < 0 {
 			return
 		}
 		if m, ok := b.merges[pairKey(syms[pos].id, syms[next].id)]; ok {
-			heap.Push(&q, candidate{rank: m.rank, pos: pos, left: syms[pos].id, right: syms[next].id, newID: m.id})
+			q.push(candidate{rank: m.rank, pos: pos, left: syms[pos].id, right: syms[next].id, newID: m.id})
 		}
 	}
 	for i := range syms {
 		push(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		s := &syms[c.pos]
 		if s.end == s.start || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
 			continue // stale: a neighbour merged first

@@ -120,16 +120,15 @@ func splitConfig(pattern, behavior string, invert bool) string {
 	return string(b)
 }
 
-// The Split patterns of Llama 3 and Qwen2 on regexp2, ByteLevel's GPT-2
-// pattern on data's hand-written matcher, and Digits classify every code
-// point of the first two planes as tokenizers (Oniguruma, Rust's char)
-// does: the pieces of unicodeText are the same. Letters and numbers new
+// Llama 3's Split pattern on regexp2 (Qwen2's has the same classes),
+// ByteLevel's GPT-2 pattern on data's hand-written matcher, and Digits
+// classify every code point of the first two planes as tokenizers
+// (Oniguruma, Rust's char) does: the pieces of unicodeText are the same. Letters and numbers new
 // in Unicode 15.0 are left out (see unicode15).
 func TestPiecesMatchTokenizers(t *testing.T) {
 	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	comparePieces(t, unicodeText(), map[string]string{
 		"llama3":    splitConfig(`{"Regex": `+q(llama3Pattern)+`}`, "Isolated", false),
-		"qwen2":     splitConfig(`{"Regex": `+q(qwen2Pattern)+`}`, "Isolated", false),
 		"bytelevel": `{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true}`,
 		"digits":    `{"type": "Digits", "individual_digits": false}`,
 	})
@@ -172,9 +171,6 @@ func TestPreTokenizerConfigsMatchTokenizers(t *testing.T) {
 	comparePieces(t, strings.Join(short, " \u2581"), configs)
 }
 
-// Llama 3's and Qwen2's pre-tokenizer patterns, as their tokenizer.json
-// files give them.
-const (
-	llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-	qwen2Pattern  = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
-)
+// llama3Pattern is Llama 3's pre-tokenizer pattern, as its tokenizer.json
+// gives it.
+const llama3Pattern = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`

@@ -31,7 +31,7 @@ token; --top-k limits sampling to the k most likely.
 --adapter samples a fine-tune (posttrainllm finetune): its adapters applied
 to its base, the checkpoint its finetune.json records or, given, --from.
 
---from also takes a Hugging Face GPT-2 or Llama folder (config.json,
+--from also takes a Hugging Face model folder that import reads (config.json,
 weights, tokenizer.json), sampled with its own tokenizer.
 
 Special tokens written in --prompt (such as <|im_start|>) are encoded as

@@ -26,70 +26,74 @@ func TestFloat32GatherAddsTheEmbeddingGradientInFloat32(t *testing.T) {
 	if !formulationFor(mlx.GPU, Config{}).float32Gather {
 		t.Fatal("the GPU formulation does not gather the embeddings through float32")
 	}
-	mlxtest.Run(t, func(t testing.TB) {
-		const vocab, dim, n, hot = 7, 4, 2048, 3
-		ids := make([]int32, n)
-		for i := range ids {
-			ids[i] = hot
-			if i%64 == 0 {
-				ids[i] = int32(i/64) % vocab // a few other rows too
-			}
-		}
-		cot := make([]float32, n*dim)
-		for i := range cot {
-			cot[i] = float32(bf16(1 + 0.25*math.Sin(float64(i))))
-		}
-		tableVals := make([]float32, vocab*dim)
-		for i := range tableVals {
-			tableVals[i] = float32(i) / 8
-		}
-		table := mlx.AsType(mlx.FromSlice(tableVals, vocab, dim), mlx.BFloat16)
-		idsArr := mlx.FromSlice(ids, n)
-		c := mlx.AsType(mlx.FromSlice(cot, n, dim), mlx.BFloat16)
-		defer mlx.Free(table, idsArr, c)
+	mlxtest.Run(t, checkFloat32Gather)
+}
 
-		f := formulation{float32Gather: true}
-		vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-			rows := f.embed(in[0], idsArr, true)
-			if rows.Dtype() != mlx.BFloat16 {
-				t.Errorf("gathered rows are %v, want the table's bfloat16", rows.Dtype())
-			}
-			return []*mlx.Array{mlx.Sum(mlx.AsType(mlx.Multiply(rows, c), mlx.Float32))}, nil
-		}, 0)
-		if err != nil {
-			t.Fatal(err)
+// checkFloat32Gather is TestFloat32GatherAddsTheEmbeddingGradientInFloat32
+// on the default device (gpu_test.go runs it on the GPU).
+func checkFloat32Gather(t testing.TB) {
+	const vocab, dim, n, hot = 7, 4, 2048, 3
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = hot
+		if i%64 == 0 {
+			ids[i] = int32(i/64) % vocab // a few other rows too
 		}
-		defer vg.Free()
-		vals, grads, err := vg.Call(table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer mlx.Free(append(vals, grads...)...)
-		if grads[0].Dtype() != mlx.BFloat16 {
-			t.Fatalf("table gradient is %v, want bfloat16", grads[0].Dtype())
-		}
-		got := values(t, grads[0])
+	}
+	cot := make([]float32, n*dim)
+	for i := range cot {
+		cot[i] = float32(bf16(1 + 0.25*math.Sin(float64(i))))
+	}
+	tableVals := make([]float32, vocab*dim)
+	for i := range tableVals {
+		tableVals[i] = float32(i) / 8
+	}
+	table := mlx.AsType(mlx.FromSlice(tableVals, vocab, dim), mlx.BFloat16)
+	idsArr := mlx.FromSlice(ids, n)
+	c := mlx.AsType(mlx.FromSlice(cot, n, dim), mlx.BFloat16)
+	defer mlx.Free(table, idsArr, c)
 
-		want := make([]float64, vocab*dim)
-		stalled := make([]float64, vocab*dim) // Σ in bfloat16, one position at a time
-		for i, id := range ids {
-			for d := range dim {
-				k := int(id)*dim + d
-				want[k] += float64(cot[i*dim+d])
-				stalled[k] = bf16(stalled[k] + float64(cot[i*dim+d]))
-			}
+	f := formulation{float32Gather: true}
+	vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		rows := f.embed(in[0], idsArr, true)
+		if rows.Dtype() != mlx.BFloat16 {
+			t.Errorf("gathered rows are %v, want the table's bfloat16", rows.Dtype())
 		}
-		for k := range want {
-			tol := math.Abs(bf16(want[k])-want[k]) + math.Abs(want[k])*1e-6
-			if d := math.Abs(got[k] - want[k]); d > tol {
-				t.Fatalf("d/d table[%d][%d] = %g, want the float64 sum %g rounded once (within %g)", k/dim, k%dim, got[k], want[k], tol)
-			}
+		return []*mlx.Array{mlx.Sum(mlx.AsType(mlx.Multiply(rows, c), mlx.Float32))}, nil
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vg.Free()
+	vals, grads, err := vg.Call(table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mlx.Free(append(vals, grads...)...)
+	if grads[0].Dtype() != mlx.BFloat16 {
+		t.Fatalf("table gradient is %v, want bfloat16", grads[0].Dtype())
+	}
+	got := values(t, grads[0])
+
+	want := make([]float64, vocab*dim)
+	stalled := make([]float64, vocab*dim) // Σ in bfloat16, one position at a time
+	for i, id := range ids {
+		for d := range dim {
+			k := int(id)*dim + d
+			want[k] += float64(cot[i*dim+d])
+			stalled[k] = bf16(stalled[k] + float64(cot[i*dim+d]))
 		}
-		hotCol := hot * dim
-		if d, tol := math.Abs(stalled[hotCol]-want[hotCol]), math.Abs(bf16(want[hotCol])-want[hotCol]); d <= 4*tol {
-			t.Fatalf("test data too easy: summed in bfloat16 the hot row's gradient is off by %g only (rounding once: %g)", d, tol)
+	}
+	for k := range want {
+		tol := math.Abs(bf16(want[k])-want[k]) + math.Abs(want[k])*1e-6
+		if d := math.Abs(got[k] - want[k]); d > tol {
+			t.Fatalf("d/d table[%d][%d] = %g, want the float64 sum %g rounded once (within %g)", k/dim, k%dim, got[k], want[k], tol)
 		}
-	})
+	}
+	hotCol := hot * dim
+	if d, tol := math.Abs(stalled[hotCol]-want[hotCol]), math.Abs(bf16(want[hotCol])-want[hotCol]); d <= 4*tol {
+		t.Fatalf("test data too easy: summed in bfloat16 the hot row's gradient is off by %g only (rounding once: %g)", d, tol)
+	}
 }
 
 // TestEmbedSkipsTheCastsWhereNoGradientIsTaken: generation with a KV cache

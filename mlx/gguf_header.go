@@ -75,6 +75,12 @@ type GGUFHeader struct {
 	// Keys are the metadata keys with their value types: "uint32",
 	// "string", "array of float32", …
 	Keys map[string]string
+	// Strings and Numbers are the metadata values that are one string or
+	// one number (bools as 0 or 1), by key: what a model's configuration
+	// is made of, read without loading the file. LoadGGUF returns every
+	// value, arrays included.
+	Strings map[string]string
+	Numbers map[string]float64
 	// DataOffset is where the data section starts, Alignment the
 	// alignment of it and of every tensor in it.
 	DataOffset, Alignment int64
@@ -249,7 +255,8 @@ func readGGUFHeader(r *bufio.Reader, size int64) (*GGUFHeader, error) {
 	if nTensors > uint64(size/24) {
 		return nil, fmt.Errorf("%d tensors cannot fit a file of %d bytes", nTensors, size)
 	}
-	h := &GGUFHeader{Version: version, Alignment: 32, Keys: make(map[string]string, nKV)}
+	h := &GGUFHeader{Version: version, Alignment: 32, Keys: make(map[string]string, nKV),
+		Strings: map[string]string{}, Numbers: map[string]float64{}}
 	for i := range nKV {
 		g.what = fmt.Sprintf("metadata key %d", i)
 		key, err := g.str()
@@ -285,6 +292,20 @@ func readGGUFHeader(r *bufio.Reader, size int64) (*GGUFHeader, error) {
 			h.Alignment = int64(a)
 			continue
 		}
+		if typ == ggufString {
+			if h.Strings[key], err = g.str(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if n, ok := ggufValueSize[typ]; ok {
+			b, err := g.bytes(n)
+			if err != nil {
+				return nil, err
+			}
+			h.Numbers[key] = ggufNumber(typ, b)
+			continue
+		}
 		if err := g.skipValue(typ); err != nil {
 			return nil, err
 		}
@@ -316,6 +337,31 @@ func readGGUFHeader(r *bufio.Reader, size int64) (*GGUFHeader, error) {
 		t.Offset = h.DataOffset + rel
 	}
 	return h, nil
+}
+
+// ggufNumber decodes a scalar metadata value of type typ.
+func ggufNumber(typ uint32, b []byte) float64 {
+	switch typ {
+	case ggufUint8, ggufBool:
+		return float64(b[0])
+	case ggufInt8:
+		return float64(int8(b[0]))
+	case ggufUint16:
+		return float64(le.LittleEndian.Uint16(b))
+	case ggufInt16:
+		return float64(int16(le.LittleEndian.Uint16(b)))
+	case ggufUint32:
+		return float64(le.LittleEndian.Uint32(b))
+	case ggufInt32:
+		return float64(int32(le.LittleEndian.Uint32(b)))
+	case ggufFloat32:
+		return float64(math.Float32frombits(le.LittleEndian.Uint32(b)))
+	case ggufUint64:
+		return float64(le.LittleEndian.Uint64(b))
+	case ggufInt64:
+		return float64(int64(le.LittleEndian.Uint64(b)))
+	}
+	return math.Float64frombits(le.LittleEndian.Uint64(b))
 }
 
 // arrayType names the type of the array value that starts at the

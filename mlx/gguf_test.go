@@ -75,6 +75,20 @@ func TestLoadGGUFMatchesGGUFPackage(t *testing.T) {
 		"t.u32": mlx.Uint32, "t.i32": mlx.Int32, "t.f32": mlx.Float32, "t.bool": mlx.Bool, "t.u64": mlx.Uint64,
 		"t.i64": mlx.Int64, "t.ints": mlx.Int32, "t.floats": mlx.Float32}
 	for key, w := range want.Metadata {
+		switch w := w.(type) {
+		case string:
+			if got := f.Header.Strings[key]; got != w {
+				t.Errorf("header string %s = %q, want %q", key, got, w)
+			}
+		case float64:
+			if got := f.Header.Numbers[key]; got != w {
+				t.Errorf("header number %s = %v, want %v", key, got, w)
+			}
+		case bool:
+			if got := f.Header.Numbers[key]; got != 1 || !w {
+				t.Errorf("header number %s = %v, want 1 (%v)", key, got, w)
+			}
+		}
 		got, ok := f.Metadata[key]
 		if !ok {
 			t.Errorf("metadata %q is missing", key)

@@ -240,7 +240,7 @@ func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 	}
 	defer f.Free()
 	out := &GGUFModel{}
-	out.Tokenizer, out.TokenizerErr = ggufTokenizerFiles(f.Metadata)
+	out.Tokenizer, out.TokenizerErr = ggufTokenizerFiles(f.Metadata, cfg.VocabSize)
 	if out.TokenizerErr != nil {
 		out.TokenizerErr = fmt.Errorf("%s: %w", path, out.TokenizerErr)
 	}

@@ -117,8 +117,9 @@ func (m ggufMeta) flag(key string) bool {
 // tokenizer.chat_template: a byte-level BPE (tokenizer.ggml.model gpt2)
 // with the file's tokens and merges, CONTROL tokens as special added
 // tokens and USER_DEFINED ones as plain added tokens, and the
-// pre-tokenizer of the family tokenizer.ggml.pre names.
-func ggufTokenizerFiles(meta map[string]mlx.GGUFValue) (map[string][]byte, error) {
+// pre-tokenizer of the family tokenizer.ggml.pre names. The tokens must
+// fit the model's vocabulary of vocabSize ids.
+func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[string][]byte, error) {
 	m := ggufMeta(meta)
 	kind, ok, err := m.str("tokenizer.ggml.model")
 	if err != nil {
@@ -141,6 +142,9 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue) (map[string][]byte, error
 	tokens, err := m.strs("tokenizer.ggml.tokens")
 	if err != nil {
 		return nil, err
+	}
+	if len(tokens) > vocabSize {
+		return nil, fmt.Errorf("tokenizer.ggml.tokens has %d tokens, the model's vocabulary %d", len(tokens), vocabSize)
 	}
 	merges, err := m.strs("tokenizer.ggml.merges")
 	if err != nil {

@@ -27,12 +27,14 @@ token; --top-k limits sampling to the k most likely.
 to its base, the checkpoint its finetune.json records or, given, --from.
 
 --from also takes a Hugging Face GPT-2 or Llama folder (config.json,
-weights, tokenizer.json), sampled with its own tokenizer.`,
+weights, tokenizer.json), sampled with its own tokenizer, or a GGUF file
+(llama architecture), sampled with the tokenizer its metadata describes.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
   posttrainllm sample --from runs/huge --device cpu --seed 7
   posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"
-  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0`,
+  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0
+  posttrainllm sample --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" && adapter == "" {
@@ -47,7 +49,8 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 				}
 				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
 			}
-			folder := from != "" && hf.IsFolder(from)
+			gguf := from != "" && hf.IsGGUF(from)
+			folder := from != "" && (hf.IsFolder(from) || gguf)
 			if from != "" && !folder {
 				if _, err := train.ResolveCheckpoint(from); err != nil {
 					return usageError("invalid --from %s: %v", from, err)
@@ -55,7 +58,7 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 			}
 			if adapter != "" {
 				if folder {
-					return usageError("--adapter with the Hugging Face folder %s: import it first (posttrainllm import) and fine-tune from the run", from)
+					return usageError("--adapter with the model %s: import it first (posttrainllm import) and fine-tune from the run", from)
 				}
 				dir, err := train.ResolveCheckpoint(adapter)
 				if err != nil {
@@ -75,6 +78,8 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 			switch {
 			case adapter != "":
 				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
+			case gguf:
+				text, err = sampleGGUF(from, prompt, device, opts)
 			case folder:
 				text, err = sampleFolder(from, prompt, device, opts)
 			default:
@@ -88,7 +93,7 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	fs.StringVar(&adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")

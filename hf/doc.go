@@ -4,4 +4,10 @@
 // model.Config and its tensors onto the model's named parameter list
 // (transposing GPT-2's Conv1D weights, splitting its fused c_attn); export
 // writes the reverse, a folder that Hugging Face transformers loads.
+//
+// It also reads llama.cpp GGUF files of the llama architecture (LoadGGUF):
+// their metadata becomes the config.json of the folder they were converted
+// from, their tensors that folder's tensors (dequantized, q and k rows in
+// Hugging Face's order), and their tokenizer.ggml.* metadata the folder's
+// tokenizer files.
 package hf

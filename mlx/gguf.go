@@ -86,6 +86,8 @@ var GGUFLoadable = []GGMLType{GGMLF32, GGMLF16, GGMLBF16, GGMLI8, GGMLI16, GGMLI
 // GGUFLoadable is an error that names it, and so is a float64 metadata
 // value, after which MLX's reader would lose its place in the file. BF16
 // tensors, which MLX reads as float16, are read from the file as they are.
+// MLX's reader opens files for writing too, so a file this process may
+// not write is loaded from a temporary copy.
 func LoadGGUF(path string) (*GGUFFile, error) {
 	h, err := ReadGGUFHeader(path)
 	if err != nil {
@@ -104,15 +106,26 @@ func LoadGGUF(path string) (*GGUFFile, error) {
 			return nil, fmt.Errorf("gguf: %s: quantized tensor %q: MLX names the scales of quantized tensors after a .weight suffix, which this name lacks", path, t.Name)
 		}
 	}
-	// gguflib, MLX's reader, opens the file for reading and writing.
-	if f, err := os.OpenFile(path, os.O_RDWR, 0); err != nil {
-		return nil, fmt.Errorf("gguf: %s: MLX's GGUF reader opens the file for writing too (it never writes): %w", path, err)
-	} else {
+	// gguflib, MLX's reader, opens the file for reading and writing (it
+	// never writes): a file this process may not write is read from a
+	// temporary copy.
+	load := path
+	if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
 		f.Close()
+	} else {
+		tmp, err := copyToTemp(path)
+		if err != nil {
+			return nil, fmt.Errorf("gguf: %s is not writable, which MLX's reader needs, and copying it failed: %w", path, err)
+		}
+		defer os.Remove(tmp)
+		if h, err = ReadGGUFHeader(tmp); err != nil {
+			return nil, err
+		}
+		load = tmp
 	}
 	out := &GGUFFile{Header: h, Tensors: map[string]*GGUFTensor{}, Metadata: map[string]GGUFValue{}}
 	err = Do(func() error {
-		arrays, meta, err := loadGGUF(path)
+		arrays, meta, err := loadGGUF(load)
 		if err != nil {
 			return err
 		}
@@ -132,7 +145,7 @@ func LoadGGUF(path string) (*GGUFFile, error) {
 				t.Bits = 8
 			case GGMLBF16:
 				t.Data.Free()
-				b, err := readRange(path, info.Offset, info.Size)
+				b, err := readRange(load, info.Offset, info.Size)
 				if err != nil {
 					return err
 				}
@@ -179,6 +192,29 @@ func loadableNames() string {
 }
 
 func isGGUFQuant(t GGMLType) bool { return t == GGMLQ4_0 || t == GGMLQ4_1 || t == GGMLQ8_0 }
+
+// copyToTemp copies the file path to a new temporary file and returns its
+// name.
+func copyToTemp(path string) (string, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer in.Close()
+	out, err := os.CreateTemp("", "posttrainllm-*.gguf")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(out.Name())
+		return "", err
+	}
+	return out.Name(), nil
+}
 
 // readRange reads n bytes at off of the file path.
 func readRange(path string, off, n int64) ([]byte, error) {

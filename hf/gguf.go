@@ -14,8 +14,9 @@ import (
 )
 
 // GGUFArchitectures are the general.architecture values of GGUF files
-// that ReadGGUFConfig and LoadGGUF map.
-var GGUFArchitectures = []string{Llama}
+// that ReadGGUFConfig and LoadGGUF map: Llama (and the models llama.cpp
+// converts as llama), and Qwen2 and Qwen2.5.
+var GGUFArchitectures = []string{Llama, Qwen2}
 
 // GGUFTypes are the tensor types LoadGGUF reads: float tensors as they
 // are, and the quantized types dequantized to float32.
@@ -78,11 +79,11 @@ func ggufConfig(h *mlx.GGUFHeader, dtype string) (model.Config, string, error) {
 		if !slices.Contains(GGUFTypes, t.Type) {
 			return model.Config{}, "", fmt.Errorf("tensor %q is %s; import reads %s", t.Name, t.Type, typeNames())
 		}
-		if _, err := ggufHFName(t.Name); err != nil {
+		if _, err := ggufHFName(arch, t.Name); err != nil {
 			return model.Config{}, "", err
 		}
 	}
-	cfg, err := llamaGGUFConfig(h)
+	cfg, err := ropeGGUFConfig(h, arch)
 	if err != nil {
 		return model.Config{}, "", err
 	}
@@ -101,18 +102,19 @@ func typeNames() string {
 	return strings.Join(names, ", ")
 }
 
-// llamaGGUFConfig is the LlamaForCausalLM config.json of a GGUF file of
-// architecture llama.
-func llamaGGUFConfig(h *mlx.GGUFHeader) (map[string]any, error) {
+// ropeGGUFConfig is the config.json (LlamaForCausalLM or
+// Qwen2ForCausalLM) of a GGUF file of architecture arch, from its arch.*
+// keys.
+func ropeGGUFConfig(h *mlx.GGUFHeader, arch string) (map[string]any, error) {
 	num := func(key string) (float64, bool) {
-		v, ok := h.Numbers["llama."+key]
+		v, ok := h.Numbers[arch+"."+key]
 		return v, ok
 	}
 	var errs []string
 	need := func(key string) int {
 		v, ok := num(key)
 		if !ok {
-			errs = append(errs, "llama."+key)
+			errs = append(errs, arch+"."+key)
 		}
 		return int(v)
 	}
@@ -120,7 +122,7 @@ func llamaGGUFConfig(h *mlx.GGUFHeader) (map[string]any, error) {
 	heads, context := need("attention.head_count"), need("context_length")
 	eps, ok := num("attention.layer_norm_rms_epsilon")
 	if !ok {
-		errs = append(errs, "llama.attention.layer_norm_rms_epsilon")
+		errs = append(errs, arch+".attention.layer_norm_rms_epsilon")
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("metadata %s missing", strings.Join(errs, ", "))
@@ -130,15 +132,15 @@ func llamaGGUFConfig(h *mlx.GGUFHeader) (map[string]any, error) {
 		kv = int(v)
 	}
 	if heads <= 0 || d%heads != 0 {
-		return nil, fmt.Errorf("llama.attention.head_count = %d does not divide llama.embedding_length = %d", heads, d)
+		return nil, fmt.Errorf("%s.attention.head_count = %d does not divide %s.embedding_length = %d", arch, heads, arch, d)
 	}
 	hd := d / heads
 	if v, ok := num("expert_count"); ok && v > 0 {
-		return nil, fmt.Errorf("llama.expert_count = %g: mixture-of-experts models are not supported", v)
+		return nil, fmt.Errorf("%s.expert_count = %g: mixture-of-experts models are not supported", arch, v)
 	}
 	for _, key := range []string{"rope.dimension_count", "attention.key_length", "attention.value_length"} {
 		if v, ok := num(key); ok && int(v) != hd {
-			return nil, fmt.Errorf("llama.%s = %g is not supported; want the head size embedding_length/head_count = %d", key, v, hd)
+			return nil, fmt.Errorf("%s.%s = %g is not supported; want the head size embedding_length/head_count = %d", arch, key, v, hd)
 		}
 	}
 	theta := 10000.0
@@ -146,16 +148,16 @@ func llamaGGUFConfig(h *mlx.GGUFHeader) (map[string]any, error) {
 		theta = v
 	}
 	var scaling any
-	switch kind := h.Strings["llama.rope.scaling.type"]; kind {
+	switch kind := h.Strings[arch+".rope.scaling.type"]; kind {
 	case "", "none":
 	case "linear":
 		f, ok := num("rope.scaling.factor")
 		if !ok {
-			return nil, fmt.Errorf("llama.rope.scaling.type linear needs llama.rope.scaling.factor")
+			return nil, fmt.Errorf("%s.rope.scaling.type linear needs %s.rope.scaling.factor", arch, arch)
 		}
 		scaling = map[string]any{"rope_type": "linear", "factor": float32Value(f)}
 	default:
-		return nil, fmt.Errorf("llama.rope.scaling.type %q is not supported; want linear or none", kind)
+		return nil, fmt.Errorf("%s.rope.scaling.type %q is not supported; want linear or none", arch, kind)
 	}
 	vocab, tied := 0, true
 	for _, t := range h.Tensors {
@@ -166,13 +168,20 @@ func llamaGGUFConfig(h *mlx.GGUFHeader) (map[string]any, error) {
 			tied = false
 		}
 	}
-	return map[string]any{
+	cfg := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": Llama,
 		"vocab_size": vocab, "hidden_size": d, "intermediate_size": hidden, "num_hidden_layers": layers,
 		"num_attention_heads": heads, "num_key_value_heads": kv, "max_position_embeddings": context,
 		"rms_norm_eps": float32Value(eps), "rope_theta": float32Value(theta), "rope_scaling": scaling,
 		"hidden_act": "silu", "tie_word_embeddings": tied, "attention_bias": false, "mlp_bias": false,
-	}, nil
+	}
+	if arch == Qwen2 { // q, k and v biases always, no other bias
+		cfg["architectures"], cfg["model_type"] = []string{"Qwen2ForCausalLM"}, Qwen2
+		delete(cfg, "attention_bias")
+		delete(cfg, "mlp_bias")
+		cfg["use_sliding_window"] = false
+	}
+	return cfg, nil
 }
 
 // float32Value is v, a float32 of the file, as the shortest decimal that
@@ -184,9 +193,10 @@ func float32Value(v float64) float64 {
 
 var ggufLayerName = regexp.MustCompile(`^blk\.(\d+)\.(.+)$`)
 
-// ggufHFName maps a llama.cpp tensor name of a Llama model to Hugging
-// Face's LlamaForCausalLM name.
-func ggufHFName(name string) (string, error) {
+// ggufHFName maps a llama.cpp tensor name of a model of architecture arch
+// to Hugging Face's name (LlamaForCausalLM's, which Qwen2ForCausalLM
+// shares, with q, k and v biases).
+func ggufHFName(arch, name string) (string, error) {
 	switch name {
 	case "token_embd.weight":
 		return "model.embed_tokens.weight", nil
@@ -206,20 +216,23 @@ func ggufHFName(name string) (string, error) {
 			"ffn_gate.weight": "mlp.gate_proj.weight", "ffn_up.weight": "mlp.up_proj.weight",
 			"ffn_down.weight": "mlp.down_proj.weight",
 		}
+		if arch == Qwen2 {
+			per["attn_q.bias"], per["attn_k.bias"], per["attn_v.bias"] = "self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"
+		}
 		if hf, ok := per[m[2]]; ok {
 			return "model.layers." + m[1] + "." + hf, nil
 		}
 	}
-	return "", fmt.Errorf("tensor %q is not a parameter of a llama model this import maps", name)
+	return "", fmt.Errorf("tensor %q is not a parameter of a %s model this import maps", name, arch)
 }
 
 // LoadGGUF reads the GGUF file path into a model whose compute dtype is
 // dtype ("" for float32), as Load reads a folder: F32, F16 and BF16
 // tensors as they are, Q4_0, Q4_1 and Q8_0 tensors dequantized to
 // float32 exactly as llama.cpp does, then cast to the model's parameter
-// dtype; llama.cpp's interleaving of each head's q and k rows for its
-// rotary embedding is undone, so the parameters are those of the Hugging
-// Face model the file was converted from. The tokenizer files are made
+// dtype; for llama files, llama.cpp's interleaving of each head's q and k
+// rows for its rotary embedding is undone, so the parameters are those of
+// the Hugging Face model the file was converted from. The tokenizer files are made
 // from the file's metadata (see GGUFModel).
 func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 	h, err := mlx.ReadGGUFHeader(path)
@@ -249,11 +262,11 @@ func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 		defer s.Close()
 		t := tensors{}
 		for name, gt := range f.Tensors {
-			hfName, err := ggufHFName(name)
+			hfName, err := ggufHFName(family, name)
 			if err != nil {
 				return err
 			}
-			a, err := ggufWeight(gt, m.Config)
+			a, err := ggufWeight(gt, family, m.Config)
 			if err != nil {
 				return err
 			}
@@ -275,10 +288,11 @@ func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 
 // ggufWeight is one tensor of the file as a float array in the model's
 // parameter dtype (float tensors keep theirs until assemble casts them),
-// with q and k rows put back in Hugging Face's order. It evaluates the
-// result, so each quantized tensor's float32 copy is freed before the
-// next is made.
-func ggufWeight(t *mlx.GGUFTensor, cfg model.Config) (*mlx.Array, error) {
+// with a llama model's q and k rows put back in Hugging Face's order
+// (llama.cpp keeps Qwen2's as they are, for its rotate-half RoPE). It
+// evaluates the result, so each quantized tensor's float32 copy is freed
+// before the next is made.
+func ggufWeight(t *mlx.GGUFTensor, arch string, cfg model.Config) (*mlx.Array, error) {
 	a := t.Data
 	if t.Quantized() {
 		var err error
@@ -287,6 +301,7 @@ func ggufWeight(t *mlx.GGUFTensor, cfg model.Config) (*mlx.Array, error) {
 		}
 	}
 	switch {
+	case arch != Llama:
 	case strings.HasSuffix(t.Info.Name, ".attn_q.weight"):
 		a = unpermuteRoPE(a, cfg.Heads)
 	case strings.HasSuffix(t.Info.Name, ".attn_k.weight"):

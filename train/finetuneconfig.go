@@ -54,6 +54,9 @@ type FineTuneConfig struct {
 	// Pack concatenates examples into the context instead of padding each
 	// to it (data.BuildRows).
 	Pack bool `json:"pack"`
+	// Context is the length of the training rows in tokens, at most the
+	// base model's context; 0 is the base's.
+	Context int `json:"context,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers TokenizerOpener `json:"-"`
@@ -77,6 +80,9 @@ func (c FineTuneConfig) Validate() error {
 	}
 	if c.Train == "" {
 		return errors.New("no training data")
+	}
+	if c.Context < 0 {
+		return fmt.Errorf("context = %d, want >= 1 (or 0: the base model's)", c.Context)
 	}
 	if c.UsesAdapter() {
 		if err := c.Adapter().Validate(); err != nil {

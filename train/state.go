@@ -148,6 +148,7 @@ type State struct {
 	stats          StepStats
 	updated, read  bool // an update ran; stats holds its values
 	freed          bool
+	interval       lossInterval // the losses since the last IntervalLoss
 }
 
 // NewState returns the state of step over params and optState (in the
@@ -265,7 +266,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.AsyncEval(s.arrays()...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -300,7 +301,7 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 			return err
 		}
 		defer prev.Free()
-		if err := mlx.AsyncEval(s.arrays()...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		if prev != nil {
@@ -332,6 +333,7 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	var w []float32
+	var total float64
 	if s.step.weighted && b.Stream != nil {
 		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
@@ -340,7 +342,7 @@ func (s *State) apply(lr float64, b Batch) error {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
 		}
 		var err error
-		if w, _, err = b.NormalizedWeights(); err != nil {
+		if w, total, err = b.NormalizedWeights(); err != nil {
 			return err
 		}
 	}
@@ -365,6 +367,7 @@ func (s *State) apply(lr float64, b Batch) error {
 	s.release()
 	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
 	s.updated, s.read = true, false
+	s.interval.add(s.loss, updateTokens(b, s.step.weighted, total))
 	return nil
 }
 
@@ -403,6 +406,9 @@ func (s *State) Eval() error {
 	return mlx.Do(func() error {
 		if s.freed {
 			return errors.New("train: evaluation of a freed state")
+		}
+		if s.interval.sum != nil {
+			return mlx.Eval(append(s.arrays(), s.interval.sum)...)
 		}
 		return mlx.Eval(s.arrays()...)
 	})
@@ -499,6 +505,7 @@ func (s *State) Free() {
 	mlx.Do(func() error {
 		if !s.freed {
 			s.release()
+			s.interval.free()
 			mlx.Free(s.frozen...)
 			s.params, s.copies, s.frozen, s.opt = nil, nil, nil, nil
 			s.freed = true

@@ -22,17 +22,18 @@ func newImportCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "import HF_FOLDER|FILE.gguf",
-		Short: "Make a run from a Hugging Face GPT-2 or Llama folder, or a GGUF file",
+		Short: "Make a run from a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3) or a GGUF file",
 		Long: `import reads a Hugging Face model folder (config.json, and model.safetensors
 or the shards listed in model.safetensors.index.json; float32, float16 or
-bfloat16 weights) of the GPT-2 or Llama family, or a llama.cpp GGUF file of
-the llama architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0 tensors; the
-quantized ones dequantized), and writes it as the step-0 checkpoint of a new
-run folder with the training settings of --preset. It writes no optimizer
-state: a fine-tune makes its own, and train --resume starts the optimizer
-fresh and saves its state with its first checkpoint. sample --from, eval
---from, finetune --from and train --resume take the run as they take a
-trained one; export writes it back as a Hugging Face folder.
+bfloat16 weights) of GPT-2, Llama, Mistral, Qwen2, Qwen3 or Phi-3 (see
+docs/huggingface.md for what each maps and refuses), or a llama.cpp GGUF
+file of the llama architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0 tensors;
+the quantized ones dequantized), and writes it as the step-0 checkpoint of a
+new run folder with the training settings of --preset. It writes no
+optimizer state: a fine-tune makes its own, and train --resume starts the
+optimizer fresh and saves its state with its first checkpoint. sample
+--from, eval --from, finetune --from and train --resume take the run as they
+take a trained one; export writes it back as a Hugging Face folder.
 
 The tokenizer: a GPT-2 model with GPT-2's 50,257-token vocabulary uses
 posttrainllm's GPT-2 tokenizer. Any other model with a tokenizer.json uses
@@ -140,10 +141,13 @@ func newExportCmd() *cobra.Command {
 		Short: "Write a checkpoint as a Hugging Face folder",
 		Long: `export writes the model of a checkpoint as a Hugging Face folder (config.json
 and model.safetensors with Hugging Face's tensor names) that transformers
-loads as GPT2LMHeadModel or LlamaForCausalLM. The model must be of the
-GPT-2 family (LayerNorm, biases, learned positions, GELU, tied head) or the
-Llama family (RMSNorm, rotary positions, SwiGLU, no biases); TinyGPT itself
-has no Hugging Face counterpart. HF_FOLDER must not exist or be empty.
+loads as the class the run was imported from (GPT2LMHeadModel,
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+Phi3ForCausalLM). A model trained here must have GPT-2's shape (LayerNorm,
+biases, learned positions, GELU, tied head) or the Llama shape (RMSNorm,
+rotary positions, SwiGLU, no MLP biases; q/k/v biases export as Qwen2,
+q/k norms as Qwen3); TinyGPT itself has no Hugging Face counterpart.
+HF_FOLDER must not exist or be empty.
 
 ` + checkpointRule("CHECKPOINT"),
 		Example: `  posttrainllm export runs/gpt2 exported/gpt2

@@ -13,7 +13,8 @@ Go tests of hf's GGUF import:
   gguf_reference.py make OUT.gguf --arch A --pre P [--q4k]
       writes a tiny random Llama-shaped GGUF (F32 norms, Q8_0 embeddings,
       Q4_0/Q4_1/F16/BF16 projections, untied output) whose general.architecture
-      is A and tokenizer.ggml.pre is P; --q4k stores one tensor as Q4_K.
+      is A (llama or qwen2, with q/k/v biases; or any name, for refusals) and
+      tokenizer.ggml.pre is P; --q4k stores one tensor as Q4_K.
 
 The weights are read and dequantized by llama.cpp's own Python package
 (`gguf`), llama.cpp's q/k row permutation is undone here, and the forward
@@ -33,6 +34,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from reference import llama_logits  # noqa: E402
 
 
+def arch(r):
+    f = r.fields["general.architecture"]
+    return bytes(f.parts[f.data[0]]).decode()
+
+
 def value(r, key, default=None):
     f = r.fields.get(key)
     if f is None:
@@ -40,7 +46,7 @@ def value(r, key, default=None):
     return f.parts[f.data[0]][0].item()
 
 
-def hf_weights(r, heads, kv):
+def hf_weights(r, heads, kv, permuted):
     per = {
         "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
         "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -51,16 +57,17 @@ def hf_weights(r, heads, kv):
     w = {}
     for t in r.tensors:
         a = dequantize(t.data, t.tensor_type).astype(np.float64).reshape([int(d) for d in reversed(t.shape)])
-        base = t.name[: -len(".weight")]
+        base, suffix = t.name.rsplit(".", 1)
         if base.startswith("blk."):
             _, layer, kind = base.split(".")
             n = {"attn_q": heads, "attn_k": kv}.get(kind)
-            if n:  # llama.cpp stores reshape(n, 2, hd/2, in).swapaxes(1, 2): put the halves back
+            if n and permuted and suffix == "weight":
+                # llama.cpp stores reshape(n, 2, hd/2, in).swapaxes(1, 2): put the halves back
                 rows = a.shape[0]
                 a = a.reshape(n, rows // n // 2, 2, a.shape[1]).swapaxes(1, 2).reshape(rows, a.shape[1])
-            name = "model.layers.%s.%s.weight" % (layer, per[kind])
+            name = "model.layers.%s.%s.%s" % (layer, per[kind], suffix)
         else:
-            name = top[base] + ".weight"
+            name = top[base] + "." + suffix
         w[name] = a
     return w
 
@@ -68,14 +75,15 @@ def hf_weights(r, heads, kv):
 def read_model(path):
     """The reference's config and float64 weights (Hugging Face names) of a GGUF file."""
     r = GGUFReader(path)
-    heads = value(r, "llama.attention.head_count")
-    kv = value(r, "llama.attention.head_count_kv", heads)
-    w = hf_weights(r, heads, kv)
+    a = arch(r)  # llama or qwen2; llama.cpp permutes the q and k rows of llama only
+    heads = value(r, a + ".attention.head_count")
+    kv = value(r, a + ".attention.head_count_kv", heads)
+    w = hf_weights(r, heads, kv, a == "llama")
     cfg = {
-        "hidden_size": value(r, "llama.embedding_length"), "num_attention_heads": heads,
-        "num_key_value_heads": kv, "num_hidden_layers": value(r, "llama.block_count"),
-        "rms_norm_eps": value(r, "llama.attention.layer_norm_rms_epsilon"),
-        "rope_theta": value(r, "llama.rope.freq_base", 10000.0), "tie_word_embeddings": "lm_head.weight" not in w,
+        "model_type": a, "hidden_size": value(r, a + ".embedding_length"), "num_attention_heads": heads,
+        "num_key_value_heads": kv, "num_hidden_layers": value(r, a + ".block_count"),
+        "rms_norm_eps": value(r, a + ".attention.layer_norm_rms_epsilon"),
+        "rope_theta": value(r, a + ".rope.freq_base", 10000.0), "tie_word_embeddings": "lm_head.weight" not in w,
     }
     return cfg, w
 
@@ -143,6 +151,9 @@ def make(path, arch, pre, q4k):
         add(p + "attn_q.weight", (H * hd, D), Q.Q4_0)
         add(p + "attn_k.weight", (KV * hd, D), Q.Q4_1)
         add(p + "attn_v.weight", (KV * hd, D), Q.F16)
+        if arch == "qwen2":
+            for n, rows in (("q", H * hd), ("k", KV * hd), ("v", KV * hd)):
+                add(p + "attn_%s.bias" % n, (rows,), Q.F32)
         add(p + "attn_output.weight", (D, H * hd), Q.Q8_0)
         add(p + "ffn_gate.weight", (F, D), Q.BF16)
         add(p + "ffn_up.weight", (F, D), Q.Q4_1)

@@ -27,8 +27,8 @@ func newImportCmd() *cobra.Command {
 or the shards listed in model.safetensors.index.json; float32, float16 or
 bfloat16 weights) of GPT-2, Llama, Mistral, Qwen2, Qwen3 or Phi-3 (see
 docs/huggingface.md for what each maps and refuses), or a llama.cpp GGUF
-file of the llama architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0 tensors;
-the quantized ones dequantized), and writes it as the step-0 checkpoint of a
+file of the llama or qwen2 architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0
+tensors; the quantized ones dequantized), and writes it as the step-0 checkpoint of a
 new run folder with the training settings of --preset. It writes no
 optimizer state: a fine-tune makes its own, and train --resume starts the
 optimizer fresh and saves its state with its first checkpoint. sample

@@ -28,7 +28,8 @@ to its base, the checkpoint its finetune.json records or, given, --from.
 
 --from also takes a Hugging Face model folder that import reads (config.json,
 weights, tokenizer.json), sampled with its own tokenizer, or a GGUF file
-(llama architecture), sampled with the tokenizer its metadata describes.`,
+(llama or qwen2 architecture), sampled with the tokenizer its metadata
+describes.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
   posttrainllm sample --from runs/huge --device cpu --seed 7

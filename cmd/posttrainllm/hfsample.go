@@ -45,8 +45,43 @@ func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string,
 	if err != nil {
 		return "", err
 	}
+	return sampleModel(dir, m, tok, prompt, opts)
+}
+
+// sampleGGUF continues prompt with the model of a GGUF file and the
+// tokenizer made from its metadata, written to a temporary folder for the
+// tokenizer.json reader.
+func sampleGGUF(path, prompt, device string, opts train.SampleOptions) (string, error) {
+	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
+		return "", err
+	}
+	m, err := hf.LoadGGUF(path, "")
+	if err != nil {
+		return "", err
+	}
+	defer m.Free()
+	if m.TokenizerErr != nil {
+		return "", m.TokenizerErr
+	}
+	dir, err := os.MkdirTemp("", "posttrainllm-gguf-tokenizer-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	if err := train.WriteTokenizerFiles(dir, m.Tokenizer); err != nil {
+		return "", err
+	}
+	tok, err := hftokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return sampleModel(path, m.Model, tok, prompt, opts)
+}
+
+// sampleModel continues prompt with an imported model and its tokenizer.
+func sampleModel(src string, m *hf.Model, tok data.Tokenizer, prompt string, opts train.SampleOptions) (string, error) {
 	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
-		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", dir, tok.VocabSize(), v)
+		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), v)
 	}
 	var ids []int32
 	if opts.SpecialsAsText {

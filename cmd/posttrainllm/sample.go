@@ -32,7 +32,9 @@ token; --top-k limits sampling to the k most likely.
 to its base, the checkpoint its finetune.json records or, given, --from.
 
 --from also takes a Hugging Face model folder that import reads (config.json,
-weights, tokenizer.json), sampled with its own tokenizer.
+weights, tokenizer.json), sampled with its own tokenizer, or a GGUF file
+(llama or qwen2 architecture), sampled with the tokenizer its metadata
+describes.
 
 Special tokens written in --prompt (such as <|im_start|>) are encoded as
 their ids, as Hugging Face's tokenizers do; --specials-as-text encodes them
@@ -46,6 +48,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
   posttrainllm sample --from runs/huge --device cpu --seed 7
   posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"
   posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0
+  posttrainllm sample --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is" --temperature 0
   posttrainllm sample --from runs/smollm --chat "What is the capital of France?" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -65,7 +68,8 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			if system != "" {
 				return usageError("--system goes with --chat")
 			}
-			folder := from != "" && hf.IsFolder(from)
+			gguf := from != "" && hf.IsGGUF(from)
+			folder := from != "" && (hf.IsFolder(from) || gguf)
 			if from != "" && !folder {
 				if _, err := train.ResolveCheckpoint(from); err != nil {
 					return usageError("invalid --from %s: %v", from, err)
@@ -73,7 +77,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			}
 			if adapter != "" {
 				if folder {
-					return usageError("--adapter with the Hugging Face folder %s: import it first (posttrainllm import) and fine-tune from the run", from)
+					return usageError("--adapter with the model %s: import it first (posttrainllm import) and fine-tune from the run", from)
 				}
 				dir, err := train.ResolveCheckpoint(adapter)
 				if err != nil {
@@ -93,6 +97,8 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			switch {
 			case adapter != "":
 				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
+			case gguf:
+				text, err = sampleGGUF(from, prompt, device, opts)
 			case folder:
 				text, err = sampleFolder(from, prompt, device, opts)
 			default:
@@ -106,7 +112,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	fs.StringVar(&adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
 	fs.BoolVar(&opts.SpecialsAsText, "specials-as-text", false, "encode special tokens written in --prompt as plain text, not as their ids")

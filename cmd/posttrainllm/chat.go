@@ -70,7 +70,7 @@ model's key/value cache with it, so each turn reads only the new tokens.
 Type /reset to start the conversation again, /exit or end the input (Ctrl-D)
 to leave. Ctrl-C stops a reply being written.
 
-` + checkpointRule("--from") + ` --from also takes a Hugging Face folder.
+` + checkpointRule("--from") + ` --from also takes a Hugging Face folder or a GGUF file.
 --adapter chats with a fine-tune: its adapters applied to its base.`,
 		Example: `  posttrainllm chat --from runs/smollm
   posttrainllm chat --from ~/models/SmolLM2-135M-Instruct --system "You are terse."
@@ -78,7 +78,7 @@ to leave. Ctrl-C stops a reply being written.
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if src.from == "" && src.adapter == "" {
-				return usageError("chat needs --from RUN: %s, or a Hugging Face folder", checkpointPaths)
+				return usageError("chat needs --from RUN: %s, a Hugging Face folder or a GGUF file", checkpointPaths)
 			}
 			if err := gen.check(); err != nil {
 				return err
@@ -98,7 +98,7 @@ to leave. Ctrl-C stops a reply being written.
 			return chatLoop(cmd.InOrStdin(), cmd.OutOrStdout(), m.NewSession(system), gen.opts)
 		},
 	}
-	cmd.Flags().StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
+	cmd.Flags().StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	cmd.Flags().StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	cmd.Flags().StringVar(&system, "system", "", "system message the conversation starts with")
 	gen.add(cmd, 512, 0.7)

@@ -49,8 +49,7 @@ func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string,
 }
 
 // sampleGGUF continues prompt with the model of a GGUF file and the
-// tokenizer made from its metadata, written to a temporary folder for the
-// tokenizer.json reader.
+// tokenizer made from its metadata.
 func sampleGGUF(path, prompt, device string, opts train.SampleOptions) (string, error) {
 	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 		return "", err
@@ -60,22 +59,38 @@ func sampleGGUF(path, prompt, device string, opts train.SampleOptions) (string, 
 		return "", err
 	}
 	defer m.Free()
+	var tok data.Tokenizer
+	err = withGGUFTokenizerFiles(path, m, func(dir string) (err error) {
+		tok, err = hftokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return sampleModel(path, m.Model, tok, prompt, opts)
+}
+
+// withGGUFTokenizerFiles writes the tokenizer files made from GGUF file
+// path's metadata (tokenizer.json, tokenizer_config.json,
+// generation_config.json) into a temporary folder, the form the
+// tokenizer.json reader and the chat template reader take, and calls read
+// with it; the folder is removed when read returns.
+func withGGUFTokenizerFiles(path string, m *hf.GGUFModel, read func(dir string) error) error {
 	if m.TokenizerErr != nil {
-		return "", m.TokenizerErr
+		return m.TokenizerErr
 	}
 	dir, err := os.MkdirTemp("", "posttrainllm-gguf-tokenizer-")
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer os.RemoveAll(dir)
 	if err := train.WriteTokenizerFiles(dir, m.Tokenizer); err != nil {
-		return "", err
+		return err
 	}
-	tok, err := hftokenizer.Load(filepath.Join(dir, "tokenizer.json"))
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", path, err)
+	if err := read(dir); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	return sampleModel(path, m.Model, tok, prompt, opts)
+	return nil
 }
 
 // sampleModel continues prompt with an imported model and its tokenizer.

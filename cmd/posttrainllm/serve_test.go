@@ -7,9 +7,12 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // startServe runs posttrainllm serve with args on a free port until the
@@ -110,5 +113,47 @@ func TestServeChatCompletion(t *testing.T) {
 	content, finish, n := reply(t, out)
 	if content != want || n > 6 || n < 1 || (finish == "length") != (n == 6) {
 		t.Fatalf("reply %q (%s, %d tokens), sample --chat %q", content, finish, n, want)
+	}
+}
+
+// asJSONText is s as a JSON response carries it: each byte that is not
+// part of valid UTF-8 becomes U+FFFD, as encoding/json writes it (an
+// untrained model's text need not be valid UTF-8; sample prints its bytes).
+func asJSONText(s string) string {
+	var b strings.Builder
+	for len(s) > 0 {
+		r, n := utf8.DecodeRuneInString(s)
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[:n])
+		}
+		s = s[n:]
+	}
+	return b.String()
+}
+
+// The official openai Python client, as a user's program drives it,
+// against serve on a small chat model: chat and completions, streamed and
+// not; streamed text equals whole text at temperature 0, and equals
+// sample's; a stop string cuts the text; 8 concurrent clients each get
+// the answer they get alone; 10 malformed requests get the error shape and
+// the server goes on answering (testdata/openai_client.py).
+func TestOpenAIClientAgainstServe(t *testing.T) {
+	folder := chatFolder(t)
+	gen := []string{"--temperature", "0", "--tokens", "12", "--device", "cpu"}
+	chatRef := strings.TrimSuffix(mustRun(t, append([]string{"sample", "--from", folder, "--chat", "Good morrow"}, gen...)...).stdout, "\n")
+	prompt := "ROMEO: "
+	completionRef := strings.TrimSuffix(mustRun(t, append([]string{"sample", "--from", folder, "--prompt", prompt}, gen...)...).stdout, "\n")
+	url := startServe(t, "--from", folder, "--model", "tiny-chat")
+	cmd := exec.Command(pinnedPython(t, "the openai client test"), filepath.Join("testdata", "openai_client.py"),
+		url, "tiny-chat", asJSONText(chatRef), prompt, asJSONText(completionRef))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openai_client.py: %v\n%s", err, out)
+	}
+	t.Logf("openai_client.py:\n%s", out)
+	if !strings.Contains(string(out), "all checks passed") {
+		t.Fatalf("openai_client.py ended early:\n%s", out)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -71,6 +72,48 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 	return serve.Generation{Tokens: n, Finish: string(res.FinishReason)}, nil
 }
 
+// drainTimeout is how long serve lets requests in progress finish after
+// SIGINT or SIGTERM before it cancels them.
+const drainTimeout = 30 * time.Second
+
+// serveModel returns the HTTP server of backend b and its drain function:
+// drain(timeout) stops taking connections, lets the requests in progress
+// finish for up to timeout, cancels the rest (their generations stop at
+// the next token) and returns once no handler runs, so the model can be
+// closed. Later calls wait for the first one to end.
+func serveModel(b serve.Backend, opts serve.Options) (*http.Server, func(time.Duration)) {
+	base, cancel := context.WithCancel(context.Background())
+	var (
+		running sync.WaitGroup
+		once    sync.Once
+		done    = make(chan struct{})
+	)
+	h := serve.New(b, opts)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			running.Add(1)
+			defer running.Done()
+			h.ServeHTTP(w, r)
+		}),
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	drain := func(timeout time.Duration) {
+		once.Do(func() {
+			go func() {
+				defer close(done)
+				shut, stop := context.WithTimeout(context.Background(), timeout)
+				defer stop()
+				_ = srv.Shutdown(shut)
+				cancel()
+				running.Wait()
+			}()
+		})
+		<-done
+	}
+	return srv, drain
+}
+
 func newServeCmd() *cobra.Command {
 	var (
 		src          generationSource
@@ -86,16 +129,20 @@ func newServeCmd() *cobra.Command {
 /v1/chat/completions (streamed or not) with a model: chat messages go through
 its own chat template, and replies stop at its end tokens (docs/chat.md).
 One generation runs at a time; the others wait their turn. It prints the
-address it listens on, and stops on SIGINT or SIGTERM.
+address it listens on. On SIGINT (Ctrl-C) or SIGTERM it stops taking
+requests, lets those in progress finish (at most 30 s) and exits 0.
+It listens on loopback by default: --addr 0.0.0.0:PORT answers anyone
+who can reach the machine, without authentication.
 
-` + checkpointRule("--from") + ` --from also takes a Hugging Face folder.
+` + checkpointRule("--from") + ` --from also takes a Hugging Face folder or a GGUF file.
 --adapter serves a fine-tune: its adapters applied to its base.`,
 		Example: `  posttrainllm serve --from runs/smollm
-  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct --addr 127.0.0.1:8000 --model smollm2`,
+  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct --addr 127.0.0.1:8000 --model smollm2
+  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if src.from == "" && src.adapter == "" {
-				return usageError("serve needs --from RUN: %s, or a Hugging Face folder", checkpointPaths)
+				return usageError("serve needs --from RUN: %s, a Hugging Face folder or a GGUF file", checkpointPaths)
 			}
 			if err := src.check("serve"); err != nil {
 				return err
@@ -120,27 +167,26 @@ address it listens on, and stops on SIGINT or SIGTERM.
 				return err
 			}
 			defer m.Close()
-			srv := &http.Server{Handler: serve.New(&modelBackend{id: id, m: m}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken}),
-				ReadHeaderTimeout: 10 * time.Second}
+			srv, drained := serveModel(&modelBackend{id: id, m: m}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go func() {
 				<-ctx.Done()
-				shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				srv.Shutdown(shut)
+				fmt.Fprintf(cmd.ErrOrStderr(), "stopping: finishing the requests in progress (at most %s)\n", drainTimeout)
+				drained(drainTimeout)
 			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s\n", id, ln.Addr())
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
+			drained(0) // waits for the drain started by the signal
 			return nil
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
+	fs.StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	fs.StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
-	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed)")
+	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed); 0.0.0.0:PORT answers anyone who can reach this machine, with no authentication")
 	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's name)")
 	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while one generates; more get 503")
 	fs.IntVar(&defaultToken, "completion-tokens", 16, "/v1/completions' max_tokens when a request gives none")

@@ -19,6 +19,16 @@ from posttrainllm's code. The Go tests in hf/ call it:
   reference.py logits DIR OUT TOKENS...
       runs the model of DIR on TOKENS (one sequence) in float64 and writes
       the [T, vocab] logits to OUT as little-endian float32
+  reference.py greedy DIR N IDS [IDS ...]
+      continues each prompt IDS (comma-separated token ids) by the N most
+      likely tokens, one after another, with the float64 forward and no
+      stop tokens; prints one line per prompt: the N ids, then after "#"
+      the smallest gap between the two largest logits along the way (how
+      near a tie the choices were)
+  reference.py encode TOKENIZER_JSON TEXT [TEXT ...]
+      prints the ids the `tokenizers` library gives each TEXT (special
+      tokens written in it matched as specials, no template added), one
+      comma-separated line per text
 """
 
 import argparse
@@ -241,10 +251,11 @@ def softmax(x):
 
 
 def attend(q, k, v):
-    """Causal attention of q [H, T, hd] over k, v [H, T, hd]."""
-    T, hd = q.shape[1], q.shape[2]
+    """Causal attention of q [H, T, hd] over k, v [H, S, hd], the queries
+    being the last T of the S positions."""
+    T, S, hd = q.shape[1], k.shape[1], q.shape[2]
     s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
-    s = np.where(np.tril(np.ones((T, T), dtype=bool)), s, -np.inf)
+    s = np.where(np.tril(np.ones((T, S), dtype=bool), S - T), s, -np.inf)
     return softmax(s) @ v
 
 
@@ -299,8 +310,11 @@ def llama3_scaled(inv_freq, rs):
     return np.array(out)
 
 
-def llama_logits(cfg, w, tokens):
-    """Llama, and the families laid out like it: Mistral, Qwen2, Qwen3, Phi-3."""
+def llama_logits(cfg, w, tokens, cache=None):
+    """Llama, and the families laid out like it: Mistral, Qwen2, Qwen3, Phi-3.
+    With cache (a list, empty at first), tokens follow the positions the
+    cache holds, each layer's keys and values are added to it, and the
+    logits of the last position alone [vocab] are returned."""
     family = cfg["model_type"]
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
@@ -310,6 +324,7 @@ def llama_logits(cfg, w, tokens):
     elif family == "qwen3":
         hd = 128  # Qwen3Config's default
     T, eps = len(tokens), cfg["rms_norm_eps"]
+    start = cache[0][0].shape[1] if cache else 0
     theta = cfg.get("rope_theta", 10000.0)
     rs = cfg.get("rope_scaling") or {}
     kind = rs.get("rope_type", rs.get("type", "default"))
@@ -333,7 +348,7 @@ def llama_logits(cfg, w, tokens):
         inv_freq = llama3_scaled(inv_freq, rs)
     elif kind != "default":
         raise SystemExit("rope_scaling %s is not in the reference" % kind)
-    freqs = np.outer(np.arange(T) / factor, inv_freq)  # [T, hd/2]
+    freqs = np.outer((start + np.arange(T)) / factor, inv_freq)  # [T, hd/2]
     emb = np.concatenate([freqs, freqs], -1)
     cos, sin = np.cos(emb), np.sin(emb)
 
@@ -359,6 +374,12 @@ def llama_logits(cfg, w, tokens):
             q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
         q, k = rope(q.transpose(1, 0, 2)), rope(k.transpose(1, 0, 2))
         v = v.reshape(T, KV, hd).transpose(1, 0, 2)
+        if cache is not None:
+            if i < len(cache):
+                k, v = np.concatenate([cache[i][0], k], 1), np.concatenate([cache[i][1], v], 1)
+                cache[i] = (k, v)
+            else:
+                cache.append((k, v))
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)
         y = attend(q, k, v).transpose(1, 0, 2).reshape(T, H * hd)
         x = x + lin(y, p + "self_attn.o_proj", o_bias)
@@ -368,9 +389,27 @@ def llama_logits(cfg, w, tokens):
         else:
             gate, up = lin(a, p + "mlp.gate_proj"), lin(a, p + "mlp.up_proj")
         x = x + lin(silu(gate) * up, p + "mlp.down_proj")
+    if cache is not None:
+        x = x[-1:]
     x = rms(x, "model.norm")
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
-    return x @ head.T
+    return (x @ head.T)[-1] if cache is not None else x @ head.T
+
+
+def greedy(cfg, w, prompt, n):
+    """The n most likely tokens after prompt, one at a time: the prompt is
+    read once, then each token chosen is read after the keys and values
+    of those before it (the forward above with its cache)."""
+    if cfg["model_type"] == "gpt2":
+        raise SystemExit("greedy: the reference generates with Llama-shaped models only")
+    out, gap, cache, feed = [], np.inf, [], list(prompt)
+    for _ in range(n):
+        last = llama_logits(cfg, w, np.array(feed), cache)
+        top = np.sort(last)[-2:]
+        gap = min(gap, top[1] - top[0])
+        out.append(int(np.argmax(last)))
+        feed = out[-1:]
+    return out, gap
 
 
 def main():
@@ -390,7 +429,21 @@ def main():
     lg.add_argument("dir")
     lg.add_argument("out")
     lg.add_argument("tokens", type=int, nargs="+")
+    gr = sub.add_parser("greedy")
+    gr.add_argument("dir")
+    gr.add_argument("n", type=int)
+    gr.add_argument("prompts", nargs="+")
+    en = sub.add_parser("encode")
+    en.add_argument("tokenizer")
+    en.add_argument("texts", nargs="+")
     a = ap.parse_args()
+    if a.cmd == "encode":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(a.tokenizer)
+        for text in a.texts:
+            print(",".join(str(i) for i in tok.encode(text, add_special_tokens=False).ids))
+        return
     if a.cmd == "make":
         rng = np.random.default_rng(a.seed)
         if a.family == "gpt2":
@@ -403,6 +456,11 @@ def main():
         write_folder(a.dir, cfg, t, a.dtype, a.shards)
         return
     cfg, w = read_folder(a.dir)
+    if a.cmd == "greedy":
+        for p in a.prompts:
+            ids, gap = greedy(cfg, w, [int(i) for i in p.split(",")], a.n)
+            print(" ".join(str(i) for i in ids), "#", "%.6g" % gap)
+        return
     fwd = gpt2_logits if cfg["model_type"] == "gpt2" else llama_logits
     fwd(cfg, w, np.array(a.tokens)).astype("<f4").tofile(a.out)
 

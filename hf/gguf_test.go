@@ -215,21 +215,7 @@ func tinyGGUF(t *testing.T, arch string) {
 		t.Fatalf("the tiny %s model (untied) imports as a %s model, tied %v", arch, g.Family, c.TiedEmbeddings)
 	}
 	tokens := []int32{1, 7, 99, 3, 3, 120, 45, 0, 64}
-	out := filepath.Join(t.TempDir(), "logits.f32")
-	args := []string{"logits", path, out}
-	for _, tok := range tokens {
-		args = append(args, strconv.Itoa(int(tok)))
-	}
-	runGGUFReference(t, args...)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := make([]float32, len(b)/4)
-	for i := range want {
-		want[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	closeLogits(t, "tiny GGUF", modelLogits(t, g.Model, tokens), want)
+	closeLogits(t, "tiny GGUF", modelLogits(t, g.Model, tokens), logitsOf(t, runGGUFReference, path, tokens))
 }
 
 // TestGGUFRefusals: architectures, tensor types and pre-tokenizers that

@@ -43,12 +43,19 @@ func runReference(t testing.TB, args ...string) {
 // folder dir on tokens.
 func referenceLogits(t testing.TB, dir string, tokens []int32) []float32 {
 	t.Helper()
+	return logitsOf(t, runReference, dir, tokens)
+}
+
+// logitsOf runs a reference script's logits command (run: runReference or
+// runGGUFReference) on the model at path and returns its float32 logits.
+func logitsOf(t testing.TB, run func(testing.TB, ...string), path string, tokens []int32) []float32 {
+	t.Helper()
 	out := filepath.Join(t.TempDir(), "logits.f32")
-	args := []string{"logits", dir, out}
+	args := []string{"logits", path, out}
 	for _, tok := range tokens {
 		args = append(args, strconv.Itoa(int(tok)))
 	}
-	runReference(t, args...)
+	run(t, args...)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)

@@ -72,9 +72,25 @@ func FirstDifference(a, b Config) string {
 	if errA != nil || errB != nil {
 		return "config"
 	}
-	var ma, mb map[string]json.RawMessage
-	if json.Unmarshal(ja, &ma) != nil || json.Unmarshal(jb, &mb) != nil {
+	k, va, vb, ok := firstDifferentField(ja, jb)
+	switch {
+	case !ok:
 		return "config"
+	case k == "model":
+		if f, _, _, ok := firstDifferentField(va, vb); ok && f != "" {
+			return "model." + f
+		}
+	}
+	return k
+}
+
+// firstDifferentField returns the first key, in sorted order, whose value
+// differs between the JSON objects a and b, with both values; "" when
+// none does. ok is false when either is not an object.
+func firstDifferentField(a, b json.RawMessage) (key string, va, vb json.RawMessage, ok bool) {
+	var ma, mb map[string]json.RawMessage
+	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
+		return "", nil, nil, false
 	}
 	keys := make([]string, 0, len(ma)+len(mb))
 	for k := range ma {
@@ -87,42 +103,11 @@ func FirstDifference(a, b Config) string {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		if k == "model" && a.Model != b.Model {
-			if f := firstModelDifference(ma[k], mb[k]); f != "" {
-				return "model." + f
-			}
-			return "model"
-		}
 		if !bytes.Equal(ma[k], mb[k]) {
-			return k
+			return k, ma[k], mb[k], true
 		}
 	}
-	return ""
-}
-
-// firstModelDifference names the first field of two model configs' JSON
-// that differs, or returns "".
-func firstModelDifference(a, b json.RawMessage) string {
-	var ma, mb map[string]json.RawMessage
-	if json.Unmarshal(a, &ma) != nil || json.Unmarshal(b, &mb) != nil {
-		return ""
-	}
-	keys := make([]string, 0, len(ma))
-	for k := range ma {
-		keys = append(keys, k)
-	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !bytes.Equal(ma[k], mb[k]) {
-			return k
-		}
-	}
-	return ""
+	return "", nil, nil, true
 }
 
 // Fine-tunes' default peak learning rates: adapters take the rate TRL's

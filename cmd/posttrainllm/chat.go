@@ -83,14 +83,7 @@ to leave. Ctrl-C stops a reply being written.
 			if err := gen.check(); err != nil {
 				return err
 			}
-			if err := src.check("chat"); err != nil {
-				return err
-			}
-			device, err := pickDevice(gen.device, "cpu", "")
-			if err != nil {
-				return err
-			}
-			m, err := src.open(device)
+			m, err := src.openOn("chat", gen.device)
 			if err != nil {
 				return err
 			}

@@ -40,6 +40,19 @@ func (s generationSource) check(command string) error {
 	return nil
 }
 
+// openOn checks the paths for command, picks the device (auto: the GPU
+// where there is one, else the CPU) and opens the model there.
+func (s generationSource) openOn(command, device string) (*generate.Model, error) {
+	if err := s.check(command); err != nil {
+		return nil, err
+	}
+	dev, err := pickDevice(device, "cpu", "")
+	if err != nil {
+		return nil, err
+	}
+	return s.open(dev)
+}
+
 // open loads the model with its tokenizer, chat template and end tokens.
 func (s generationSource) open(device string) (*generate.Model, error) {
 	if s.from != "" && hf.IsFolder(s.from) {

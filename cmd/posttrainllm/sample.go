@@ -130,14 +130,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 // sampleChat answers one question through the chat template, streaming
 // the reply to out.
 func sampleChat(out io.Writer, src generationSource, system, question string, gen genFlags) error {
-	if err := src.check("sample"); err != nil {
-		return err
-	}
-	device, err := pickDevice(gen.device, "cpu", "")
-	if err != nil {
-		return err
-	}
-	m, err := src.open(device)
+	m, err := src.openOn("sample", gen.device)
 	if err != nil {
 		return err
 	}

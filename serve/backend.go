@@ -1,0 +1,67 @@
+// Package serve answers the OpenAI HTTP API (GET /v1/models, POST
+// /v1/completions and POST /v1/chat/completions, streamed or not) over a
+// model that generates text. It holds no MLX code: a Backend (package
+// generate's model, through the command line) encodes prompts and
+// generates; this package parses and checks requests, queues them so that
+// one generation runs at a time, applies stop strings, and writes the
+// OpenAI response and error shapes.
+package serve
+
+import (
+	"context"
+
+	"github.com/posttrainllm/posttrainllm/data"
+)
+
+// Backend is a model the server generates with. Its methods may be called
+// from any goroutine, but the server never runs two Generate calls at
+// once, so a backend keeps one KV cache and one MLX thread busy at a time.
+type Backend interface {
+	// Model is the model's id, listed by /v1/models and accepted in the
+	// requests' "model" field.
+	Model() string
+	// ContextLength is the most tokens a prompt and its completion may
+	// hold together.
+	ContextLength() int
+	// EncodePrompt returns the ids of a completion prompt, with the special
+	// tokens written in it matched as their ids.
+	EncodePrompt(text string) ([]int32, error)
+	// EncodeChat renders messages through the model's chat template up to
+	// the assistant turn that generation continues, and returns its ids.
+	EncodeChat(messages []data.Message) ([]int32, error)
+	// Generate continues prompt, calling emit with each new piece of text
+	// as it is decoded (whole characters only). It stops at the model's end
+	// tokens (FinishStop), after p.MaxTokens tokens (FinishLength), when
+	// emit returns false (FinishStop: a stop string was met), or when ctx
+	// is done (ctx.Err()).
+	Generate(ctx context.Context, prompt []int32, p Params, emit func(text string) bool) (Generation, error)
+}
+
+// Params are a request's sampling settings.
+type Params struct {
+	// MaxTokens is the most tokens to generate, at least 1.
+	MaxTokens int
+	// Temperature divides the logits; 0 picks the most likely token.
+	Temperature float64
+	// TopP keeps the smallest set of most likely tokens whose probabilities
+	// sum to at least TopP (nucleus sampling); 1 keeps all.
+	TopP float64
+	// Seed makes sampling repeatable; HasSeed says whether the request set
+	// one (without, each request draws its own).
+	Seed    int64
+	HasSeed bool
+}
+
+// Finish reasons, as the OpenAI API names them.
+const (
+	FinishStop   = "stop"   // an end token or a stop string
+	FinishLength = "length" // MaxTokens reached
+)
+
+// Generation is what a Generate call made.
+type Generation struct {
+	// Tokens counts the generated tokens, an end token included.
+	Tokens int
+	// Finish is FinishStop or FinishLength.
+	Finish string
+}

@@ -41,6 +41,8 @@ type formulation struct {
 	// proj are the projections of one forward pass, built by forward from
 	// writtenProjectionVJPs.
 	proj projections
+	// linears replace projections by parameter index (LossTermsWith).
+	linears Linears
 }
 
 // formulationFor returns the formulation the model uses on device d for

@@ -119,7 +119,10 @@ func (q *Quantized) quantizedMatmul(x *mlx.Array, a []*mlx.Array) *mlx.Array {
 	if sd := a[1].Dtype(); sd != dt {
 		x = mlx.AsType(x, sd)
 	}
-	return mlx.AsType(mlx.QuantizedMatmul(x, a[0], a[1], a[2], true, q.GroupSize, q.Bits), dt)
+	// The quantized arrays are frozen: MLX has no gradient for them, and a
+	// checkpointed block differentiates every input it is given.
+	w, sc, b := mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2])
+	return mlx.AsType(mlx.QuantizedMatmul(x, w, sc, b, true, q.GroupSize, q.Bits), dt)
 }
 
 // Linears returns the quantized matmuls of the quantized slots, for a

@@ -62,6 +62,7 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err != nil {
 		return nil, err
 	}
+	m.Memory = cfg.ModelMemory()
 	if ft.UsesAdapter() {
 		if _, err := peft.New(ft.Adapter(), m.Specs); err != nil {
 			return nil, err
@@ -189,12 +190,18 @@ func (r *ftRun) open() error {
 			return err
 		}
 		loss, frozen = AdapterLoss(f.Model, r.adapter), base
-		// The float32 adapters feed B·A in float32 (peft.Adapter.Effective):
-		// no compute-dtype copies.
+		if f.FineTune.Quantize > 0 {
+			if frozen, err = quantizeBase(r.adapter, f.Model, base, f.FineTune); err != nil {
+				return err
+			}
+			owned = frozen // the float weights of the quantized slots are freed
+		}
+		// The float32 adapters feed their products in float32
+		// (peft.Adapter.Linears): no compute-dtype copies.
 		opts.ComputeCopies, opts.ComputeDtype = false, 0
 		nA := len(r.adapter.Specs)
 		evalTerms = func(all []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
-			return f.Model.LossTerms(r.adapter.Effective(all[nA:], all[:nA]), x, y)
+			return AdapterTerms(f.Model, r.adapter, all[:nA], all[nA:], x, y)
 		}
 	} else {
 		r.trainNames = make([]string, len(f.Model.Specs))
@@ -210,7 +217,7 @@ func (r *ftRun) open() error {
 	if r.resumeFrom != "" {
 		trainable, optState, err = r.loadResumed(base)
 	} else {
-		trainable, optState, err = r.fresh(trainable, base)
+		trainable, optState, err = r.fresh(trainable, frozen)
 	}
 	if err != nil {
 		return err
@@ -266,12 +273,13 @@ func (r *ftRun) trainableParams() int {
 	return r.cfg.Model.NumParams()
 }
 
-// fresh returns a new run's trainable arrays (fresh adapters, or the base
-// itself for a full fine-tune) and optimizer state.
-func (r *ftRun) fresh(trainable, base []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
+// fresh returns a new run's trainable arrays (fresh adapters over the
+// frozen base, or the base itself for a full fine-tune) and optimizer
+// state.
+func (r *ftRun) fresh(trainable, frozen []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
 	if r.adapter != nil {
 		var err error
-		if trainable, err = r.adapter.Init(r.cfg.Seed, base); err != nil {
+		if trainable, err = r.adapter.Init(r.cfg.Seed, frozen); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -298,7 +306,7 @@ func (r *ftRun) loadResumed(base []*mlx.Array) ([]*mlx.Array, []*mlx.Array, erro
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
 	if ft := r.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
-		!slices.Equal(saved.Targets, ft.Targets) {
+		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v)",
 			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets)
 	}

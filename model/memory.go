@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"reflect"
+	"unsafe"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -28,16 +30,20 @@ type Memory struct {
 // of float32 logits, against 2.5 GB for a 4 × 1,024 batch.
 const LossChunkRows = 1024
 
-// blockFields lists pointers to the block's arrays that are set, in a
-// fixed order: a copy of the block lists its own in the same order.
+// fields lists pointers to the block's arrays that are set, every
+// *mlx.Array field in declaration order (found by reflection, so a field
+// added to block is a checkpoint input without further code): a copy of
+// the block lists its own in the same order.
 func (b *block) fields() []**mlx.Array {
-	all := []**mlx.Array{&b.attnNorm, &b.attnNormB, &b.wq, &b.wk, &b.wv, &b.wo, &b.mlpNorm, &b.mlpNormB,
-		&b.w1, &b.w2, &b.w3, &b.bq, &b.bk, &b.bv, &b.bo, &b.b1, &b.b2, &b.b3, &b.wqkv}
+	v := reflect.ValueOf(b).Elem()
+	arrayType := reflect.TypeFor[*mlx.Array]()
 	var out []**mlx.Array
-	for _, p := range all {
-		if *p != nil {
-			out = append(out, p)
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Type() != arrayType || f.IsNil() {
+			continue
 		}
+		out = append(out, (**mlx.Array)(unsafe.Pointer(f.UnsafeAddr())))
 	}
 	return out
 }

@@ -132,3 +132,36 @@ func TestLinearsRefuseNonProjections(t *testing.T) {
 		}
 	})
 }
+
+// TestBlockFieldsListEveryArray: the checkpointed block's inputs are every
+// array field of block that is set, so none becomes a constant of the
+// recomputation (which would lose its gradient).
+func TestBlockFieldsListEveryArray(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		m, params := initModel(t, familyConfigs()["gpt2"], 1)
+		defer mlx.Free(params...)
+		w, err := m.unpack(params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := w.blocks[0]
+		got := map[*mlx.Array]bool{}
+		for _, p := range b.fields() {
+			got[*p] = true
+		}
+		want := 0
+		for _, a := range []*mlx.Array{b.attnNorm, b.attnNormB, b.wq, b.wk, b.wv, b.wo, b.mlpNorm, b.mlpNormB, b.w1, b.w2,
+			b.bq, b.bk, b.bv, b.bo, b.b1, b.b2} {
+			if a == nil {
+				t.Fatal("a gpt2 block lacks an array it has")
+			}
+			want++
+			if !got[a] {
+				t.Fatalf("fields misses one of the block's arrays (%v)", a.Shape())
+			}
+		}
+		if len(got) != want {
+			t.Fatalf("fields lists %d arrays, the block holds %d", len(got), want)
+		}
+	})
+}

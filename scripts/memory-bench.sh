@@ -1,0 +1,45 @@
+#!/bin/sh
+# memory-bench.sh measures what fine-tuning's memory tools buy on the
+# SmolLM2-135M-Instruct fixture (make real-model): LoRA rank 8 on every
+# projection, batch 2 × 256 tokens of chat records, 4 updates each, one
+# configuration after the other in one run. It prints, per configuration,
+# MLX's peak memory (the run's summary), the process's max RSS, and the
+# seconds per update from metrics.jsonl between updates 2 and 4 (the first
+# update traces and JIT-compiles). Usage: scripts/memory-bench.sh [WORKDIR]
+set -eu
+work=${1:-/tmp/posttrainllm-memory-bench}
+root=$(cd "$(dirname "$0")/.." && pwd)
+model=$root/.deps/models/SmolLM2-135M-Instruct
+mkdir -p "$work"
+bin=$work/posttrainllm
+(cd "$root" && PKG_CONFIG_PATH=$root/.deps/pkgconfig go build -o "$bin" ./cmd/posttrainllm)
+for dt in float32 bfloat16; do
+  [ -d "$work/smol-$dt" ] || "$bin" import "$model" --out "$work/smol-$dt" --context 256 --dtype $dt >/dev/null
+done
+# 64 chat records of about 250 tokens, cut from the repository's docs.
+"$root/.deps/py/bin/python" - "$root" "$work/chat.jsonl" <<'PY'
+import glob, json, re, sys
+words = re.sub(r"\s+", " ", " ".join(open(f).read() for f in sorted(glob.glob(sys.argv[1] + "/docs/*.md")))).split(" ")
+with open(sys.argv[2], "w") as out:
+    for n in range(64):
+        q, a = words[n * 200:n * 200 + 40], words[n * 200 + 40:n * 200 + 200]
+        out.write(json.dumps({"messages": [{"role": "user", "content": "Explain this passage: " + " ".join(q)},
+                                           {"role": "assistant", "content": " ".join(a)}]}) + "\n")
+PY
+run() { # label base flags...
+  label=$1 base=$2
+  shift 2
+  /usr/bin/time -f "maxrss_kb %M" "$bin" finetune --from "$work/$base" --data "$work/chat.jsonl" --targets all --rank 8 \
+    --batch 2 --steps 4 --log-every 1 --lr 1e-4 --no-progress --out "$work/$label" --overwrite "$@" >"$work/$label.log" 2>&1
+  peak=$(sed -n 's/.*peak memory \(.*\)$/\1/p' "$work/$label.log")
+  rss=$(sed -n 's/^maxrss_kb \(.*\)$/\1/p' "$work/$label.log")
+  secs=$("$root/.deps/py/bin/python" -c "import json,sys; m=[json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l]; m=[x for x in m if 'elapsed_s' in x]; print('%.1f' % ((m[-1]['elapsed_s']-m[1]['elapsed_s'])/(len(m)-2)))" "$work/$label/metrics.jsonl")
+  printf '%-28s peak %-10s maxrss %6.2f GB  %6s s/update  (%s)\n' "$label" "$peak" "$(echo "$rss" | awk '{print $1/1e6}')" "$secs" "$*"
+}
+run lora-f32 smol-float32 --loss-chunk -1
+run lora-f32-chunked smol-float32 --loss-chunk 128
+run lora-f32-checkpoint smol-float32 --loss-chunk -1 --grad-checkpoint
+run lora-bf16 smol-bfloat16 --loss-chunk -1
+run qlora4-f32 smol-float32 --loss-chunk -1 --quantize 4
+run qlora4-bf16 smol-bfloat16 --loss-chunk -1 --quantize 4
+run qlora4-bf16-all smol-bfloat16 --loss-chunk 128 --grad-checkpoint --quantize 4

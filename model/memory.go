@@ -50,7 +50,8 @@ func (b *block) fields() []**mlx.Array {
 
 // checkpointedBlock is block l of a forward pass without a KV cache, run
 // inside mlx.Checkpoint: its inputs are the residual stream x, the block's
-// weights and the arrays of its Linears, so their gradients flow as
+// weights, the arrays of its Linears and the document mask of packed rows,
+// so their gradients flow as
 // without the checkpoint, and MLX keeps only those inputs for the
 // backward pass, where it runs the block again.
 func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, l int) *mlx.Array {
@@ -69,6 +70,11 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 			slots = append(slots, slot{k, lin})
 			in = append(in, lin.Arrays...)
 		}
+	}
+	// The document mask of packed rows is an input too: the recomputation
+	// runs after the forward pass has released its own arrays.
+	if f.docMask != nil {
+		in = append(in, f.docMask)
 	}
 	fn := func(args []*mlx.Array) ([]*mlx.Array, error) {
 		g, gelu, ks, free, err := m.freshParts(f, B, T)
@@ -89,6 +95,9 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 				g.proj.lin[*nf[s.field]] = Linear{Arrays: args[pos : pos+n], Apply: s.lin.Apply}
 				pos += n
 			}
+		}
+		if f.docMask != nil {
+			g.docMask = mlx.StopGradient(args[len(args)-1])
 		}
 		out := m.block(g, ks, gelu, nb, args[0], B, T, nil, l)
 		return []*mlx.Array{out}, out.Err()

@@ -231,7 +231,12 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 	defer f.proj.Free()
 	f = f.withLinears(w.flat)
 	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
-	if w.posEmb != nil {
+	if f.seg != nil && cache == nil {
+		f.docMask = documentMask(f.seg)
+		if w.posEmb != nil {
+			x = mlx.Add(x, mlx.Take(w.posEmb, documentPositions(f.seg), 0))
+		}
+	} else if w.posEmb != nil {
 		if offset+T > c.Context {
 			return fail(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))
 		}
@@ -344,7 +349,11 @@ func (m *TinyGPT) attention(f formulation, ks kernels, b block, x *mlx.Array, B,
 			mask = mlx.NoMask // one new position sees every cached one
 		}
 	}
-	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, nil)
+	var maskArr *mlx.Array
+	if f.docMask != nil && cache == nil {
+		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
+	}
+	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, maskArr)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.DModel)
 }
 

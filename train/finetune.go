@@ -77,7 +77,9 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 		return nil, err
 	}
 	if ft.Valid != "" {
-		if f.Valid, err = LoadRows(ft.Valid, tok, cfg.Model.Context, ft.MaskPrompt, ft.Pack); err != nil {
+		// Held-out rows hold one example each: with document masking a
+		// packed example's terms are those it has alone.
+		if f.Valid, err = LoadRows(ft.Valid, tok, cfg.Model.Context, ft.MaskPrompt, false); err != nil {
 			return nil, err
 		}
 	}
@@ -179,6 +181,7 @@ func (r *ftRun) open() error {
 	defer func() { mlx.Free(owned...) }() // until the state takes them
 	opts := RunStepOptions(cfg)
 	var loss WeightedLossFunc
+	var packedLoss PackedLossFunc
 	var trainable, frozen []*mlx.Array
 	var evalTerms TokenLossFunc
 	if f.FineTune.UsesAdapter() {
@@ -189,7 +192,7 @@ func (r *ftRun) open() error {
 		if r.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(r.adapter)); err != nil {
 			return err
 		}
-		loss, frozen = AdapterLoss(f.Model, r.adapter), base
+		loss, packedLoss, frozen = AdapterLoss(f.Model, r.adapter), PackedAdapterLoss(f.Model, r.adapter), base
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(r.adapter, f.Model, base, f.FineTune); err != nil {
 				return err
@@ -211,7 +214,7 @@ func (r *ftRun) open() error {
 		if r.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
 			return err
 		}
-		loss, trainable, evalTerms = FullLoss(f.Model), base, f.Model.LossTerms
+		loss, packedLoss, trainable, evalTerms = FullLoss(f.Model), PackedFullLoss(f.Model), base, f.Model.LossTerms
 	}
 	var optState []*mlx.Array
 	if r.resumeFrom != "" {
@@ -227,7 +230,12 @@ func (r *ftRun) open() error {
 		mlx.Free(base...) // the resumed model replaces the base
 		owned = nil
 	}
-	if r.step, err = NewWeightedStep(loss, r.opt, len(trainable), len(frozen), len(optState), opts); err == nil {
+	if f.FineTune.Pack {
+		r.step, err = NewPackedStep(packedLoss, r.opt, len(trainable), len(frozen), len(optState), opts)
+	} else {
+		r.step, err = NewWeightedStep(loss, r.opt, len(trainable), len(frozen), len(optState), opts)
+	}
+	if err == nil {
 		r.state, err = NewFrozenState(r.step, trainable, frozen, optState)
 	}
 	if err != nil {
@@ -412,7 +420,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		lr := r.schedule.LR(r.steps)
 		b := r.batch
-		if err := r.state.UpdateAsync(lr, Batch{X: b.X, Y: b.Y, W: b.W, N: b.N, B: b.B, T: b.T}); err != nil {
+		if err := r.state.UpdateAsync(lr, Batch{X: b.X, Y: b.Y, W: b.W, Seg: b.Seg, N: b.N, B: b.B, T: b.T}); err != nil {
 			return err
 		}
 		r.samplerState = append(r.samplerState[:0], b.State...)

@@ -52,7 +52,8 @@ type FineTuneConfig struct {
 	// MaskPrompt leaves prompts, user and system turns out of the loss.
 	MaskPrompt bool `json:"mask_prompt"`
 	// Pack concatenates examples into the context instead of padding each
-	// to it (data.BuildRows).
+	// to it (data.BuildRows), each attending only within itself (document
+	// masking, NewPackedStep); held-out rows stay one example each.
 	Pack bool `json:"pack"`
 	// Quantize, when not 0, holds the frozen base's block projections
 	// quantized to this many bits (MLX's affine mode, groups of

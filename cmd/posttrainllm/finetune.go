@@ -53,7 +53,8 @@ docs/finetuning.md. With --mask-prompt (the default) only completions and
 assistant turns count in the loss; role headers never do. The loss is the
 mean over the counted tokens of each whole update, across all --accum
 microbatches. Each example is one sequence of the model's context, cut or
-padded to it; --pack concatenates examples instead.
+padded to it; --pack concatenates examples instead, each attending only
+within itself.
 
 --method lora (default) or dora trains rank --rank adapters scaled by
 --alpha/--rank on the projections --targets names (attn, mlp, all, or
@@ -85,7 +86,7 @@ posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 	fs.Float64Var(&opts.alpha, "alpha", 16, "adapter scale numerator: the update is alpha/r · B·A")
 	fs.StringSliceVar(&opts.targets, "targets", []string{"attn"}, "projections to adapt: attn, mlp, all, or names such as wq,wv")
 	fs.BoolVar(&opts.maskPrompt, "mask-prompt", true, "count only completions and assistant turns in the loss")
-	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each")
+	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each (each attends only within itself)")
 	fs.IntVar(&opts.quantize, "quantize", 0, "hold the frozen base's projections quantized to 4 or 8 bits (2, 3, 5, 6 too) and train the adapters over them (QLoRA); 0 keeps them float")
 	fs.IntVar(&opts.qGroupSize, "q-group-size", 0, "values per quantization scale with --quantize: 32, 64 or 128 (default 64)")
 	fs.StringVar(&opts.out, "out", "", "run folder (default runs/finetune, or the resumed run's folder)")

@@ -42,12 +42,14 @@ deps:
 		$(if $(MLX_BACKEND),-backend $(MLX_BACKEND)) $(if $(MLX_BLAS),-blas $(MLX_BLAS))
 
 # The hf package's tests compare against a numpy reference and the
-# tokenizers library: pinned versions in a project-local virtual
+# tokenizers library, and the TensorBoard test reads run folders with
+# tensorboard's own reader: pinned versions in a project-local virtual
 # environment, reinstalled when the pins change.
 PYTHON ?= python3
 PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3 \
 	gguf==0.19.0 PyYAML==6.0.2 tqdm==4.67.1 requests==2.32.3 \
-	certifi==2024.8.30 charset-normalizer==3.4.0 idna==3.10 urllib3==2.2.3
+	certifi==2024.8.30 charset-normalizer==3.4.0 idna==3.10 urllib3==2.2.3 \
+	tensorboard==2.20.0 protobuf==7.36.2
 py-deps:
 	@if [ "$$(cat .deps/py/pinned 2>/dev/null)" != "$(PY_DEPS)" ]; then \
 		rm -rf .deps/py && $(PYTHON) -m venv .deps/py && \

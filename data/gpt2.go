@@ -87,6 +87,29 @@ func (g *gpt2Tokenizer) Encode(text string) []int32 {
 	return ids
 }
 
+// EncodeSpecial returns the GPT-2 ids of text with every "<|endoftext|>"
+// written in it as EOT, as Hugging Face's tokenizers encodes GPT-2's
+// special token by default, and the text between as Encode does: for
+// prompts that spell out the separator.
+func (g *gpt2Tokenizer) EncodeSpecial(text string) []int32 {
+	var ids []int32
+	for {
+		i := strings.Index(text, gpt2EOTText)
+		if i < 0 {
+			break
+		}
+		ids = append(ids, g.Encode(text[:i])...)
+		ids = append(ids, gpt2EOT)
+		text = text[i+len(gpt2EOTText):]
+	}
+	return append(ids, g.Encode(text)...)
+}
+
+// SpecialTokens maps "<|endoftext|>", GPT-2's one special token, to EOT.
+func (*gpt2Tokenizer) SpecialTokens() map[string]int32 {
+	return map[string]int32{gpt2EOTText: gpt2EOT}
+}
+
 // encodeChunk encodes text with the hand-written GPT-2 pre-tokenizer and
 // the codec's merge ranks: the codec's ids (tests compare them), about four
 // times as fast as its regular-expression engine (docs/techniques.md).

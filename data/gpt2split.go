@@ -46,6 +46,13 @@ func gpt2NextPiece(text string, i int) int {
 	return end
 }
 
+// GPT2PieceEnd returns the end of the piece of GPT-2's pre-tokenizer
+// pattern (see gpt2NextPiece) that starts at text[i:], i < len(text): the
+// split that Hugging Face's ByteLevel pre-tokenizer makes with its regular
+// expression, which data/hftokenizer takes from here so that one
+// hand-written matcher serves both tokenizers.
+func GPT2PieceEnd(text string, i int) int { return gpt2NextPiece(text, i) }
+
 // contraction returns the length of the contraction suffix ('s, 't, 're,
 // 've, 'm, 'll, 'd, case-sensitive) at the start of s, after the
 // apostrophe, or 0.

@@ -135,3 +135,34 @@ func TestTokenizerVocabSizeMatchesTokenizers(t *testing.T) {
 		t.Errorf("unknown name: got %v, want an error naming it", err)
 	}
 }
+
+// GPT-2 is a SpecialTokenizer: EncodeWithSpecials makes each
+// "<|endoftext|>" of the text EOT and encodes the rest as Encode does,
+// which keeps it as text; the byte tokenizer has no special tokens.
+func TestGPT2EncodeSpecial(t *testing.T) {
+	tok, err := NewTokenizer("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := "Hello<|endoftext|><|endoftext|> world<|endoftext"
+	var want []int32
+	want = append(want, tok.Encode("Hello")...)
+	want = append(want, 50256, 50256)
+	want = append(want, tok.Encode(" world<|endoftext")...)
+	if got := EncodeWithSpecials(tok, text); !slices.Equal(got, want) {
+		t.Errorf("EncodeWithSpecials(%q) = %v, want %v", text, got, want)
+	}
+	if slices.Contains(tok.Encode(text), tok.EOT()) {
+		t.Errorf("Encode(%q) contains EOT", text)
+	}
+	if got := tok.(SpecialTokenizer).SpecialTokens(); len(got) != 1 || got["<|endoftext|>"] != 50256 {
+		t.Errorf("SpecialTokens() = %v, want <|endoftext|>: 50256", got)
+	}
+	b, err := NewTokenizer("byte")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EncodeWithSpecials(b, "a<|endoftext|>"); !slices.Equal(got, b.Encode("a<|endoftext|>")) {
+		t.Errorf("byte EncodeWithSpecials = %v, want Encode's %v", got, b.Encode("a<|endoftext|>"))
+	}
+}

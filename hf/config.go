@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 
@@ -13,9 +12,16 @@ import (
 
 // Families this package maps, by their config.json model_type.
 const (
-	GPT2  = "gpt2"
-	Llama = "llama"
+	GPT2    = "gpt2"
+	Llama   = "llama"
+	Mistral = "mistral"
+	Qwen2   = "qwen2"
+	Qwen3   = "qwen3"
+	Phi3    = "phi3"
 )
+
+// familyNames lists the model_types ParseConfig maps, for its errors.
+const familyNames = `"gpt2", "llama", "mistral", "qwen2", "qwen3" or "phi3"`
 
 // ConfigFile is the name of a folder's model configuration.
 const ConfigFile = "config.json"
@@ -34,38 +40,57 @@ type hfConfig struct {
 	Quantization       json.RawMessage `json:"quantization"`
 
 	// GPT-2
-	NEmbd                 int      `json:"n_embd"`
-	NLayer                int      `json:"n_layer"`
-	NHead                 int      `json:"n_head"`
-	NPositions            int      `json:"n_positions"`
-	NInner                *int     `json:"n_inner"`
-	ActivationFunction    string   `json:"activation_function"`
-	LayerNormEpsilon      *float64 `json:"layer_norm_epsilon"`
-	ScaleAttnWeights      *bool    `json:"scale_attn_weights"`
-	ScaleAttnByLayerIdx   bool     `json:"scale_attn_by_inverse_layer_idx"`
-	ReorderAndUpcastAttn  bool     `json:"reorder_and_upcast_attn"`
-	AddCrossAttention     bool     `json:"add_cross_attention"`
-	HiddenSize            int      `json:"hidden_size"`
-	IntermediateSize      int      `json:"intermediate_size"`
-	NumHiddenLayers       int      `json:"num_hidden_layers"`
-	NumAttentionHeads     int      `json:"num_attention_heads"`
-	NumKeyValueHeads      int      `json:"num_key_value_heads"`
-	MaxPositionEmbeddings int      `json:"max_position_embeddings"`
-	RMSNormEps            *float64 `json:"rms_norm_eps"`
-	RoPETheta             *float64 `json:"rope_theta"`
-	RoPEScaling           *struct {
-		Type     string  `json:"type"`
-		RoPEType string  `json:"rope_type"`
-		Factor   float64 `json:"factor"`
-	} `json:"rope_scaling"`
-	HiddenAct     string `json:"hidden_act"`
-	AttentionBias bool   `json:"attention_bias"`
-	MLPBias       bool   `json:"mlp_bias"`
-	HeadDim       int    `json:"head_dim"`
+	NEmbd                int      `json:"n_embd"`
+	NLayer               int      `json:"n_layer"`
+	NHead                int      `json:"n_head"`
+	NPositions           int      `json:"n_positions"`
+	NInner               *int     `json:"n_inner"`
+	ActivationFunction   string   `json:"activation_function"`
+	LayerNormEpsilon     *float64 `json:"layer_norm_epsilon"`
+	ScaleAttnWeights     *bool    `json:"scale_attn_weights"`
+	ScaleAttnByLayerIdx  bool     `json:"scale_attn_by_inverse_layer_idx"`
+	ReorderAndUpcastAttn bool     `json:"reorder_and_upcast_attn"`
+	AddCrossAttention    bool     `json:"add_cross_attention"`
+
+	// Llama and its relatives (Mistral, Qwen2, Qwen3, Phi-3)
+	HiddenSize            int          `json:"hidden_size"`
+	IntermediateSize      int          `json:"intermediate_size"`
+	NumHiddenLayers       int          `json:"num_hidden_layers"`
+	NumAttentionHeads     int          `json:"num_attention_heads"`
+	NumKeyValueHeads      *int         `json:"num_key_value_heads"`
+	MaxPositionEmbeddings int          `json:"max_position_embeddings"`
+	RMSNormEps            *float64     `json:"rms_norm_eps"`
+	RoPETheta             *float64     `json:"rope_theta"`
+	RoPEScaling           *ropeScaling `json:"rope_scaling"`
+	HiddenAct             string       `json:"hidden_act"`
+	AttentionBias         *bool        `json:"attention_bias"`
+	MLPBias               bool         `json:"mlp_bias"`
+	HeadDim               *int         `json:"head_dim"`
+	// Sliding-window attention: Mistral's and Phi-3's sliding_window, and
+	// Qwen's behind use_sliding_window from layer max_window_layers on (or
+	// layer_types). A raw value tells an absent field from null.
+	SlidingWindow       json.RawMessage `json:"sliding_window"`
+	UseSlidingWindow    bool            `json:"use_sliding_window"`
+	MaxWindowLayers     *int            `json:"max_window_layers"`
+	LayerTypes          []string        `json:"layer_types"`
+	PartialRotaryFactor *float64        `json:"partial_rotary_factor"`
+}
+
+// ropeScaling is config.json's rope_scaling: the type (rope_type, or type
+// in older files) and the fields of the types this package maps.
+type ropeScaling struct {
+	Type           string  `json:"type"`
+	RoPEType       string  `json:"rope_type"`
+	Factor         float64 `json:"factor"`
+	LowFreqFactor  float64 `json:"low_freq_factor"`
+	HighFreqFactor float64 `json:"high_freq_factor"`
+	OriginalMax    int     `json:"original_max_position_embeddings"`
 }
 
 // ReadConfig reads DIR/config.json and maps it onto a model.Config in
-// dtype ("" for float32). It returns the family (GPT2 or Llama). A field
+// dtype ("" for float32). It returns the family (GPT2, Llama, Mistral,
+// Qwen2, Qwen3 or Phi3), which the config also records (model.Config's
+// Family) so that export writes the same architecture back. A field
 // that asks for something the model cannot compute (a quantized
 // checkpoint, an unknown model_type, a rope_scaling type other than
 // linear, …) is an error that names it.
@@ -103,17 +128,18 @@ func ParseConfig(b []byte, dtype string) (model.Config, string, error) {
 	switch h.ModelType {
 	case GPT2:
 		cfg, err = gpt2Config(h)
-	case Llama:
-		cfg, err = llamaConfig(h)
+	case Llama, Mistral, Qwen2, Qwen3, Phi3:
+		cfg, err = ropeFamilyConfig(h)
 	case "":
-		return model.Config{}, "", fmt.Errorf("model_type is missing; want %q or %q", GPT2, Llama)
+		return model.Config{}, "", fmt.Errorf("model_type is missing; want %s", familyNames)
 	default:
-		return model.Config{}, "", fmt.Errorf("model_type %q is not supported; want %q or %q", h.ModelType, GPT2, Llama)
+		return model.Config{}, "", fmt.Errorf("model_type %q is not supported; want %s", h.ModelType, familyNames)
 	}
 	if err != nil {
 		return model.Config{}, "", err
 	}
 	cfg.Dtype = dtype
+	cfg.Family = h.ModelType
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return model.Config{}, "", err
@@ -160,116 +186,4 @@ func gpt2Config(h hfConfig) (model.Config, error) {
 		cfg.MLPHidden = *h.NInner
 	}
 	return cfg, nil
-}
-
-// llamaConfig maps LlamaForCausalLM's configuration.
-func llamaConfig(h hfConfig) (model.Config, error) {
-	switch {
-	case h.HiddenAct != "" && h.HiddenAct != "silu":
-		return model.Config{}, fmt.Errorf("hidden_act %q is not supported; want silu", h.HiddenAct)
-	case h.AttentionBias:
-		return model.Config{}, fmt.Errorf("attention_bias = true is not supported")
-	case h.MLPBias:
-		return model.Config{}, fmt.Errorf("mlp_bias = true is not supported")
-	case h.NumAttentionHeads > 0 && h.HeadDim != 0 && h.HeadDim*h.NumAttentionHeads != h.HiddenSize:
-		return model.Config{}, fmt.Errorf("head_dim = %d is not supported; want hidden_size/num_attention_heads = %d",
-			h.HeadDim, h.HiddenSize/h.NumAttentionHeads)
-	}
-	cfg := model.Config{
-		VocabSize: h.VocabSize, DModel: h.HiddenSize, Layers: h.NumHiddenLayers, Heads: h.NumAttentionHeads,
-		KVHeads: h.NumKeyValueHeads, Context: h.MaxPositionEmbeddings, MLPRatio: 4, MLPHidden: h.IntermediateSize,
-		TiedEmbeddings: orDefault(h.TieEmbeddings, false), NormEps: orDefault(h.RMSNormEps, 1e-6),
-		RoPEBase: orDefault(h.RoPETheta, 10000), Norm: model.NormRMS, Positions: model.PositionsRoPE, MLP: model.MLPSwiGLU,
-	}
-	if cfg.KVHeads == cfg.Heads {
-		cfg.KVHeads = 0
-	}
-	if h.IntermediateSize <= 0 {
-		return model.Config{}, fmt.Errorf("intermediate_size = %d, want > 0", h.IntermediateSize)
-	}
-	if s := h.RoPEScaling; s != nil {
-		kind := s.RoPEType
-		if kind == "" {
-			kind = s.Type
-		}
-		if kind != "linear" {
-			return model.Config{}, fmt.Errorf("rope_scaling type %q is not supported; want linear (or no rope_scaling)", kind)
-		}
-		if !(s.Factor > 0) || math.IsInf(s.Factor, 0) {
-			return model.Config{}, fmt.Errorf("rope_scaling factor = %g, want a finite value > 0", s.Factor)
-		}
-		cfg.RoPEScale = s.Factor
-	}
-	return cfg, nil
-}
-
-// Family reports which Hugging Face family cfg is an instance of, or an
-// error naming the field that keeps it from being one: export writes only
-// models that transformers computes identically.
-func Family(cfg model.Config) (string, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.EmbedNorm {
-		return "", fmt.Errorf("embed_norm = true has no Hugging Face GPT-2 or Llama counterpart")
-	}
-	switch {
-	case cfg.Norm == model.NormLayer && cfg.Positions == model.PositionsLearned:
-		switch {
-		case !cfg.Bias:
-			return "", fmt.Errorf("a GPT-2 model needs bias = true")
-		case cfg.MLP == model.MLPSwiGLU:
-			return "", fmt.Errorf("a GPT-2 model needs mlp = gelu, not %q", cfg.MLP)
-		case cfg.KVHeads != 0 && cfg.KVHeads != cfg.Heads:
-			return "", fmt.Errorf("a GPT-2 model needs kv_heads = heads, not %d", cfg.KVHeads)
-		case !cfg.TiedEmbeddings:
-			return "", fmt.Errorf("a GPT-2 model needs tied_embeddings = true")
-		}
-		return GPT2, nil
-	case cfg.Norm != model.NormLayer && cfg.Positions != model.PositionsLearned && cfg.MLP == model.MLPSwiGLU:
-		if cfg.Bias {
-			return "", fmt.Errorf("a Llama model needs bias = false")
-		}
-		return Llama, nil
-	}
-	return "", fmt.Errorf("model config (norm %q, positions %q, mlp %q) is neither GPT-2 (norm layer, positions learned, mlp gelu) nor Llama (norm rms, positions rope, mlp swiglu)",
-		orName(cfg.Norm, model.NormRMS), orName(cfg.Positions, model.PositionsRoPE), orName(cfg.MLP, model.MLPGELU))
-}
-
-func orName(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
-}
-
-// exportConfig is the config.json written for cfg of family.
-func exportConfig(cfg model.Config, family string) map[string]any {
-	dtype := cfg.ParamDtype().String()
-	switch family {
-	case GPT2:
-		act := "gelu_new"
-		if cfg.GELU != model.GELUTanh {
-			act = "gelu"
-		}
-		return map[string]any{
-			"architectures": []string{"GPT2LMHeadModel"}, "model_type": GPT2,
-			"vocab_size": cfg.VocabSize, "n_positions": cfg.Context, "n_ctx": cfg.Context,
-			"n_embd": cfg.DModel, "n_layer": cfg.Layers, "n_head": cfg.Heads, "n_inner": cfg.Hidden(),
-			"activation_function": act, "layer_norm_epsilon": cfg.NormEps, "tie_word_embeddings": true,
-			"torch_dtype": dtype,
-		}
-	default:
-		out := map[string]any{
-			"architectures": []string{"LlamaForCausalLM"}, "model_type": Llama,
-			"vocab_size": cfg.VocabSize, "hidden_size": cfg.DModel, "intermediate_size": cfg.Hidden(),
-			"num_hidden_layers": cfg.Layers, "num_attention_heads": cfg.Heads,
-			"num_key_value_heads": cfg.KVHeadCount(), "max_position_embeddings": cfg.Context,
-			"rms_norm_eps": cfg.NormEps, "rope_theta": cfg.RoPEBase, "hidden_act": "silu",
-			"tie_word_embeddings": cfg.TiedEmbeddings, "attention_bias": false, "mlp_bias": false,
-			"rope_scaling": nil, "torch_dtype": dtype,
-		}
-		if cfg.RoPEScale != 0 && cfg.RoPEScale != 1 {
-			out["rope_scaling"] = map[string]any{"rope_type": "linear", "factor": cfg.RoPEScale}
-		}
-		return out
-	}
 }

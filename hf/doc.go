@@ -1,7 +1,9 @@
 // Package hf reads and writes Hugging Face model folders: config.json,
 // model.safetensors or shards listed in model.safetensors.index.json, for
-// the GPT-2 and Llama families. Import maps a folder's configuration onto
-// model.Config and its tensors onto the model's named parameter list
-// (transposing GPT-2's Conv1D weights, splitting its fused c_attn); export
-// writes the reverse, a folder that Hugging Face transformers loads.
+// GPT-2 and the Llama-shaped families (Llama 2 and 3.x, Mistral, Qwen2,
+// Qwen3, Phi-3). Import maps a folder's configuration onto model.Config
+// and its tensors onto the model's named parameter list (transposing
+// GPT-2's Conv1D weights, splitting its fused c_attn and Phi-3's fused
+// qkv_proj and gate_up_proj); export writes the reverse, a folder that
+// Hugging Face transformers loads as the class it was imported from.
 package hf

@@ -23,9 +23,9 @@ func (t tensors) take(name string) (*mlx.Array, error) {
 // toParams maps a folder's tensors of family onto the model's parameter
 // names. GPT-2's Conv1D weights are stored [in, out] and transposed here
 // to the model's [out, in]; its c_attn holds q, k and v side by side and
-// is split. Llama's projections are stored [out, in] already, and its q
-// and k rows are in the rotate-half order that MLX's RoPE (traditional =
-// false) uses, so they map as they are.
+// is split. The Llama-shaped families store projections [out, in] already,
+// and their q and k rows are in the rotate-half order that MLX's RoPE
+// (traditional = false) uses, so they map as they are (ropeToParams).
 func toParams(family string, cfg model.Config, t tensors) (map[string]*mlx.Array, error) {
 	out := map[string]*mlx.Array{}
 	var errs []error
@@ -73,25 +73,9 @@ func toParams(family string, cfg model.Config, t tensors) (map[string]*mlx.Array
 		}
 		ln(pre+"ln_f", "norm")
 		delete(t, "lm_head.weight") // tied to wte
-	case Llama:
-		out["tok_embeddings.weight"] = take("model.embed_tokens.weight")
-		for i := range cfg.Layers {
-			h, p := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blocks.%d.", i)
-			out[p+"attn_norm.weight"] = take(h + "input_layernorm.weight")
-			for _, n := range [][2]string{{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}} {
-				out[p+"attn."+n[1]+".weight"] = take(h + "self_attn." + n[0] + ".weight")
-			}
-			out[p+"mlp_norm.weight"] = take(h + "post_attention_layernorm.weight")
-			for _, n := range [][2]string{{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}} {
-				out[p+"mlp."+n[1]+".weight"] = take(h + "mlp." + n[0] + ".weight")
-			}
-			delete(t, h+"self_attn.rotary_emb.inv_freq") // a buffer of older files
-		}
-		out["norm.weight"] = take("model.norm.weight")
-		if cfg.TiedEmbeddings {
-			delete(t, "lm_head.weight") // some tied files store the copy
-		} else {
-			out["output.weight"] = take("lm_head.weight")
+	case Llama, Mistral, Qwen2, Qwen3, Phi3:
+		if err := ropeToParams(family, cfg, t, out, take); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("family %q is not supported", family)
@@ -143,23 +127,8 @@ func fromParams(family string, cfg model.Config, p map[string]*mlx.Array) map[st
 			conv(b+"mlp.w2", h+"mlp.c_proj")
 		}
 		ln("norm", "transformer.ln_f")
-	case Llama:
-		out["model.embed_tokens.weight"] = vocab(p["tok_embeddings.weight"])
-		for i := range cfg.Layers {
-			h, b := fmt.Sprintf("model.layers.%d.", i), fmt.Sprintf("blocks.%d.", i)
-			out[h+"input_layernorm.weight"] = p[b+"attn_norm.weight"]
-			for _, n := range [][2]string{{"q_proj", "wq"}, {"k_proj", "wk"}, {"v_proj", "wv"}, {"o_proj", "wo"}} {
-				out[h+"self_attn."+n[0]+".weight"] = p[b+"attn."+n[1]+".weight"]
-			}
-			out[h+"post_attention_layernorm.weight"] = p[b+"mlp_norm.weight"]
-			for _, n := range [][2]string{{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}} {
-				out[h+"mlp."+n[0]+".weight"] = p[b+"mlp."+n[1]+".weight"]
-			}
-		}
-		out["model.norm.weight"] = p["norm.weight"]
-		if !cfg.TiedEmbeddings {
-			out["lm_head.weight"] = vocab(p["output.weight"])
-		}
+	default:
+		ropeFromParams(family, cfg, p, out, vocab)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package hf
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -97,6 +98,37 @@ func closeLogits(t testing.TB, what string, got, want []float32) {
 	t.Logf("%s: max |Δlogit| %.3g at scale %.3g", what, worst, scale)
 }
 
+// sameTensors fails unless the folder got holds the tensors of the folder
+// want under the same names, with want's values (cast to got's dtype):
+// an export writes back the layout it imported, fused tensors included.
+func sameTensors(t *testing.T, got, want string) {
+	t.Helper()
+	mlx.Run(func() []*mlx.Array {
+		g, err := readTensors(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := readTensors(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name := range w {
+			if _, ok := g[name]; !ok {
+				t.Errorf("the export lacks tensor %q", name)
+			}
+		}
+		for name, a := range g {
+			b, ok := w[name]
+			if !ok {
+				t.Errorf("the export has tensor %q, the imported folder none", name)
+				continue
+			}
+			sameBits(t, name, a, mlx.AsType(b, a.Dtype()))
+		}
+		return nil
+	})
+}
+
 // sameBits fails unless got has want's shape, dtype and bytes.
 func sameBits(t testing.TB, what string, got, want *mlx.Array) {
 	t.Helper()
@@ -141,39 +173,63 @@ func TestImportMatchesReference(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "hf")
 			runReference(t, append([]string{"make", dir, "--family", c.family, "--dtype", c.dtype,
 				"--shards", strconv.Itoa(c.shards), "--seed", strconv.Itoa(i)}, c.extra...)...)
-			m, err := Load(dir, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Free()
-			if m.Family != c.family {
-				t.Fatalf("family %q, want %q", m.Family, c.family)
-			}
-			want := referenceLogits(t, dir, tokens)
-			got := modelLogits(t, m, tokens)
-			closeLogits(t, "import", got, want)
-
-			out := filepath.Join(t.TempDir(), "export")
-			if _, err := Save(out, m.Model, m.Params); err != nil {
-				t.Fatal(err)
-			}
-			closeLogits(t, "reference on the export", got, referenceLogits(t, out, tokens))
-			back, err := Load(out, "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer back.Free()
-			// The round trip keeps every parameter bit for bit; the logits
-			// agree to float tolerance only, since an import may hold a
-			// weight as a transposed view where the export's reload holds it
-			// contiguous, and BLAS sums the two layouts in different orders.
-			if len(back.Params) != len(m.Params) {
-				t.Fatalf("%d parameters after export and import, %d before", len(back.Params), len(m.Params))
-			}
-			for j, p := range m.Params {
-				sameBits(t, fmt.Sprintf("parameter %d", j), back.Params[j], p)
-			}
-			closeLogits(t, "export and import", modelLogits(t, back, tokens), got)
+			checkAgainstReference(t, dir, c.family, tokens)
 		})
 	}
+}
+
+// checkAgainstReference imports the folder dir, checks its family and its
+// logits on tokens against the numpy reference, exports it, checks the
+// reference on the export and the export's config.json's model_type, and
+// imports the export: every parameter bit for bit, and the same logits.
+func checkAgainstReference(t *testing.T, dir, family string, tokens []int32) {
+	t.Helper()
+	m, err := Load(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	if m.Family != family {
+		t.Fatalf("family %q, want %q", m.Family, family)
+	}
+	want := referenceLogits(t, dir, tokens)
+	got := modelLogits(t, m, tokens)
+	closeLogits(t, "import", got, want)
+
+	out := filepath.Join(t.TempDir(), "export")
+	if f, err := Save(out, m.Model, m.Params); err != nil || f != family {
+		t.Fatalf("export: family %q, %v; want %q", f, err, family)
+	}
+	b, err := os.ReadFile(filepath.Join(out, ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exported struct {
+		ModelType     string   `json:"model_type"`
+		Architectures []string `json:"architectures"`
+	}
+	if err := json.Unmarshal(b, &exported); err != nil || exported.ModelType != family || len(exported.Architectures) != 1 {
+		t.Fatalf("exported config.json: model_type %q, architectures %v (%v); want %q", exported.ModelType, exported.Architectures, err, family)
+	}
+	closeLogits(t, "reference on the export", got, referenceLogits(t, out, tokens))
+	sameTensors(t, out, dir)
+	back, err := Load(out, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Free()
+	if back.Model.Config != m.Model.Config {
+		t.Fatalf("config after export and import %+v, before %+v", back.Model.Config, m.Model.Config)
+	}
+	// The round trip keeps every parameter bit for bit; the logits
+	// agree to float tolerance only, since an import may hold a
+	// weight as a transposed view where the export's reload holds it
+	// contiguous, and BLAS sums the two layouts in different orders.
+	if len(back.Params) != len(m.Params) {
+		t.Fatalf("%d parameters after export and import, %d before", len(back.Params), len(m.Params))
+	}
+	for j, p := range m.Params {
+		sameBits(t, m.Model.Specs[j].Name, back.Params[j], p)
+	}
+	closeLogits(t, "export and import", modelLogits(t, back, tokens), got)
 }

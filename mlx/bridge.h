@@ -186,6 +186,9 @@ int ptlm_triu(ptlm_array a, int k, ptlm_array* out);
 int ptlm_fast_rms_norm(ptlm_array x, ptlm_array weight, float eps, ptlm_array* out);
 int ptlm_fast_layer_norm(ptlm_array x, ptlm_array weight, ptlm_array bias, float eps, ptlm_array* out);
 int ptlm_fast_rope(ptlm_array x, int dims, bool traditional, float base, float scale, int offset, ptlm_array* out);
+// rope with the period of each rotated pair given (freqs, [dims/2]) instead of a base.
+int ptlm_fast_rope_freqs(ptlm_array x, int dims, bool traditional, float scale, int offset, ptlm_array freqs,
+                        ptlm_array* out);
 int ptlm_fast_sdpa(ptlm_array q, ptlm_array k, ptlm_array v, float scale, const char* mask_mode,
                   ptlm_array mask, ptlm_array* out);
 int ptlm_fast_cross_entropy(ptlm_array logits, ptlm_array targets, ptlm_array* out);

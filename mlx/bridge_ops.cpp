@@ -111,6 +111,10 @@ int ptlm_fast_layer_norm(ptlm_array x, ptlm_array weight, ptlm_array bias, float
 int ptlm_fast_rope(ptlm_array x, int dims, bool traditional, float base, float scale, int offset, ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::fast::rope(A(x), dims, traditional, base, scale, offset)))
 }
+int ptlm_fast_rope_freqs(ptlm_array x, int dims, bool traditional, float scale, int offset, ptlm_array freqs,
+                        ptlm_array* out) {
+  PTLM_TRY(*out = wrap(mx::fast::rope(A(x), dims, traditional, std::nullopt, scale, offset, A(freqs))))
+}
 int ptlm_fast_sdpa(ptlm_array q, ptlm_array k, ptlm_array v, float scale, const char* mask_mode, ptlm_array mask,
                   ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::fast::scaled_dot_product_attention(A(q), A(k), A(v), scale,

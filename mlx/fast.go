@@ -73,6 +73,17 @@ func RoPE(x *Array, dims int, traditional bool, base, scale float32, offset int)
 	})
 }
 
+// RoPEFreqs is RoPE with each rotated pair's frequency given rather than
+// derived from a base: freqs [dims/2] holds the period of pair i (pair i
+// turns by position·scale/freqs[i] radians), as MLX's fast::rope takes it.
+// Scaled schemes such as Llama 3's, which stretch some frequencies and
+// keep others, are written this way.
+func RoPEFreqs(x *Array, dims int, traditional bool, freqs *Array, scale float32, offset int) *Array {
+	return binary("rope", x, freqs, func(a, f C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_fast_rope_freqs(a, C.int(dims), C.bool(traditional), C.float(scale), C.int(offset), f, o)
+	})
+}
+
 // AttentionMask selects the mask of ScaledDotProductAttention.
 type AttentionMask string
 

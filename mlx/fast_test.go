@@ -122,6 +122,31 @@ func TestRoPE(t *testing.T) {
 	})
 }
 
+// RoPE with frequencies given as periods base^(2i/dims) is RoPE with that
+// base; halving one period doubles that pair's rotation and no other's.
+func TestRoPEFreqs(t *testing.T) {
+	onMLX(t, func() {
+		const B, H, T, D = 1, 2, 5, 8
+		x := lcg(7, B*H*T*D)
+		periods := make([]float32, D/2)
+		for i := range periods {
+			periods[i] = float32(math.Pow(100, 2*float64(i)/D))
+		}
+		got := RoPEFreqs(f32(x, B, H, T, D), D, false, FromSlice(periods, D/2), 0.5, 2)
+		checkClose(t, "rope freqs", got, []int{B, H, T, D}, refRoPE(x, B*H, T, D, D, 100, 0.5, 2), 1e-5)
+		periods[1] /= 2
+		got = RoPEFreqs(f32(x, B, H, T, D), D, false, FromSlice(periods, D/2), 1, 0)
+		want := refRoPE(x, B*H, T, D, D, 100, 1, 0)
+		twice := refRoPE(x, B*H, T, D, D, 100, 2, 0)
+		for r := 0; r < B*H*T; r++ {
+			for _, j := range []int{1, 1 + D/2} {
+				want[r*D+j] = twice[r*D+j]
+			}
+		}
+		checkClose(t, "rope freqs, one period halved", got, []int{B, H, T, D}, want, 1e-5)
+	})
+}
+
 // refAttention computes softmax(q·kᵀ·scale + mask)·v per [T, D] head.
 func refAttention(q, k, v []float64, heads, T, D int, scale float64, causal bool) []float64 {
 	out := make([]float64, heads*T*D)

@@ -4,7 +4,9 @@
 // whole training step can be traced and compiled. Config fields turn the
 // same code path into the GPT-2 family (LayerNorm with biases, learned
 // positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
-// attention, scaled RoPE); a KVCache lets generation feed each token once.
+// attention, scaled RoPE) and its relatives: Llama 3's scaled frequencies,
+// Qwen2's q/k/v biases, Qwen3's per-head q/k norms and head widths other
+// than d_model/heads. A KVCache lets generation feed each token once.
 package model
 
 import (
@@ -69,6 +71,43 @@ type Config struct {
 	// RoPEScale is linear RoPE scaling: positions are divided by it. 0 or 1
 	// means none.
 	RoPEScale float64 `json:"rope_scale,omitempty"`
+	// HeadDimension is the width of one attention head where it is not
+	// DModel/Heads (Qwen3, some Llama 3 checkpoints): q is
+	// Heads·HeadDimension wide, k and v KVHeads·HeadDimension, and the
+	// output projection maps Heads·HeadDimension back to DModel. 0 means
+	// DModel/Heads.
+	HeadDimension int `json:"head_dim,omitempty"`
+	// QKVBias adds a bias to the q, k and v projections (Qwen2); Bias
+	// implies it.
+	QKVBias bool `json:"qkv_bias,omitempty"`
+	// OutBias adds a bias to attention's output projection wo (with
+	// QKVBias, Llama's attention_bias); Bias implies it.
+	OutBias bool `json:"out_bias,omitempty"`
+	// QKNorm normalises every head of q and of k with an RMSNorm whose
+	// gain is HeadDim wide, before the rotary positions (Qwen3's q_norm
+	// and k_norm).
+	QKNorm bool `json:"qk_norm,omitempty"`
+	// RoPEType is how rotary frequencies are scaled: "" (the base's
+	// frequencies, positions divided by RoPEScale) or "llama3" (Llama
+	// 3.1's rope_scaling, described by the four fields below).
+	RoPEType string `json:"rope_type,omitempty"`
+	// RoPEFactor, RoPELowFreqFactor, RoPEHighFreqFactor and
+	// RoPEOriginalContext are Llama 3's rope_scaling (factor,
+	// low_freq_factor, high_freq_factor, original_max_position_embeddings):
+	// frequencies whose wavelength exceeds RoPEOriginalContext /
+	// RoPELowFreqFactor are divided by RoPEFactor, those whose wavelength
+	// is below RoPEOriginalContext / RoPEHighFreqFactor are kept, and those
+	// between are interpolated (rope.go).
+	RoPEFactor          float64 `json:"rope_factor,omitempty"`
+	RoPELowFreqFactor   float64 `json:"rope_low_freq_factor,omitempty"`
+	RoPEHighFreqFactor  float64 `json:"rope_high_freq_factor,omitempty"`
+	RoPEOriginalContext int     `json:"rope_original_context,omitempty"`
+	// Family is the Hugging Face model_type the configuration came from
+	// (llama, mistral, qwen2, qwen3, phi3, gpt2), set by import so that
+	// export writes the same architecture and tensor layout back (Phi-3's
+	// fused projections, say). It does not change what the model computes;
+	// "" lets export infer the family from the other fields.
+	Family string `json:"family,omitempty"`
 }
 
 // maxPadVocabTo bounds PadVocabTo: beyond it padding only wastes memory.
@@ -122,14 +161,17 @@ func (c Config) Validate() error {
 	if c.PadVocabTo < 0 || c.PadVocabTo > maxPadVocabTo {
 		return fmt.Errorf("model config: pad_vocab_to = %d, want 0 (no padding) to %d", c.PadVocabTo, maxPadVocabTo)
 	}
-	if c.DModel%c.Heads != 0 {
+	if c.HeadDimension < 0 {
+		return fmt.Errorf("model config: head_dim = %d, want >= 0 (0: d_model/heads)", c.HeadDimension)
+	}
+	if c.HeadDimension == 0 && c.DModel%c.Heads != 0 {
 		return fmt.Errorf("model config: d_model %d is not divisible by heads %d", c.DModel, c.Heads)
 	}
 	if err := c.validateFamily(); err != nil {
 		return err
 	}
-	if hd := c.DModel / c.Heads; hd%2 != 0 && c.Positions != PositionsLearned {
-		return fmt.Errorf("model config: head dimension %d (d_model/heads) must be even for rotary embeddings", hd)
+	if hd := c.HeadDim(); hd%2 != 0 && c.Positions != PositionsLearned {
+		return fmt.Errorf("model config: head dimension %d (head_dim, or d_model/heads) must be even for rotary embeddings", hd)
 	}
 	if !(c.MLPRatio > 0) || math.IsInf(c.MLPRatio, 0) || c.Hidden() < 1 {
 		return fmt.Errorf("model config: mlp_ratio = %g, want > 0 and finite", c.MLPRatio)
@@ -151,8 +193,14 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// HeadDim is the width of one attention head.
-func (c Config) HeadDim() int { return c.DModel / c.Heads }
+// HeadDim is the width of one attention head: HeadDimension, or
+// DModel/Heads when it is 0.
+func (c Config) HeadDim() int {
+	if c.HeadDimension > 0 {
+		return c.HeadDimension
+	}
+	return c.DModel / c.Heads
+}
 
 // Hidden is the MLP's inner width.
 func (c Config) Hidden() int {

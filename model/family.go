@@ -14,6 +14,8 @@ const (
 	PositionsLearned = "learned"
 	MLPGELU          = "gelu"
 	MLPSwiGLU        = "swiglu"
+	// RoPELlama3 is Config.RoPEType for Llama 3.1's scaled frequencies.
+	RoPELlama3 = "llama3"
 )
 
 // validateFamily reports the first family-level field that names no
@@ -40,6 +42,44 @@ func (c Config) validateFamily() error {
 	if c.RoPEScale < 0 || math.IsNaN(c.RoPEScale) || math.IsInf(c.RoPEScale, 0) {
 		return fmt.Errorf("model config: rope_scale = %g, want a finite value >= 0", c.RoPEScale)
 	}
+	return c.validateRoPEType()
+}
+
+// validateRoPEType reports Llama 3 rope fields that are out of range, or
+// set without rope_type llama3.
+func (c Config) validateRoPEType() error {
+	switch c.RoPEType {
+	case "":
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"rope_factor", c.RoPEFactor}, {"rope_low_freq_factor", c.RoPELowFreqFactor},
+			{"rope_high_freq_factor", c.RoPEHighFreqFactor}, {"rope_original_context", float64(c.RoPEOriginalContext)}} {
+			if f.v != 0 {
+				return fmt.Errorf("model config: %s = %g needs rope_type %q", f.name, f.v, RoPELlama3)
+			}
+		}
+		return nil
+	case RoPELlama3:
+	default:
+		return fmt.Errorf("model config: rope_type = %q, want \"\" (unscaled or linear rope_scale) or %q", c.RoPEType, RoPELlama3)
+	}
+	finite := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
+	switch {
+	case c.learnedPositions():
+		return fmt.Errorf("model config: rope_type %q needs positions %q", c.RoPEType, PositionsRoPE)
+	case c.RoPEScale != 0 && c.RoPEScale != 1:
+		return fmt.Errorf("model config: rope_scale = %g with rope_type %q; want one scaling, not both", c.RoPEScale, c.RoPEType)
+	case !finite(c.RoPEFactor):
+		return fmt.Errorf("model config: rope_factor = %g, want a finite value > 0", c.RoPEFactor)
+	case !finite(c.RoPELowFreqFactor):
+		return fmt.Errorf("model config: rope_low_freq_factor = %g, want a finite value > 0", c.RoPELowFreqFactor)
+	case !finite(c.RoPEHighFreqFactor) || c.RoPEHighFreqFactor <= c.RoPELowFreqFactor:
+		return fmt.Errorf("model config: rope_high_freq_factor = %g, want a finite value > rope_low_freq_factor %g",
+			c.RoPEHighFreqFactor, c.RoPELowFreqFactor)
+	case c.RoPEOriginalContext <= 0:
+		return fmt.Errorf("model config: rope_original_context = %d, want > 0", c.RoPEOriginalContext)
+	}
 	return nil
 }
 
@@ -64,6 +104,15 @@ func (c Config) swiGLU() bool { return c.MLP == MLPSwiGLU }
 
 // normBias says whether norms carry a bias: LayerNorms of a biased family.
 func (c Config) normBias() bool { return c.Bias && c.layerNorm() }
+
+// qkvBias says whether the q, k and v projections carry biases.
+func (c Config) qkvBias() bool { return c.Bias || c.QKVBias }
+
+// outBias says whether attention's output projection carries a bias.
+func (c Config) outBias() bool { return c.Bias || c.OutBias }
+
+// qDim is the width of the q projection: Heads·HeadDim.
+func (c Config) qDim() int { return c.Heads * c.HeadDim() }
 
 // ropeScale is the factor MLX's RoPE multiplies positions by.
 func (c Config) ropeScale() float32 {

@@ -10,15 +10,26 @@ import (
 )
 
 // familyConfigs are small models of each family: TinyGPT, GPT-2 (LayerNorm
-// with biases, learned positions, tanh GELU, tied head) and Llama (RMSNorm,
-// scaled RoPE, SwiGLU, grouped-query attention, untied head).
+// with biases, learned positions, tanh GELU, tied head), Llama (RMSNorm,
+// linearly scaled RoPE, SwiGLU, grouped-query attention, untied head),
+// Llama 3 (its scaled frequencies, a head width other than d_model/heads,
+// attention biases), Qwen2 (q/k/v biases, tied head) and Qwen3 (per-head
+// q/k norms, a head width other than d_model/heads). Mistral and Phi-3
+// compute what Llama does.
 func familyConfigs() map[string]Config {
+	llama := Config{VocabSize: 61, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 16, MLPHidden: 40,
+		Norm: NormRMS, MLP: MLPSwiGLU, RoPEBase: 500000}
+	llama3, qwen2, qwen3 := llama, llama, llama
+	llama.RoPEScale = 2
+	llama3.HeadDimension, llama3.QKVBias, llama3.OutBias = 12, true, true
+	llama3.RoPEType, llama3.RoPEFactor, llama3.RoPELowFreqFactor, llama3.RoPEHighFreqFactor, llama3.RoPEOriginalContext = RoPELlama3, 8, 1, 4, 64
+	qwen2.QKVBias, qwen2.TiedEmbeddings, qwen2.RoPEBase = true, true, 1e6
+	qwen3.QKNorm, qwen3.HeadDimension, qwen3.TiedEmbeddings, qwen3.RoPEBase = true, 16, true, 1e6
 	return map[string]Config{
 		"tinygpt": smallConfig(),
 		"gpt2": {VocabSize: 61, DModel: 24, Layers: 2, Heads: 4, Context: 16, TiedEmbeddings: true,
 			Norm: NormLayer, Bias: true, Positions: PositionsLearned, GELU: GELUTanh},
-		"llama": {VocabSize: 61, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 16, MLPHidden: 40,
-			Norm: NormRMS, MLP: MLPSwiGLU, RoPEBase: 500000, RoPEScale: 2},
+		"llama": llama, "llama3": llama3, "qwen2": qwen2, "qwen3": qwen3,
 	}
 }
 
@@ -37,13 +48,25 @@ func TestFamilyParamCountMatchesSpecs(t *testing.T) {
 
 func TestValidateRejectsBadFamilyFields(t *testing.T) {
 	cases := map[string]func(*Config){
-		"norm":       func(c *Config) { c.Norm = "batch" },
-		"positions":  func(c *Config) { c.Positions = "alibi" },
-		"mlp":        func(c *Config) { c.MLP = "relu" },
-		"gelu":       func(c *Config) { c.GELU = "sigmoid" },
-		"kv_heads":   func(c *Config) { c.KVHeads = 3 },
-		"mlp_hidden": func(c *Config) { c.MLPHidden = -1 },
-		"rope_scale": func(c *Config) { c.RoPEScale = math.Inf(1) },
+		"norm":                            func(c *Config) { c.Norm = "batch" },
+		"positions":                       func(c *Config) { c.Positions = "alibi" },
+		"mlp":                             func(c *Config) { c.MLP = "relu" },
+		"gelu":                            func(c *Config) { c.GELU = "sigmoid" },
+		"kv_heads":                        func(c *Config) { c.KVHeads = 3 },
+		"mlp_hidden":                      func(c *Config) { c.MLPHidden = -1 },
+		"rope_scale":                      func(c *Config) { c.RoPEScale = math.Inf(1) },
+		"head_dim":                        func(c *Config) { c.HeadDimension = -4 },
+		"rope_type":                       func(c *Config) { c.RoPEType = "yarn" },
+		"rope_factor = 8 needs rope_type": func(c *Config) { c.RoPEFactor = 8 },
+		"rope_high_freq_factor": func(c *Config) {
+			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor, c.RoPEOriginalContext = RoPELlama3, 8, 4, 4, 64
+		},
+		"rope_original_context": func(c *Config) {
+			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor = RoPELlama3, 8, 1, 4
+		},
+		"rope_scale = 2 with rope_type": func(c *Config) {
+			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor, c.RoPEOriginalContext, c.RoPEScale = RoPELlama3, 8, 1, 4, 64, 2
+		},
 	}
 	for field, mutate := range cases {
 		c := smallConfig()

@@ -202,29 +202,57 @@ type kernels struct {
 	// with a kernel of its own.
 	normRes *mlx.Closure
 	rows    int // the rows R = B·T all were built for
+	dim     int // the width of the rows the norm kernels take (DModel)
+}
+
+// kernelUse says which of the CUDA kernels a forward pass of a config
+// over B×T positions without a KV cache may use. It is the one place
+// that decides by configuration; everything a kernel does not compute
+// exactly runs through MLX's operations instead.
+type kernelUse struct {
+	// heads: the heads kernel splits the stacked projection (biases
+	// included: qkvRows adds them before the kernel), lays out any head
+	// width and head counts, and rotates q and k with frequencies
+	// base^(−2i/HeadDim) at positions scaled linearly. It has no per-head
+	// norm between the split and the rotation (QKNorm) and no scaled
+	// frequency table (RoPEType llama3); its rotation constants travel as
+	// non-negative float bit patterns (a base below 1 has a negative
+	// log₂) and it indexes its threads with 32 bits.
+	heads bool
+	// norm: the RMSNorm kernels take the residual stream's rows of
+	// DModel ≤ maxKernelNormDim; LayerNorm families and the per-head q/k
+	// norms run through MLX's.
+	norm bool
+}
+
+// kernelUse is the kernels config c may use for B×T positions.
+func (c Config) kernelUse(B, T int) kernelUse {
+	hd := c.HeadDim()
+	rotation := c.learnedPositions() || (c.RoPEBase >= 1 && c.ropeScale() > 0 && c.RoPEType == "")
+	n := B * T * (c.Heads + 2*c.KVHeadCount()) * hd / 2
+	return kernelUse{
+		heads: hd%2 == 0 && rotation && !c.QKNorm && n < math.MaxInt32-256,
+		norm:  !c.layerNorm() && c.DModel <= maxKernelNormDim,
+	}
 }
 
 // newKernels builds the kernels formulation f uses for a forward pass of
 // B×T positions; the zero kernels when f uses none or the pass continues a
 // KV cache (the kernels place positions from 0).
 func (m *TinyGPT) newKernels(f formulation, B, T int, cached bool) (kernels, error) {
-	k := kernels{rows: B * T}
+	c := m.Config
+	k := kernels{rows: B * T, dim: c.DModel}
 	if !f.cudaKernels || cached {
 		return k, nil
 	}
-	c := m.Config
-	// The rotation's constants travel as non-negative bit patterns: a RoPE
-	// base below 1 (a negative log₂) keeps MLX's RoPE. The kernel indexes
-	// its threads with 32 bits, and MLX's grid is an int.
-	hd := c.HeadDim()
-	rotation := c.learnedPositions() || (c.RoPEBase >= 1 && c.ropeScale() > 0)
-	if n := B * T * (c.Heads + 2*c.KVHeadCount()) * hd / 2; hd%2 == 0 && rotation && n < math.MaxInt32-256 {
+	use := c.kernelUse(B, T)
+	if use.heads {
 		if err := k.addHeads(c, B, T); err != nil {
 			k.Free()
 			return kernels{}, err
 		}
 	}
-	if !c.layerNorm() && c.DModel <= maxKernelNormDim {
+	if use.norm {
 		if err := k.addNorm(c, B*T); err != nil {
 			k.Free()
 			return kernels{}, err
@@ -385,7 +413,7 @@ func (k kernels) useHeads(x *mlx.Array) bool {
 
 // useNorm reports whether the norm kernel takes rows x.
 func (k kernels) useNorm(x *mlx.Array) bool {
-	return k.norm != nil && x.Ndim() == 2 && x.Dim(0) == k.rows
+	return k.norm != nil && x.Ndim() == 2 && x.Dim(0) == k.rows && x.Dim(1) == k.dim
 }
 
 // applyHeads returns q, k, v [B, h, T, hd] of the projection rows qkv.

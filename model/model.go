@@ -33,6 +33,9 @@ func New(cfg Config) (*TinyGPT, error) {
 type block struct {
 	attnNorm, attnNormB, wq, wk, wv, wo, mlpNorm, mlpNormB, w1, w2, w3 *mlx.Array
 	bq, bk, bv, bo, b1, b2, b3                                         *mlx.Array
+	// qNorm and kNorm are the per-head RMSNorm gains of q and k
+	// (Config.QKNorm), nil without.
+	qNorm, kNorm *mlx.Array
 	// wqkv is [wq; wk; wv], [D + 2·KV, D], when the caller passed the
 	// three stacked (Config.QKVRuns); wq, wk and wv are nil then.
 	wqkv *mlx.Array
@@ -73,9 +76,9 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 			*b = next()
 		}
 	}
-	linear := func(wt, b **mlx.Array) {
+	linear := func(wt, b **mlx.Array, biased bool) {
 		*wt = next()
-		if c.Bias {
+		if biased {
 			*b = next()
 		}
 	}
@@ -90,24 +93,27 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 	for l := range w.blocks {
 		b := &w.blocks[l]
 		norm(&b.attnNorm, &b.attnNormB)
-		linear(&b.wq, &b.bq)
-		linear(&b.wk, &b.bk)
-		linear(&b.wv, &b.bv)
+		linear(&b.wq, &b.bq, c.qkvBias())
+		linear(&b.wk, &b.bk, c.qkvBias())
+		linear(&b.wv, &b.bv, c.qkvBias())
 		if b.wk == nil && b.wv == nil && b.wq != nil {
 			stackedNils += 2
-			if rows := c.DModel + 2*c.KVHeadCount()*c.HeadDim(); b.wq.Ndim() != 2 || b.wq.Dim(0) != rows || c.Bias {
+			if rows := c.qDim() + 2*c.KVHeadCount()*c.HeadDim(); b.wq.Ndim() != 2 || b.wq.Dim(0) != rows || c.qkvBias() {
 				return weights{}, fmt.Errorf("model: layer %d: wq is %v with wk and wv nil, want the three stacked, [%d %d] (QKVRuns)",
 					l, b.wq.Shape(), rows, c.DModel)
 			}
 			b.wqkv, b.wq = b.wq, nil
 		}
-		linear(&b.wo, &b.bo)
-		norm(&b.mlpNorm, &b.mlpNormB)
-		linear(&b.w1, &b.b1)
-		if c.swiGLU() {
-			linear(&b.w3, &b.b3)
+		if c.QKNorm {
+			b.qNorm, b.kNorm = next(), next()
 		}
-		linear(&b.w2, &b.b2)
+		linear(&b.wo, &b.bo, c.outBias())
+		norm(&b.mlpNorm, &b.mlpNormB)
+		linear(&b.w1, &b.b1, c.Bias)
+		if c.swiGLU() {
+			linear(&b.w3, &b.b3, c.Bias)
+		}
+		linear(&b.w2, &b.b2, c.Bias)
 	}
 	norm(&w.norm, &w.normB)
 	w.head = w.tokEmb
@@ -230,6 +236,7 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 	}
 	defer f.proj.Free()
 	f = f.withLinears(w.flat)
+	rot := m.newRotary(offset)
 	x := mlx.Take(w.tokEmb, mlx.Reshape(tokens, B*T), 0) // [B·T, D]
 	if f.seg != nil && cache == nil {
 		f.docMask = documentMask(f.seg)
@@ -251,7 +258,7 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 			x = m.checkpointedBlock(f, b, x, B, T, l)
 			continue
 		}
-		x = m.block(f, ks, gelu, b, x, B, T, cache, l)
+		x = m.block(f, ks, rot, gelu, b, x, B, T, cache, l)
 	}
 	if cache != nil {
 		cache.Offset += T
@@ -275,9 +282,9 @@ func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
 }
 
 // block is transformer block l applied to the residual stream x [B·T, D].
-func (m *TinyGPT) block(f formulation, ks kernels, gelu activation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
 	h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
-	x = f.residualBias(res, m.attention(f, ks, b, h, B, T, cache, l), b.wo, b.bo)
+	x = f.residualBias(res, m.attention(f, ks, rot, b, h, B, T, cache, l), b.wo, b.bo)
 	h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
 	return f.residualBias(res, m.mlp(f, gelu, b, h), b.w2, b.b2)
 }
@@ -305,13 +312,15 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 }
 
 // attention is causal multi-head self-attention over rows x [B·T, D],
-// with rotary positions unless the family learns absolute ones; it returns
-// the heads merged back into rows [B·T, D], before the output projection wo,
+// with rotary positions rot unless the family learns absolute ones; it
+// returns the heads merged back into rows [B·T, Heads·HeadDim], before the
+// output projection wo,
 // which the caller applies together with the residual add. With a cache,
 // the rows continue the cached positions and layer l's keys and values join
 // the cache. With fewer key/value heads than query heads (grouped-query
 // attention) each key/value head serves Heads/KVHeads query heads; MLX's
-// fused kernel takes them as they are.
+// fused kernel takes them as they are. With QKNorm every head of q and k
+// is RMS-normalised (gains b.qNorm, b.kNorm) before its rotation.
 //
 // The q, k and v projections are f.qkv: on a GPU one matmul against the
 // three weights stacked into [D + 2·KV, D], split afterwards; on the CPU
@@ -319,28 +328,23 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // checkpoints are unchanged. On a CUDA GPU, without a cache, one kernel of
 // ks splits the stacked projection into heads and rotates q and k
 // (kernels.go) in place of the split, the head views and MLX's RoPE.
-func (m *TinyGPT) attention(f formulation, ks kernels, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
 	c := m.Config
 	hd, kvh := c.HeadDim(), c.KVHeadCount()
 	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
 		return mlx.Transpose(mlx.Reshape(t, B, T, h, hd), 0, 2, 1, 3)
 	}
-	offset := 0
-	if cache != nil {
-		offset = cache.Offset
-	}
-	rope := func(t *mlx.Array) *mlx.Array {
-		if c.learnedPositions() {
-			return t
-		}
-		return mlx.RoPE(t, hd, false, float32(c.RoPEBase), c.ropeScale(), offset)
-	}
 	var q, k, v *mlx.Array
 	if f.stackedQKV && ks.useHeads(x) {
 		q, k, v = ks.applyHeads(f.qkvRows(b, x)) // split, rotated and laid out as heads by one kernel
 	} else {
-		q, k, v = f.qkv(b, x, c.DModel, kvh*hd)
-		q, k, v = rope(heads(q, c.Heads)), rope(heads(k, kvh)), heads(v, kvh)
+		q, k, v = f.qkv(b, x, c.qDim(), kvh*hd)
+		q, k, v = heads(q, c.Heads), heads(k, kvh), heads(v, kvh)
+		if b.qNorm != nil {
+			eps := float32(c.NormEps)
+			q, k = mlx.RMSNorm(q, b.qNorm, eps), mlx.RMSNorm(k, b.kNorm, eps)
+		}
+		q, k = rot.apply(q), rot.apply(k)
 	}
 	mask := mlx.CausalMask
 	if cache != nil {
@@ -354,7 +358,7 @@ func (m *TinyGPT) attention(f formulation, ks kernels, b block, x *mlx.Array, B,
 		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
 	}
 	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, maskArr)
-	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.DModel)
+	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.qDim())
 }
 
 // mlp is the position-wise feed-forward network up to its hidden

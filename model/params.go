@@ -48,7 +48,7 @@ func (p ParamSpec) Size() int {
 // Specs lists every parameter in the model's fixed order: the flat order of
 // the parameter slices that Forward and Loss take.
 func (c Config) Specs() []ParamSpec {
-	d, h, v := c.DModel, c.Hidden(), c.PaddedVocab()
+	d, h, v, q := c.DModel, c.Hidden(), c.PaddedVocab(), c.qDim()
 	kv := c.KVHeadCount() * c.HeadDim()
 	var specs []ParamSpec
 	add := func(name string, kind Kind, shape ...int) {
@@ -60,10 +60,10 @@ func (c Config) Specs() []ParamSpec {
 			add(name+".bias", Bias, d)
 		}
 	}
-	linear := func(name string, residual bool, out, in int) {
+	linear := func(name string, residual bool, out, in int, bias bool) {
 		add(name+".weight", Matrix, out, in)
 		specs[len(specs)-1].Residual = residual
-		if c.Bias {
+		if bias {
 			add(name+".bias", Bias, out)
 		}
 	}
@@ -77,16 +77,20 @@ func (c Config) Specs() []ParamSpec {
 	for i := 0; i < c.Layers; i++ {
 		p := fmt.Sprintf("blocks.%d.", i)
 		norm(p + "attn_norm")
-		linear(p+"attn.wq", false, d, d)
-		linear(p+"attn.wk", false, kv, d)
-		linear(p+"attn.wv", false, kv, d)
-		linear(p+"attn.wo", true, d, d)
-		norm(p + "mlp_norm")
-		linear(p+"mlp.w1", false, h, d)
-		if c.swiGLU() {
-			linear(p+"mlp.w3", false, h, d)
+		linear(p+"attn.wq", false, q, d, c.qkvBias())
+		linear(p+"attn.wk", false, kv, d, c.qkvBias())
+		linear(p+"attn.wv", false, kv, d, c.qkvBias())
+		if c.QKNorm {
+			add(p+"attn.q_norm.weight", Norm, c.HeadDim())
+			add(p+"attn.k_norm.weight", Norm, c.HeadDim())
 		}
-		linear(p+"mlp.w2", true, d, h)
+		linear(p+"attn.wo", true, d, q, c.outBias())
+		norm(p + "mlp_norm")
+		linear(p+"mlp.w1", false, h, d, c.Bias)
+		if c.swiGLU() {
+			linear(p+"mlp.w3", false, h, d, c.Bias)
+		}
+		linear(p+"mlp.w2", true, d, h, c.Bias)
 	}
 	norm("norm")
 	if !c.TiedEmbeddings {
@@ -97,13 +101,13 @@ func (c Config) Specs() []ParamSpec {
 
 // QKVRuns returns, per layer, the indices in Specs of its wq, wk and wv
 // weights, for a caller that holds each layer's three stacked in one
-// [D + 2·KV, D] array (rows wq, then wk, then wv: their order in Specs,
+// [Heads·HeadDim + 2·KV, D] array (rows wq, then wk, then wv: their order in Specs,
 // so a flat copy of the parameters holds them that way). Loss, Logits
 // and the other pure functions accept that array in wq's slot with nil
 // in wk's and wv's. Families with q/k/v biases (not adjacent to their
 // weights in Specs) return nil. TinyGPT.StackedQKV says whether to.
 func (c Config) QKVRuns() [][]int {
-	if c.Bias {
+	if c.qkvBias() {
 		return nil
 	}
 	var out [][]int
@@ -140,8 +144,18 @@ func (c Config) ParamCount() float64 {
 	if c.EmbedNorm {
 		n += norm
 	}
-	attn := (d+bias)*d*2 + (d+bias)*kv*2 // wq wo, wk wv
-	mlp := (d+bias)*h + (h+bias)*d       // w1 w2
+	q := float64(c.qDim())
+	attn := d*q*2 + d*kv*2 // wq wo, wk wv
+	if c.qkvBias() {
+		attn += q + 2*kv
+	}
+	if c.outBias() {
+		attn += d
+	}
+	if c.QKNorm {
+		attn += 2 * float64(c.HeadDim())
+	}
+	mlp := (d+bias)*h + (h+bias)*d // w1 w2
 	if c.swiGLU() {
 		mlp += (d + bias) * h // w3
 	}
@@ -153,13 +167,14 @@ func (c Config) ParamCount() float64 {
 }
 
 // FLOPsPerToken estimates training FLOPs per token (forward + backward) as
-// 6·N plus attention's 12·L·D·T, as in the PaLM appendix and nanoGPT's MFU.
+// 6·N plus attention's 12·L·D·T, as in the PaLM appendix and nanoGPT's MFU,
+// with D the width of q (Heads·HeadDim, d_model unless head_dim differs).
 func (c Config) FLOPsPerToken() float64 {
 	n := float64(c.NumParams())
 	if c.TiedEmbeddings {
 		// The embedding lookup is not a matmul, but the tied head is.
-		return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
+		return 6*n + 12*float64(c.Layers*c.qDim()*c.Context)
 	}
 	n -= float64(c.PaddedVocab() * c.DModel) // embedding lookup is no matmul
-	return 6*n + 12*float64(c.Layers*c.DModel*c.Context)
+	return 6*n + 12*float64(c.Layers*c.qDim()*c.Context)
 }

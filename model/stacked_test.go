@@ -15,7 +15,7 @@ import (
 // others) give the loss of the three passed apart, in every formulation,
 // and the stacked array's gradient is the three gradients stacked.
 func TestStackedQKVMatchesSeparate(t *testing.T) {
-	for _, name := range []string{"tinygpt", "llama"} {
+	for _, name := range []string{"tinygpt", "llama", "qwen3"} {
 		c := familyConfigs()[name]
 		mlxtest.Run(t, func(t testing.TB) {
 			m, params := initModel(t, c, 5)
@@ -87,8 +87,10 @@ func TestStackedQKVMatchesSeparate(t *testing.T) {
 // Families whose q/k/v have biases have no stacked triples; a stacked
 // array of the wrong shape, or a nil anywhere else, is an error.
 func TestStackedQKVRefusals(t *testing.T) {
-	if got := familyConfigs()["gpt2"].WithDefaults().QKVRuns(); got != nil {
-		t.Errorf("gpt2 (q/k/v biases): QKVRuns = %v, want nil", got)
+	for _, name := range []string{"gpt2", "qwen2", "llama3"} {
+		if got := familyConfigs()[name].WithDefaults().QKVRuns(); got != nil {
+			t.Errorf("%s (q/k/v biases): QKVRuns = %v, want nil", name, got)
+		}
 	}
 	mlxtest.Run(t, func(t testing.TB) {
 		c := familyConfigs()["tinygpt"]

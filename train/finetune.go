@@ -72,19 +72,29 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
+	rowLen := cfg.Model.Context
+	if ft.Context > rowLen {
+		return nil, fmt.Errorf("context = %d, want at most the base model's context, %d", ft.Context, rowLen)
+	} else if ft.Context > 0 {
+		rowLen = ft.Context
+	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
-	if f.Train, err = LoadRows(ft.Train, tok, cfg.Model.Context, ft.MaskPrompt, ft.Pack); err != nil {
+	if f.Train, err = LoadRows(ft.Train, tok, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 		return nil, err
 	}
 	if ft.Valid != "" {
 		// Held-out rows hold one example each: with document masking a
 		// packed example's terms are those it has alone.
-		if f.Valid, err = LoadRows(ft.Valid, tok, cfg.Model.Context, ft.MaskPrompt, false); err != nil {
+		if f.Valid, err = LoadRows(ft.Valid, tok, rowLen, ft.MaskPrompt, false); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
 }
+
+// TokensPerStep is the token positions one update covers: batch × accum
+// rows of the fine-tune's row length (FineTuneConfig.Context).
+func (f *FineTuner) TokensPerStep() int { return f.Config.Batch * f.Config.Accum * f.Train.T }
 
 // LoadRows reads a jsonl file of records and renders them with the chat
 // template into rows of context targets (data.Render, data.BuildRows).
@@ -118,7 +128,7 @@ type ftRun struct {
 	sampler    *data.RowSampler
 	batch      *data.WeightedBatch
 	eval       *evalFunc
-	metrics    *os.File
+	sink       sinks
 	sum        *Summary
 
 	steps        int
@@ -257,18 +267,19 @@ func (r *ftRun) open() error {
 			return fmt.Errorf("resume: %w", err)
 		}
 	}
-	if r.batch, err = data.NewWeightedBatch(cfg.Accum, cfg.Batch, cfg.Model.Context); err != nil {
+	if r.batch, err = data.NewWeightedBatch(cfg.Accum, cfg.Batch, f.Train.T); err != nil {
 		return err
 	}
-	if r.metrics, err = openMetrics(filepath.Join(f.RunDir, MetricsFile), r.steps, r.resumeFrom != ""); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	if r.sink, err = openSinks(f.RunDir, r.steps, r.resumeFrom != "",
+		Setting{"config", cfg}, Setting{"finetune", f.FineTune}); err != nil {
+		return err
 	}
 	r.sum.StartStep, r.sum.Step = r.steps, r.steps
 	plan := Plan{MicroBatch: cfg.Batch, Steps: cfg.Accum, How: PlanForced}
 	r.sum.Plan = plan
 	if f.Hooks.OnStart != nil {
 		f.Hooks.OnStart(Start{Step: r.steps, Steps: cfg.Steps, Params: r.trainableParams(),
-			TokensPerStep: cfg.TokensPerStep(), Resumed: r.resumeFrom, Plan: plan})
+			TokensPerStep: f.TokensPerStep(), Resumed: r.resumeFrom, Plan: plan})
 	}
 	return nil
 }
@@ -382,9 +393,7 @@ func loadNamed(file string, names []string, specs []model.ParamSpec) ([]*mlx.Arr
 
 // close releases what open set up.
 func (r *ftRun) close() {
-	if r.metrics != nil {
-		r.metrics.Close()
-	}
+	r.sink.Close()
 	if r.eval != nil {
 		r.eval.free()
 	}
@@ -401,7 +410,7 @@ func (r *ftRun) train(ctx context.Context) error {
 			return err
 		}
 		r.sum.InitialValLoss, r.sum.ValLoss = v.Loss, v.Loss
-		if err := writeMetrics(r.metrics, Metrics{Step: 0, LR: r.schedule.LR(0), ValLoss: &v.Loss, ValTokens: v.Tokens}); err != nil {
+		if err := r.sink.Log(Metrics{Step: 0, Loss: math.NaN(), LR: r.schedule.LR(0), ValLoss: &v.Loss, ValTokens: v.Tokens}); err != nil {
 			return err
 		}
 	}
@@ -425,7 +434,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		r.samplerState = append(r.samplerState[:0], b.State...)
 		r.steps++
-		r.tokensSeen += int64(r.cfg.TokensPerStep())
+		r.tokensSeen += int64(r.f.TokensPerStep())
 		logNow, evalNow, ckptNow := r.cfg.due(r.steps)
 		evalNow = evalNow && r.f.Valid != nil
 		if logNow || evalNow || ckptNow {
@@ -440,7 +449,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		r.sum.Step = r.steps
 	}
-	r.sum.finish(r.steps, r.step.Traces(), r.start, r.cfg.TokensPerStep())
+	r.sum.finish(r.steps, r.step.Traces(), r.start, r.f.TokensPerStep())
 	return nil
 }
 
@@ -487,20 +496,28 @@ func (r *ftRun) log(lr float64, eval bool) error {
 	if err != nil {
 		return err
 	}
-	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
+	mean, counted, _, err := r.state.IntervalLoss()
+	if err != nil {
+		return err
+	}
+	bad := nonFinite(st.Loss, st.GradNorm)
+	if bad == "" {
+		bad = nonFinite(mean, st.GradNorm)
+	}
+	if bad != "" {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint: %w", r.steps, bad, lr, ErrNonFinite)
 	}
 	if math.IsNaN(r.sum.FirstLoss) {
-		r.sum.FirstLoss = st.Loss
+		r.sum.FirstLoss = mean
 	}
-	r.sum.Loss = st.Loss
+	r.sum.Loss = mean
 	now := time.Now()
-	m := Metrics{Step: r.steps, Loss: st.Loss, LR: lr, GradNorm: st.GradNorm,
+	m := Metrics{Step: r.steps, Loss: mean, LossLast: st.Loss, CountedTokens: counted, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS: (r.before + now.Sub(r.start)).Seconds(), MicroBatch: r.cfg.Batch, AccumSteps: r.cfg.Accum}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.steps-r.lastLogStep) / dt
-		m.TokensPerS = m.StepsPerS * float64(r.cfg.TokensPerStep())
+		m.TokensPerS = m.StepsPerS * float64(r.f.TokensPerStep())
 	}
 	r.lastLog, r.lastLogStep = now, r.steps
 	if eval {
@@ -512,8 +529,9 @@ func (r *ftRun) log(lr float64, eval bool) error {
 		r.sum.ValLoss = v.Loss
 	}
 	r.sum.TokensPerS = m.TokensPerS
-	if err := writeMetrics(r.metrics, m); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	m.PeakMemoryBytes = mlx.Memory().Peak
+	if err := r.sink.Log(m); err != nil {
+		return err
 	}
 	if r.f.Hooks.OnLog != nil {
 		r.f.Hooks.OnLog(m)

@@ -20,7 +20,15 @@ import (
 // and returns its directory.
 func writeBase(t testing.TB) string {
 	t.Helper()
-	cfg, m, err := Prepare(tinyConfig())
+	return writeBaseModel(t, tinyConfig().Model)
+}
+
+// writeBaseModel is writeBase with the model mc.
+func writeBaseModel(t testing.TB, mc model.Config) string {
+	t.Helper()
+	c := tinyConfig()
+	c.Model = mc
+	cfg, m, err := Prepare(c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,9 @@ type FineTuneConfig struct {
 	// to it (data.BuildRows), each attending only within itself (document
 	// masking, NewPackedStep); held-out rows stay one example each.
 	Pack bool `json:"pack"`
+	// Context is the length of the training rows in tokens, at most the
+	// base model's context; 0 is the base's.
+	Context int `json:"context,omitempty"`
 	// Quantize, when not 0, holds the frozen base's block projections
 	// quantized to this many bits (MLX's affine mode, groups of
 	// QGroupSize, 0 meaning 64) and trains the adapters over them (QLoRA);
@@ -84,6 +87,9 @@ func (c FineTuneConfig) Validate() error {
 	}
 	if c.Train == "" {
 		return errors.New("no training data")
+	}
+	if c.Context < 0 {
+		return fmt.Errorf("context = %d, want >= 1 (or 0: the base model's)", c.Context)
 	}
 	if c.UsesAdapter() {
 		if err := c.Adapter().Validate(); err != nil {

@@ -12,10 +12,16 @@ import (
 // displays show.
 type Metrics struct {
 	Step int `json:"step"` // optimizer updates completed
-	// Loss is the training objective on the step's batch: the
-	// cross-entropy plus, when the model's z_loss is above 0, the z-loss
-	// term.
+	// Loss is the training objective, the cross-entropy plus, when the
+	// model's z_loss is above 0, the z-loss term, averaged over the
+	// updates since the previous line, each weighted by the tokens it
+	// counted (State.IntervalLoss).
 	Loss float64 `json:"loss"`
+	// LossLast is the objective of the line's last update alone.
+	LossLast float64 `json:"loss_last,omitempty"`
+	// CountedTokens is, for a fine-tune, the loss-weighted targets that
+	// Loss averages over (the tokens since the previous line that count).
+	CountedTokens float64 `json:"counted_tokens,omitempty"`
 	// ValLoss is the held-out cross-entropy, without the z-loss term that
 	// Loss includes when the model's z_loss is above 0.
 	ValLoss *float64 `json:"val_loss,omitempty"`
@@ -29,6 +35,8 @@ type Metrics struct {
 	StepsPerS  float64 `json:"steps_per_s"`
 	TokensPerS float64 `json:"tokens_per_s"`
 	ElapsedS   float64 `json:"elapsed_s"`
+	// PeakMemoryBytes is MLX's peak memory since the run started.
+	PeakMemoryBytes uint64 `json:"peak_memory_bytes,omitempty"`
 	// MicroBatch and AccumSteps are the plan the update ran under: a
 	// resumed run may run another.
 	MicroBatch int `json:"micro_batch,omitempty"`
@@ -58,37 +66,4 @@ func ReadMetrics(path string) ([]Metrics, error) {
 		out = append(out, m)
 	}
 	return out, sc.Err()
-}
-
-// openMetrics opens the metrics log for appending. When resuming at step,
-// lines logged after it (by a run that crashed before its next checkpoint)
-// are dropped so every step appears once.
-func openMetrics(path string, resumeStep int, resuming bool) (*os.File, error) {
-	if !resuming {
-		return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	}
-	old, err := ReadMetrics(path)
-	if err != nil && !os.IsNotExist(err) {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	for _, m := range old {
-		if m.Step <= resumeStep {
-			js, _ := json.Marshal(m)
-			buf.Write(append(js, '\n'))
-		}
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		return nil, err
-	}
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o644)
-}
-
-func writeMetrics(f *os.File, m Metrics) error {
-	js, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(append(js, '\n'))
-	return err
 }

@@ -155,6 +155,7 @@ type State struct {
 	stats          StepStats
 	updated, read  bool // an update ran; stats holds its values
 	freed          bool
+	interval       lossInterval // the losses since the last IntervalLoss
 }
 
 // NewState returns the state of step over params and optState (in the
@@ -272,7 +273,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.AsyncEval(s.arrays()...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -307,7 +308,7 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 			return err
 		}
 		defer prev.Free()
-		if err := mlx.AsyncEval(s.arrays()...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		if prev != nil {
@@ -339,6 +340,7 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	var w []float32
+	var total float64
 	if s.step.weighted && b.Stream != nil {
 		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
@@ -347,7 +349,7 @@ func (s *State) apply(lr float64, b Batch) error {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
 		}
 		var err error
-		if w, _, err = b.NormalizedWeights(); err != nil {
+		if w, total, err = b.NormalizedWeights(); err != nil {
 			return err
 		}
 	}
@@ -375,6 +377,7 @@ func (s *State) apply(lr float64, b Batch) error {
 	s.release()
 	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
 	s.updated, s.read = true, false
+	s.interval.add(s.loss, updateTokens(b, s.step.weighted, total))
 	return nil
 }
 
@@ -413,6 +416,9 @@ func (s *State) Eval() error {
 	return mlx.Do(func() error {
 		if s.freed {
 			return errors.New("train: evaluation of a freed state")
+		}
+		if s.interval.sum != nil {
+			return mlx.Eval(append(s.arrays(), s.interval.sum)...)
 		}
 		return mlx.Eval(s.arrays()...)
 	})
@@ -509,6 +515,7 @@ func (s *State) Free() {
 	mlx.Do(func() error {
 		if !s.freed {
 			s.release()
+			s.interval.free()
 			mlx.Free(s.frozen...)
 			s.params, s.copies, s.frozen, s.opt = nil, nil, nil, nil
 			s.freed = true

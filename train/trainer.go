@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
@@ -46,7 +45,9 @@ type Start struct {
 
 // Summary is the outcome of Run.
 type Summary struct {
-	StartStep, Step   int // first update run, updates completed
+	StartStep, Step int // first update run, updates completed
+	// FirstLoss and Loss are the first and the last logged loss: each the
+	// token-weighted mean over its log interval (Metrics.Loss).
 	FirstLoss, Loss   float64
 	InitialValLoss    float64 // NaN when not measured
 	ValLoss           float64 // NaN when not measured
@@ -129,7 +130,7 @@ type run struct {
 	stream     *TokenStream     // the training view on the device, or nil (WindowSource)
 	galore     *GaLoreRefresher // nil unless the optimizer is galore
 	sophia     *SophiaEstimator // nil unless the optimizer is sophia
-	metrics    *os.File
+	sink       sinks            // metrics.jsonl and TensorBoard; rank 0 only
 	sum        *Summary
 
 	step         int // updates completed
@@ -219,8 +220,8 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 	if !t.lead() {
 		return r, nil
 	}
-	if r.metrics, err = openMetrics(filepath.Join(t.RunDir, MetricsFile), r.step, resumeFrom != ""); err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
+	if r.sink, err = openSinks(t.RunDir, r.step, resumeFrom != "", Setting{"config", cfg}); err != nil {
+		return nil, err
 	}
 	if t.Hooks.OnStart != nil {
 		t.Hooks.OnStart(Start{Step: r.step, Steps: cfg.Steps, Params: cfg.Model.NumParams(),
@@ -232,9 +233,7 @@ func (t *Trainer) open(resumeFrom string, sum *Summary) (_ *run, err error) {
 
 // close releases what open set up.
 func (r *run) close() {
-	if r.metrics != nil {
-		r.metrics.Close()
-	}
+	r.sink.Close()
 	if r.prefetch != nil {
 		r.prefetch.Stop()
 	}
@@ -295,7 +294,7 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
-	return writeMetrics(r.metrics, metricsForJSON(m))
+	return r.sink.Log(m)
 }
 
 // update schedules the next optimizer update on the next prefetched batch
@@ -346,24 +345,33 @@ func (c Config) due(step int) (log, eval, checkpoint bool) {
 	return log, eval, checkpoint
 }
 
-// log reads the step's loss and gradient norm back, stops on a value that
-// is not finite, evaluates when asked, and writes the metrics line.
+// log reads back the step's loss and gradient norm and the mean loss since
+// the last line, stops on a value that is not finite, evaluates when
+// asked, and writes the metrics line.
 func (r *run) log(lr float64, eval bool) error {
 	st, err := r.setup.State.Stats()
 	if err != nil {
 		return err
 	}
-	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
+	mean, _, _, err := r.setup.State.IntervalLoss()
+	if err != nil {
+		return err
+	}
+	bad := nonFinite(st.Loss, st.GradNorm)
+	if bad == "" {
+		bad = nonFinite(mean, st.GradNorm)
+	}
+	if bad != "" {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint, the last good one is %s: %w",
 			r.step, bad, lr, r.lastGood(), ErrNonFinite)
 	}
 	if math.IsNaN(r.sum.FirstLoss) {
-		r.sum.FirstLoss = st.Loss
+		r.sum.FirstLoss = mean
 	}
-	r.sum.Loss = st.Loss
+	r.sum.Loss = mean
 	now := time.Now()
-	m := Metrics{Step: r.step, Loss: st.Loss, LR: lr, GradNorm: st.GradNorm,
+	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.setup.Plan.MicroBatch, AccumSteps: r.setup.Plan.Steps}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
@@ -382,8 +390,9 @@ func (r *run) log(lr float64, eval bool) error {
 		}
 		r.sum.ValLoss = v
 	}
-	if err := writeMetrics(r.metrics, m); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	m.PeakMemoryBytes = mlx.Memory().Peak
+	if err := r.sink.Log(m); err != nil {
+		return err
 	}
 	if r.t.Hooks.OnLog != nil {
 		r.t.Hooks.OnLog(m)
@@ -502,13 +511,4 @@ func nonFiniteArrays(specs []model.ParamSpec, stateNames []string, params, state
 		return nil
 	})
 	return bad, err
-}
-
-// metricsForJSON replaces a NaN loss (not measured) by zero so the JSON
-// line stays valid; the step-0 line carries only val_loss.
-func metricsForJSON(m Metrics) Metrics {
-	if math.IsNaN(m.Loss) {
-		m.Loss = 0
-	}
-	return m
 }

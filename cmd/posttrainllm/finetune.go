@@ -25,6 +25,8 @@ type finetuneOptions struct {
 	quantize, qGroupSize      int
 	out, resume               string
 	overwrite, noProgress     bool
+	context                   int
+	epochs                    float64
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
@@ -38,7 +40,7 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
-var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack",
+var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
 	"quantize", "q-group-size"}
 
 func newFinetuneCmd() *cobra.Command {
@@ -52,9 +54,9 @@ each line {"text": …}, {"prompt": …, "completion": …} or {"messages":
 docs/finetuning.md. With --mask-prompt (the default) only completions and
 assistant turns count in the loss; role headers never do. The loss is the
 mean over the counted tokens of each whole update, across all --accum
-microbatches. Each example is one sequence of the model's context, cut or
-padded to it; --pack concatenates examples instead, each attending only
-within itself.
+microbatches. Each example is one sequence of --context tokens (default
+and at most the base model's context), cut or padded to it; --pack
+concatenates examples instead, each attending only within itself.
 
 --method lora (default) or dora trains rank --rank adapters scaled by
 --alpha/--rank on the projections --targets names (attn, mlp, all, or
@@ -65,14 +67,22 @@ holds the frozen base quantized and trains the adapters over it (QLoRA);
 --grad-checkpoint recomputes each block's activations in the backward
 pass, and --loss-chunk bounds the loss's logits (docs/finetuning.md).
 
-The run folder --out is like train's: metrics.jsonl, checkpoints/,
-loss.png; with --valid, the held-out loss over its counted tokens is
-logged every --eval-every updates, over its first --eval-tokens positions. --resume continues a fine-tune exactly;
-Ctrl-C writes a checkpoint first. Sample with
+Fine-tunes have settings of their own, not the base run's: 200 steps
+(--epochs N instead runs N passes over the training sequences), batch 4,
+AdamW on a cosine schedule from --lr, by default ` + fmt.Sprint(train.DefaultAdapterLR) + `
+for adapters and ` + fmt.Sprint(train.DefaultFullLR) + ` for a full fine-tune, down to a
+tenth of it (--min-lr).
+
+The run folder --out is like train's: metrics.jsonl, tb/ (TensorBoard),
+checkpoints/, loss.png; with --valid, the held-out loss over its counted
+tokens is logged every --eval-every updates, over its first --eval-tokens
+positions. --resume continues a fine-tune exactly, and accepts the flags
+that started it; Ctrl-C writes a checkpoint first. Sample with
 posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
+  posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
   posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
@@ -93,18 +103,23 @@ posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 	fs.StringVar(&opts.resume, "resume", "", "continue the fine-tune of this run folder or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
+	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
+	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
 }
 
 // finetuneDefaults are a fresh fine-tune's run settings over the base's
-// config: a short cosine run with a learning rate suited to adapters.
-func finetuneDefaults(base train.Config) train.Config {
+// config: a short cosine run with the learning rate of the method
+// (train.FineTuneLR), whatever the base was pretrained with.
+func finetuneDefaults(base train.Config, method string) train.Config {
 	c := base
 	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
 	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
-	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", 1e-3, 1e-4, 10, 0
+	c.GaLoreRank, c.GaLoreGap, c.GaLoreScale, c.SophiaEvery, c.SophiaRho = 0, 0, 0, 0, 0
+	lr := train.FineTuneLR(method)
+	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", lr, lr*train.DefaultMinLRRatio, 10, 0
 	c.Compile, c.Seed = true, 1
 	c.Data, c.ValData, c.BPEDropout = "", "", 0
 	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
@@ -137,11 +152,6 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 	flags := cmd.Flags()
 	var base train.Config
 	if opts.resume != "" {
-		for _, name := range finetuneOwnFlags {
-			if flags.Changed(name) {
-				return p, usageError("--%s with --resume: a resumed fine-tune keeps its settings (finetune.json); drop --%s", name, name)
-			}
-		}
 		dir, err := train.ResolveCheckpoint(opts.resume)
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
@@ -152,6 +162,9 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		}
 		if p.ft, err = train.ReadFineTuneConfig(dir); err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
+		}
+		if err := checkFinetuneResume(flags, opts, p.ft, dir, st.Config.Model.Context); err != nil {
+			return p, err
 		}
 		if ov.isChanged("optimizer") && ov.value("optimizer") != st.Config.Optimizer {
 			return p, usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed fine-tune keeps its optimizer",
@@ -195,10 +208,23 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if err := p.ft.Validate(); err != nil {
 			return p, usageError("invalid fine-tune settings: %v", err)
 		}
-		base = finetuneDefaults(st.Config)
+		if opts.context > st.Config.Model.Context {
+			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
+		}
+		p.ft.Context = opts.context
+		base = finetuneDefaults(st.Config, opts.method)
 		if opts.out == "" {
 			opts.out = filepath.Join("runs", "finetune")
 		}
+	}
+	if flags.Changed("epochs") && ov.isChanged("steps") {
+		return p, usageError("--epochs %s with --steps %s: give one; --epochs derives the steps from the training sequences", ov.fs.Lookup("epochs").Value, ov.value("steps"))
+	}
+	if flags.Changed("epochs") && !(opts.epochs > 0) {
+		return p, usageError("invalid --epochs %g: want a number of passes > 0", opts.epochs)
+	}
+	if flags.Changed("context") && opts.context < 1 {
+		return p, usageError("invalid --context %d: want a number of tokens >= 1, at most the base model's context", opts.context)
 	}
 	cfg, err := ov.apply(base)
 	if err != nil {
@@ -233,9 +259,26 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
+	var notes []string
+	if cmd.Flags().Changed("epochs") {
+		note, err := setEpochSteps(f, opts.epochs, ov)
+		if err != nil {
+			return err
+		}
+		notes = append(notes, note)
+	}
+	if p.checkpoint == "" && !ov.isChanged("lr") {
+		notes = append(notes, fmt.Sprintf("lr %g: the default of %s fine-tunes (adapters %g, full %g), down to %g; --lr sets it",
+			f.Config.LR, p.ft.Method, train.DefaultAdapterLR, train.DefaultFullLR, f.Config.MinLR))
+	}
 	cfg := f.Config
 	label := "finetune " + p.ft.Method
-	fmt.Fprintln(out, describe(label, cfg))
+	shown := cfg // the header's context is the rows'
+	shown.Model.Context = f.Train.T
+	fmt.Fprintln(out, describe(label, shown))
+	for _, n := range notes {
+		fmt.Fprintln(out, n)
+	}
 	fmt.Fprintf(out, "base: %s\n", p.ft.Base)
 	if p.ft.Method != train.MethodFull {
 		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
@@ -286,6 +329,27 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	fmt.Fprintf(out, "plot:       %s\n", plot.path)
 	return nil
+}
+
+// setEpochSteps sets the fine-tune's steps to epochs passes over its
+// training sequences (train.EpochSteps), shrinking a warm-up the user did
+// not set to fit, and returns the header line that says so.
+func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides) (string, error) {
+	c := f.Config
+	steps, err := train.EpochSteps(epochs, f.Train.Len(), c.Batch, c.Accum)
+	if err != nil {
+		return "", usageError("invalid --epochs %g: %v", epochs, err)
+	}
+	c.Steps = steps
+	if !ov.isChanged("warmup") {
+		c = fitWarmup(c)
+	}
+	if err := c.Validate(); err != nil {
+		return "", usageError("invalid --epochs %g: %d steps: %v", epochs, steps, err)
+	}
+	f.Config = c
+	return fmt.Sprintf("steps %d: %g epochs of %d sequences, %d per update (batch %d × accum %d)",
+		steps, epochs, f.Train.Len(), c.Batch*c.Accum, c.Batch, c.Accum), nil
 }
 
 // printRows describes the rows a records file became.

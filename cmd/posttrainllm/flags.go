@@ -97,7 +97,20 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	floatF("init-std", "init_std", true, "standard deviation of initial weights", func(c *train.Config) *float64 { return &c.Model.InitStd })
 
 	// Data.
-	stringF("tokenizer", "tokenizer", false, "tokenizer: byte, gpt2, or hf (an imported run's tokenizer.json)", func(c *train.Config) *string { return &c.Tokenizer })
+	if !skipped("tokenizer") {
+		// A tokenizer brings its vocabulary size unless --vocab is given.
+		v := new(string)
+		fs.StringVar(v, "tokenizer", "", "tokenizer: byte, gpt2, or hf (an imported run's tokenizer.json); sets the vocabulary to its size unless --vocab is given")
+		o.flags = append(o.flags, configFlag{name: "tokenizer", field: "tokenizer",
+			apply: func(c *train.Config) {
+				if fs.Changed("vocab") {
+					c.Tokenizer = *v
+				} else {
+					*c = c.WithTokenizer(*v)
+				}
+			},
+			get: func(c train.Config) string { return c.Tokenizer }})
+	}
 	stringF("corpus", "corpus", false, "text file or directory to train on (default: the Go standard library sources)", func(c *train.Config) *string { return &c.Corpus })
 	stringF("data", "data", false, "llm.c token shards to train on instead of --corpus: a directory of .bin files or a quoted glob such as 'dir/*_train_*.bin'", func(c *train.Config) *string { return &c.Data })
 	stringF("val-data", "val_data", false, "held-out token shards for --data (default: the last shard of --data)", func(c *train.Config) *string { return &c.ValData })
@@ -139,8 +152,16 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	}
 	floatF("grad-clip", "grad_clip", false, "clip gradients to this global norm (0 disables)", func(c *train.Config) *float64 { return &c.GradClip })
 	stringF("schedule", "schedule", false, "learning-rate schedule: constant, cosine or wsd", func(c *train.Config) *string { return &c.Schedule })
-	floatF("lr", "lr", false, "peak learning rate", func(c *train.Config) *float64 { return &c.LR })
-	floatF("min-lr", "min_lr", false, "final learning rate of cosine and wsd", func(c *train.Config) *float64 { return &c.MinLR })
+	if !skipped("lr") {
+		// The floor follows the peak (train.Config.WithLR); --min-lr,
+		// applied after, sets it outright.
+		v := new(float64)
+		fs.Float64Var(v, "lr", 0, "peak learning rate (--min-lr follows it, keeping the preset's ratio, unless given)")
+		o.flags = append(o.flags, configFlag{name: "lr", field: "lr",
+			apply: func(c *train.Config) { *c = c.WithLR(*v) },
+			get:   func(c train.Config) string { return fmt.Sprint(c.LR) }})
+	}
+	floatF("min-lr", "min_lr", false, "final learning rate of cosine and wsd (default: the preset's share of --lr)", func(c *train.Config) *float64 { return &c.MinLR })
 	intF("warmup", "warmup", false, "learning-rate warm-up updates (unset, a preset's warm-up that does not fit --steps shrinks to half of them)", func(c *train.Config) *int { return &c.Warmup })
 	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
 	boolF("grad-checkpoint", "grad_checkpoint", false, "recompute each transformer block's activations in the backward pass instead of keeping them: less memory, about one more forward pass of time",

@@ -14,7 +14,7 @@ import (
 )
 
 // spTokenizer trains the SentencePiece-style tokenizer.json (byte fallback,
-// as Llama 2 and SmolLM) of data/hftokenizer's tests on text and returns
+// as Llama 2 and Mistral) of data/hftokenizer's tests on text and returns
 // the folder holding it and its tokenizer_config.json.
 func spTokenizer(t *testing.T, text string) string {
 	t.Helper()

@@ -22,10 +22,11 @@ func newImportCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "import HF_FOLDER",
-		Short: "Make a run from a Hugging Face GPT-2 or Llama folder",
+		Short: "Make a run from a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3)",
 		Long: `import reads a Hugging Face model folder (config.json, and model.safetensors
 or the shards listed in model.safetensors.index.json; float32, float16 or
-bfloat16 weights) of the GPT-2 or Llama family and writes it as the step-0
+bfloat16 weights) of GPT-2, Llama, Mistral, Qwen2, Qwen3 or Phi-3 (see
+docs/huggingface.md for what each maps and refuses) and writes it as the step-0
 checkpoint of a new run folder, with the training settings of --preset and a
 fresh optimizer state. sample --from, eval --from and train --resume take
 the run as they take a trained one; export writes it back.
@@ -123,10 +124,13 @@ func newExportCmd() *cobra.Command {
 		Short: "Write a checkpoint as a Hugging Face folder",
 		Long: `export writes the model of a checkpoint as a Hugging Face folder (config.json
 and model.safetensors with Hugging Face's tensor names) that transformers
-loads as GPT2LMHeadModel or LlamaForCausalLM. The model must be of the
-GPT-2 family (LayerNorm, biases, learned positions, GELU, tied head) or the
-Llama family (RMSNorm, rotary positions, SwiGLU, no biases); TinyGPT itself
-has no Hugging Face counterpart. HF_FOLDER must not exist or be empty.
+loads as the class the run was imported from (GPT2LMHeadModel,
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+Phi3ForCausalLM). A model trained here must have GPT-2's shape (LayerNorm,
+biases, learned positions, GELU, tied head) or the Llama shape (RMSNorm,
+rotary positions, SwiGLU, no MLP biases; q/k/v biases export as Qwen2,
+q/k norms as Qwen3); TinyGPT itself has no Hugging Face counterpart.
+HF_FOLDER must not exist or be empty.
 
 ` + checkpointRule("CHECKPOINT"),
 		Example: `  posttrainllm export runs/gpt2 exported/gpt2

@@ -36,7 +36,7 @@ func runFolderOf(resumePath, checkpointDir string) string {
 }
 
 // runFiles are what a run writes into its folder; --overwrite removes them.
-var runFiles = []string{"checkpoints", train.MetricsFile, plotFile}
+var runFiles = []string{"checkpoints", train.MetricsFile, train.TensorBoardDir, plotFile}
 
 // checkOut checks, without creating anything, that out can be a run
 // folder: a directory (or a path that can become one) that this process may
@@ -101,7 +101,7 @@ func probeWritable(dir string) error {
 }
 
 // clearRun removes what an earlier run wrote into out (checkpoints,
-// metrics, plot) and nothing else.
+// metrics, TensorBoard events, plot) and nothing else.
 func clearRun(out string) error {
 	for _, name := range runFiles {
 		if err := os.RemoveAll(filepath.Join(out, name)); err != nil {

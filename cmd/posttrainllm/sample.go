@@ -26,7 +26,7 @@ token; --top-k limits sampling to the k most likely.
 --adapter samples a fine-tune (posttrainllm finetune): its adapters applied
 to its base, the checkpoint its finetune.json records or, given, --from.
 
---from also takes a Hugging Face GPT-2 or Llama folder (config.json,
+--from also takes a Hugging Face model folder that import reads (config.json,
 weights, tokenizer.json), sampled with its own tokenizer.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40

@@ -38,13 +38,20 @@ func newTrainCmd() *cobra.Command {
 		Short: "Train a model from a preset, or resume a run",
 		Long: `train runs a preset (default tiny), with any preset field overridden by a
 flag, and writes into the run folder --out: metrics.jsonl (one JSON line per
-logged step), checkpoints/step-NNNNNNNN/ (model.safetensors,
-optimizer.safetensors, state.json) and loss.png, drawn at every checkpoint.
+logged step; loss is the mean over the updates since the previous line),
+tb/ (the same as TensorBoard event files: tensorboard --logdir runs),
+checkpoints/step-NNNNNNNN/ (model.safetensors, optimizer.safetensors,
+state.json) and loss.png, drawn at every checkpoint.
 
 Without --corpus it trains on the Go standard library sources under GOROOT.
+--lr moves min_lr with it (the preset's ratio) unless --min-lr is given;
+--tokenizer sets --vocab to its vocabulary unless --vocab is given.
 --resume continues a run from a checkpoint with the checkpoint's settings;
---steps may extend it, flags that change the model are refused. An existing
-run folder is never replaced unless --overwrite says so.
+--steps may extend it, and the flags that started the run (--preset
+included) may be repeated, but a setting that differs from the run's
+model, optimizer or tokenizer, or a preset that is not the run's, is
+refused. An existing run folder is never replaced unless --overwrite says
+so.
 
 ` + checkpointRule("--resume") + `
 
@@ -107,9 +114,6 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	var p trainPlan
 	var base train.Config
 	if opts.resume != "" {
-		if flags.Changed("preset") {
-			return p, usageError("--preset %s with --resume: a resumed run keeps its checkpoint's settings; drop --preset", opts.preset)
-		}
 		if opts.overwrite && (opts.out == "" || filepath.Clean(opts.out) == filepath.Clean(opts.resume)) {
 			return p, usageError("--overwrite with --resume %s: resuming continues that run; drop --overwrite", opts.resume)
 		}
@@ -152,6 +156,11 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 	if p.checkpoint != "" {
 		if err := checkResumable(ov, base, cfg, p); err != nil {
 			return p, err
+		}
+		if flags.Changed("preset") {
+			if err := checkPresetOfRun(ov, opts.preset, opts.resume, cfg); err != nil {
+				return p, err
+			}
 		}
 	}
 	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, p.label); err != nil {
@@ -216,6 +225,42 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 	if cfg.Steps <= p.resumeStep {
 		return usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
 			p.checkpoint, p.resumeStep, cfg.Steps, p.resumeStep)
+	}
+	return nil
+}
+
+// checkPresetOfRun accepts --preset beside --resume when the preset, with
+// the same flags applied, gives the run's own settings: the command line
+// that started a run, with --resume added, continues it. Otherwise it names
+// the first setting that differs. The device is left out: the run's is
+// the one auto chose. run is the checkpoint's config with the flags
+// applied. A warm-up the preset had shrunk to fit a first --steps shorter
+// than it (fitWarmup: half those steps) counts as the preset's.
+func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) error {
+	pc, err := presets.Load(preset)
+	if err != nil {
+		return usageError("invalid --preset %s: want one of %s", preset, strings.Join(presets.Names(), ", "))
+	}
+	withFlags, err := ov.apply(pc)
+	if err != nil {
+		return usageError("invalid --preset %s with --resume %s: %v", preset, resume, err)
+	}
+	if !ov.isChanged("warmup") && pc.Schedule != "constant" && run.Warmup <= pc.Warmup/2 {
+		withFlags.Warmup = run.Warmup // what fitWarmup made of it for a run of up to pc.Warmup steps
+	}
+	for _, f := range ov.flags {
+		if f.name == "device" {
+			continue
+		}
+		if a, b := f.get(withFlags), f.get(run); a != b {
+			return usageError("invalid --preset %s with --resume %s: the preset's %s is %s, the run's %s (--%s); drop --preset to continue the run with its own settings",
+				preset, resume, f.field, a, b, f.name)
+		}
+	}
+	withFlags.Device = run.Device
+	if field := train.FirstDifference(withFlags, run); field != "" {
+		return usageError("invalid --preset %s with --resume %s: the preset's %s differs from the run's; drop --preset to continue the run with its own settings",
+			preset, resume, field)
 	}
 	return nil
 }

@@ -1,91 +1,217 @@
 package hftokenizer
 
 import (
-	"container/heap"
+	"encoding/json"
 	"fmt"
+	"strings"
+	"sync"
 	"unicode/utf8"
-
-	"github.com/sugarme/tokenizer"
-	"github.com/sugarme/tokenizer/model/bpe"
 )
 
-// bpeModel is the BPE model of a tokenizer.json, applying the library's
-// vocabulary and merges the way Hugging Face's tokenizers does in the two
-// places where github.com/sugarme/tokenizer v0.3.0 differs from it: merges
-// of equal rank apply leftmost first (the library breaks such ties
-// arbitrarily, so a run like "\n\n\n" can split either way), and with
-// byte_fallback a character outside the vocabulary becomes its UTF-8 bytes'
-// tokens <0xXX> (the library returns the unknown token). Everything else —
-// normaliser, pre-tokeniser, decoder, vocabulary — stays the library's.
+// bpeModel is the BPE model of a tokenizer.json, merging as tokenizers
+// does: the lowest-ranked merge first and, among merges of equal rank,
+// the leftmost; with byte_fallback a character outside the vocabulary
+// becomes its UTF-8 bytes' tokens <0xXX>, else the unknown token (runs of
+// them fused into one with fuse_unk), else nothing; with ignore_merges a
+// word that is in the vocabulary is its token whole.
 type bpeModel struct {
-	*bpe.BPE
-	merges       bpe.Merges
+	vocab        map[string]int32
+	merges       map[uint64]merge
+	unk          int32 // -1 without an unknown token
 	byteFallback bool
 	fuseUnk      bool
 	ignoreMerges bool
-	unk          int // -1 without an unknown token
+
+	// cache holds the tokens of words seen, up to cacheSize words, as
+	// tokenizers' BPE cache does: pieces repeat a lot in text, and a
+	// corpus has more distinct words than tokenizers' 10,000.
+	mu    sync.RWMutex
+	cache map[string][]int32
 }
 
-// newBPEModel wraps the library's BPE model m with the options of the file.
-func newBPEModel(m tokenizer.Model, byteFallback, fuseUnk, ignoreMerges bool) (*bpeModel, error) {
-	b, ok := m.(*bpe.BPE)
-	if !ok {
-		return nil, fmt.Errorf("model is %T, want BPE", m)
+// cacheSize bounds the word cache: a few megabytes at most.
+const cacheSize = 1 << 17
+
+// merge is a merge's rank and the id of the token it makes.
+type merge struct{ rank, id int32 }
+
+// pairKey is the merges key of the pair of ids a, b.
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// parseBPE reads the model of tokenizer.json, which must be BPE.
+func parseBPE(raw json.RawMessage) (*bpeModel, error) {
+	var m struct {
+		Type                    string            `json:"type"`
+		Vocab                   map[string]int32  `json:"vocab"`
+		Merges                  []json.RawMessage `json:"merges"`
+		UnkToken                *string           `json:"unk_token"`
+		ByteFallback            bool              `json:"byte_fallback"`
+		FuseUnk                 bool              `json:"fuse_unk"`
+		IgnoreMerges            bool              `json:"ignore_merges"`
+		ContinuingSubwordPrefix *string           `json:"continuing_subword_prefix"`
+		EndOfWordSuffix         *string           `json:"end_of_word_suffix"`
+		Dropout                 *float64          `json:"dropout"`
 	}
-	if b.ContinuingSubwordPrefix != nil && *b.ContinuingSubwordPrefix != "" || b.EndOfWordSuffix != nil && *b.EndOfWordSuffix != "" {
-		return nil, fmt.Errorf("continuing_subword_prefix and end_of_word_suffix are not supported")
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
 	}
-	h := &bpeModel{BPE: b, merges: *b.Merges, byteFallback: byteFallback, fuseUnk: fuseUnk, ignoreMerges: ignoreMerges, unk: -1}
-	if b.UnkToken != nil {
-		if id, ok := b.TokenToId(*b.UnkToken); ok {
-			h.unk = id
+	if m.Type != "BPE" {
+		return nil, fmt.Errorf("model type %q is not supported; want BPE", m.Type)
+	}
+	if m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "" {
+		return nil, fmt.Errorf("model: continuing_subword_prefix %q is not supported; want null", *m.ContinuingSubwordPrefix)
+	}
+	if m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "" {
+		return nil, fmt.Errorf("model: end_of_word_suffix %q is not supported; want null", *m.EndOfWordSuffix)
+	}
+	if m.Dropout != nil && *m.Dropout != 0 {
+		return nil, fmt.Errorf("model: dropout %v is not supported; want null (deterministic encoding)", *m.Dropout)
+	}
+	b := &bpeModel{vocab: m.Vocab, merges: make(map[uint64]merge, len(m.Merges)), unk: -1,
+		byteFallback: m.ByteFallback, fuseUnk: m.FuseUnk, ignoreMerges: m.IgnoreMerges, cache: map[string][]int32{}}
+	for id, tok := range m.Vocab {
+		if id == "" || tok < 0 {
+			return nil, fmt.Errorf("model: vocabulary entry %q: %d, want a non-empty token and an id >= 0", id, tok)
 		}
 	}
-	return h, nil
+	if m.UnkToken != nil {
+		id, ok := m.Vocab[*m.UnkToken]
+		if !ok {
+			return nil, fmt.Errorf("model: unk_token %q is not in the vocabulary", *m.UnkToken)
+		}
+		b.unk = id
+	}
+	for rank, r := range m.Merges {
+		left, right, err := parseMerge(r)
+		if err != nil {
+			return nil, fmt.Errorf("model: merge %d: %w", rank, err)
+		}
+		l, okL := m.Vocab[left]
+		rt, okR := m.Vocab[right]
+		n, okN := m.Vocab[left+right]
+		if !okL || !okR || !okN {
+			return nil, fmt.Errorf("model: merge %d (%q, %q): a part or the merged token is not in the vocabulary", rank, left, right)
+		}
+		// A pair listed twice takes its last rank, as tokenizers' map
+		// built from the list does.
+		b.merges[pairKey(l, rt)] = merge{rank: int32(rank), id: n}
+	}
+	return b, nil
+}
+
+// parseMerge reads a merge written "left right" or ["left", "right"].
+func parseMerge(raw json.RawMessage) (string, string, error) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		left, right, ok := strings.Cut(s, " ")
+		if !ok || left == "" || right == "" {
+			return "", "", fmt.Errorf("%q, want two tokens separated by a space", s)
+		}
+		return left, right, nil
+	}
+	var pair []string
+	if err := json.Unmarshal(raw, &pair); err != nil || len(pair) != 2 {
+		return "", "", fmt.Errorf("%s, want \"left right\" or [\"left\", \"right\"]", raw)
+	}
+	return pair[0], pair[1], nil
 }
 
 // symbol is one piece of a word being merged: a token id and its byte
 // span, linked to its neighbours (-1 at the ends); len 0 once merged away.
 type symbol struct {
-	id, start, end, prev, next int
+	id                     int32
+	start, end, prev, next int
 }
 
 // candidate is a merge of the symbols at pos and its next, with the
 // merge's rank and the ids it expects there (stale once either changes).
 type candidate struct {
-	rank, pos, left, right, newID int
+	rank, left, right, newID int32
+	pos                      int
 }
 
+// candidates is a binary min-heap of merges, lowest rank first and, among
+// equal ranks, leftmost first (typed, so that pushing does not allocate as
+// container/heap's interface does).
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
+// before orders the heap.
+func (c candidates) before(i, j int) bool {
 	if c[i].rank != c[j].rank {
 		return c[i].rank < c[j].rank
 	}
 	return c[i].pos < c[j].pos
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+// push adds x.
+func (c *candidates) push(x candidate) {
+	*c = append(*c, x)
+	h := *c
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.before(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
 }
 
-// Tokenize splits one pre-tokenised word into tokens.
-func (h *bpeModel) Tokenize(word string) ([]tokenizer.Token, error) {
-	if word == "" {
-		return nil, nil
+// pop removes and returns the first merge; c is not empty.
+func (c *candidates) pop() candidate {
+	h := *c
+	top := h[0]
+	last := len(h) - 1
+	h[0] = h[last]
+	h = h[:last]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < len(h) && h.before(l, m) {
+			m = l
+		}
+		if r < len(h) && h.before(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
 	}
-	if h.ignoreMerges {
-		if id, ok := h.TokenToId(word); ok {
-			return []tokenizer.Token{{Id: id, Value: word, Offsets: []int{0, len(word)}}}, nil
+	*c = h
+	return top
+}
+
+// encode appends the ids of one pre-tokenized word to ids.
+func (b *bpeModel) encode(ids []int32, word string) []int32 {
+	if word == "" {
+		return ids
+	}
+	b.mu.RLock()
+	cached, ok := b.cache[word]
+	b.mu.RUnlock()
+	if ok {
+		return append(ids, cached...)
+	}
+	start := len(ids)
+	ids = b.merge(ids, word)
+	b.mu.Lock()
+	if len(b.cache) < cacheSize {
+		b.cache[word] = append([]int32(nil), ids[start:]...)
+	}
+	b.mu.Unlock()
+	return ids
+}
+
+// merge appends the ids of word, merged, to ids.
+func (b *bpeModel) merge(ids []int32, word string) []int32 {
+	if b.ignoreMerges {
+		if id, ok := b.vocab[word]; ok {
+			return append(ids, id)
 		}
 	}
-	var syms []symbol
-	add := func(id, start, end int) {
+	syms := make([]symbol, 0, len(word))
+	add := func(id int32, start, end int) {
 		syms = append(syms, symbol{id: id, start: start, end: end})
 	}
 	for i, r := range word {
@@ -94,47 +220,49 @@ func (h *bpeModel) Tokenize(word string) ([]tokenizer.Token, error) {
 			n = 1
 		}
 		ch := word[i : i+n]
-		if id, ok := h.TokenToId(ch); ok {
+		if id, ok := b.vocab[ch]; ok {
 			add(id, i, i+n)
 			continue
 		}
-		if h.byteFallback {
-			ids, ok := h.byteIDs(ch)
-			if ok {
-				for k, id := range ids {
+		if b.byteFallback {
+			if bytes, ok := b.byteIDs(ch); ok {
+				for k, id := range bytes {
 					add(id, i+k, i+k+1)
 				}
 				continue
 			}
 		}
-		if h.unk < 0 {
-			return nil, fmt.Errorf("character %q is not in the vocabulary and there is no unknown token", ch)
+		if b.unk < 0 {
+			continue // tokenizers drops the character
 		}
-		if last := len(syms) - 1; h.fuseUnk && last >= 0 && syms[last].id == h.unk && syms[last].end == i {
+		if last := len(syms) - 1; b.fuseUnk && last >= 0 && syms[last].id == b.unk && syms[last].end == i {
 			syms[last].end = i + n
 			continue
 		}
-		add(h.unk, i, i+n)
+		add(b.unk, i, i+n)
+	}
+	if len(syms) == 0 {
+		return ids
 	}
 	for i := range syms {
 		syms[i].prev, syms[i].next = i-1, i+1
 	}
 	syms[len(syms)-1].next = -1
-	var q candidates
+	q := make(candidates, 0, len(syms))
 	push := func(pos int) {
 		next := syms[pos].next
 		if next < 0 {
 			return
 		}
-		if m, ok := h.merges[bpe.Pair{C1: syms[pos].id, C2: syms[next].id}]; ok {
-			heap.Push(&q, candidate{rank: m.Rank, pos: pos, left: syms[pos].id, right: syms[next].id, newID: m.NewId})
+		if m, ok := b.merges[pairKey(syms[pos].id, syms[next].id)]; ok {
+			q.push(candidate{rank: m.rank, pos: pos, left: syms[pos].id, right: syms[next].id, newID: m.id})
 		}
 	}
 	for i := range syms {
 		push(i)
 	}
-	for q.Len() > 0 {
-		c := heap.Pop(&q).(candidate)
+	for len(q) > 0 {
+		c := q.pop()
 		s := &syms[c.pos]
 		if s.end == s.start || s.id != c.left || s.next < 0 || syms[s.next].id != c.right {
 			continue // stale: a neighbour merged first
@@ -150,20 +278,17 @@ func (h *bpeModel) Tokenize(word string) ([]tokenizer.Token, error) {
 		}
 		push(c.pos)
 	}
-	var out []tokenizer.Token
 	for i := 0; i >= 0; i = syms[i].next {
-		s := syms[i]
-		v, _ := h.IdToToken(s.id)
-		out = append(out, tokenizer.Token{Id: s.id, Value: v, Offsets: []int{s.start, s.end}})
+		ids = append(ids, syms[i].id)
 	}
-	return out, nil
+	return ids
 }
 
 // byteIDs are the ids of the byte tokens <0xXX> of ch's bytes.
-func (h *bpeModel) byteIDs(ch string) ([]int, bool) {
-	ids := make([]int, len(ch))
+func (b *bpeModel) byteIDs(ch string) ([]int32, bool) {
+	ids := make([]int32, len(ch))
 	for k := 0; k < len(ch); k++ {
-		id, ok := h.TokenToId(fmt.Sprintf("<0x%02X>", ch[k]))
+		id, ok := b.vocab[fmt.Sprintf("<0x%02X>", ch[k])]
 		if !ok {
 			return nil, false
 		}

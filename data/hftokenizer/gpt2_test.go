@@ -3,10 +3,10 @@ package hftokenizer
 import (
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +17,9 @@ import (
 
 // GPT-2's tokenizer.json, built by Hugging Face's tokenizers from the merge
 // ranks posttrainllm embeds, reads into a tokenizer whose ids equal both
-// tokenizers' and posttrainllm's own GPT-2 tokenizer's on every sample.
+// tokenizers' and posttrainllm's own GPT-2 tokenizer's on every stress
+// sample, with <|endoftext|> as text (Encode) and as the special token
+// (EncodeSpecial), and decode back to the sample.
 func TestGPT2TokenizerJSON(t *testing.T) {
 	py := python(t)
 	dir := t.TempDir()
@@ -31,7 +33,7 @@ func TestGPT2TokenizerJSON(t *testing.T) {
 		ranks.WriteString(hex.EncodeToString([]byte(piece)) + "\n")
 	}
 	ranksPath, samplesPath := filepath.Join(dir, "ranks.hex"), filepath.Join(dir, "samples.json")
-	samples, _ := json.Marshal(hfSamples)
+	samples, _ := json.Marshal(stressSamples)
 	if err := os.WriteFile(ranksPath, []byte(ranks.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +49,9 @@ func TestGPT2TokenizerJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want struct {
-		IDs [][]int32 `json:"ids"`
-		EOS int32     `json:"eos"`
+		IDs     [][]int32 `json:"ids"`
+		Special [][]int32 `json:"special"`
+		EOS     int32     `json:"eos"`
 	}
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatal(err)
@@ -65,13 +68,24 @@ func TestGPT2TokenizerJSON(t *testing.T) {
 		t.Fatalf("EOS %d, vocabulary %d; tokenizers' EOS %d, posttrainllm's GPT-2 %d and %d",
 			tok.EOT(), tok.VocabSize(), want.EOS, gpt2.EOT(), gpt2.VocabSize())
 	}
-	for i, s := range hfSamples {
+	own := gpt2.(data.SpecialTokenizer)
+	if !maps.Equal(tok.SpecialTokens(), own.SpecialTokens()) {
+		t.Errorf("special tokens %v, posttrainllm's GPT-2 %v", tok.SpecialTokens(), own.SpecialTokens())
+	}
+	for i, s := range stressSamples {
 		ids := tok.Encode(s)
-		if !slices.Equal(ids, want.IDs[i]) && len(ids)+len(want.IDs[i]) > 0 {
+		if !idsEqual(ids, want.IDs[i]) {
 			t.Errorf("%q:\n got        %v\n tokenizers %v", s, ids, want.IDs[i])
 		}
-		if own := gpt2.Encode(s); !slices.Equal(ids, own) && len(ids)+len(own) > 0 {
-			t.Errorf("%q:\n got           %v\n posttrainllm %v", s, ids, own)
+		if o := gpt2.Encode(s); !idsEqual(ids, o) {
+			t.Errorf("%q:\n got           %v\n posttrainllm %v", s, ids, o)
+		}
+		special := tok.EncodeSpecial(s)
+		if !idsEqual(special, want.Special[i]) {
+			t.Errorf("EncodeSpecial(%q):\n got        %v\n tokenizers %v", s, special, want.Special[i])
+		}
+		if o := own.EncodeSpecial(s); !idsEqual(o, want.Special[i]) {
+			t.Errorf("posttrainllm's GPT-2 EncodeSpecial(%q):\n got        %v\n tokenizers %v", s, o, want.Special[i])
 		}
 		if got := tok.Decode(ids); got != s {
 			t.Errorf("%q decodes back to %q", s, got)

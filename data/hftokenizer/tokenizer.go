@@ -1,135 +1,138 @@
 // Package hftokenizer reads Hugging Face tokenizer.json files: the
-// tokenizer of an imported model, as a data.Tokenizer. It is a package of
-// its own because the library it uses links a terminal progress bar, which
-// the training packages keep out of programs that import them.
+// tokenizer of an imported model, as a data.SpecialTokenizer whose ids are
+// those of Hugging Face's tokenizers library. It owns the small pipeline
+// that published BPE models use (see docs/huggingface.md for the
+// components supported) and fails on a file with any other component,
+// naming it.
 package hftokenizer
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
+	"strings"
 	"unicode/utf8"
 
-	"github.com/sugarme/tokenizer"
-	"github.com/sugarme/tokenizer/pretrained"
+	"github.com/posttrainllm/posttrainllm/data"
 )
 
-// Tokenizer is the tokenizer of a Hugging Face tokenizer.json, read with
-// github.com/sugarme/tokenizer (a Go port of Hugging Face's tokenizers)
-// and its BPE merges applied as tokenizers applies them (bpeModel): byte-level
-// BPE as GPT-2 and Llama 3 use, and SentencePiece-style BPE with byte
-// fallback as Llama 2 and SmolLM use. Encode adds no special
-// tokens (no BOS) and treats special-token strings in text as ordinary
-// text, so a document cannot forge an end-of-text separator.
+// pipelineVersion joins the file in the tokenizer's name: it changes when
+// this package's mapping from text to ids changes for some file, so that
+// token caches made by an earlier version are not reused.
+const pipelineVersion = 2
+
+// Tokenizer is the tokenizer of a Hugging Face tokenizer.json: added
+// tokens matched in text, then the normalizer, the pre-tokenizer and the
+// BPE model, each as tokenizers applies them; Decode runs the file's
+// decoder. Encode adds no special tokens (no BOS) and treats special-token
+// strings in text as ordinary text, so a document cannot forge an
+// end-of-text separator; EncodeSpecial matches them as tokenizers does by
+// default. It is safe for concurrent use.
 type Tokenizer struct {
 	name  string
 	vocab int
 	eos   int32
-	// mu serialises the library's tokenizer, whose caches are not
-	// documented as safe for concurrent use.
-	mu sync.Mutex
-	tk *tokenizer.Tokenizer
+
+	normalizer   normalizer   // nil: none
+	preTokenizer preTokenizer // nil: none
+	model        *bpeModel
+	decoder      decoder // nil: tokens joined with spaces
+	// raw matches the added tokens that are not normalized, in the input;
+	// normalized those that are, in normalized text.
+	raw, normalized *matcher
+	special         map[string]int32
+	tokens          []string // id -> token text, "" for an unused id
 }
 
 // eosNames are end-of-text tokens, most likely first, for files that
 // name no EOS.
 var eosNames = []string{"<|endoftext|>", "</s>", "<|end_of_text|>", "<|im_end|>", "<eos>"}
 
-// Load reads a tokenizer.json. The end-of-text id is the
-// eos_token of tokenizer_config.json beside it when there is one, else
-// the first special token of the file named like an end-of-text token.
+// Load reads a tokenizer.json. The end-of-text id is the eos_token of
+// tokenizer_config.json beside it when there is one, else the first
+// special token of the file named like an end-of-text token.
 func Load(path string) (*Tokenizer, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer: %w", err)
 	}
-	var file map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &file); err != nil {
-		return nil, fmt.Errorf("tokenizer %s: not a valid tokenizer.json: %w", path, err)
-	}
-	var added []struct {
-		ID      int    `json:"id"`
-		Content string `json:"content"`
-		Special bool   `json:"special"`
-	}
-	if a, ok := file["added_tokens"]; ok {
-		if err := json.Unmarshal(a, &added); err != nil {
-			return nil, fmt.Errorf("tokenizer %s: added_tokens: %w", path, err)
-		}
-	}
-	var model struct {
-		Type         string         `json:"type"`
-		Vocab        map[string]int `json:"vocab"`
-		ByteFallback bool           `json:"byte_fallback"`
-		FuseUnk      bool           `json:"fuse_unk"`
-		IgnoreMerges bool           `json:"ignore_merges"`
-	}
-	if err := json.Unmarshal(file["model"], &model); err != nil {
-		return nil, fmt.Errorf("tokenizer %s: model: %w", path, err)
-	}
-	if model.Type != "BPE" {
-		return nil, fmt.Errorf("tokenizer %s: model type %q is not supported; want BPE (byte-level or with byte fallback)", path, model.Type)
-	}
-	// Special tokens are matched in text by the library; leaving them out
-	// of its added vocabulary makes them ordinary text. The model's own
-	// vocabulary still decodes their ids.
-	special := map[string]int{}
-	var kept []json.RawMessage
-	var all []json.RawMessage
-	if a, ok := file["added_tokens"]; ok {
-		_ = json.Unmarshal(a, &all)
-	}
-	for i, t := range added {
-		if t.Special {
-			special[t.Content] = t.ID
-			continue
-		}
-		kept = append(kept, all[i])
-	}
-	if file["added_tokens"], err = json.Marshal(kept); err != nil {
-		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
-	}
-	stripped, err := json.Marshal(file)
+	t, err := parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
 	}
-	tk, err := pretrained.FromReader(bytes.NewReader(stripped))
+	eos, err := findEOS(filepath.Dir(path), t.special)
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
 	}
-	m, err := newBPEModel(tk.GetModel(), model.ByteFallback, model.FuseUnk, model.IgnoreMerges)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
-	}
-	tk.WithModel(m)
-	t := &Tokenizer{tk: tk}
-	for _, id := range model.Vocab {
-		t.vocab = max(t.vocab, id+1)
-	}
-	for _, a := range added {
-		t.vocab = max(t.vocab, a.ID+1)
-	}
-	eos, err := findEOS(filepath.Dir(path), special)
-	if err != nil {
-		return nil, fmt.Errorf("tokenizer %s: %w", path, err)
-	}
-	t.eos = int32(eos)
+	t.eos = eos
 	// The end-of-text id joins the file in the name: documents in a token
 	// cache are separated by it, so two runs with one tokenizer.json but
 	// different eos_token must not share a cache.
-	sum := sha256.Sum256(fmt.Appendf(raw, "\x00eos=%d", eos))
+	sum := sha256.Sum256(fmt.Appendf(raw, "\x00eos=%d\x00pipeline=%d", eos, pipelineVersion))
 	t.name = "hf-" + hex.EncodeToString(sum[:8])
+	return t, nil
+}
+
+// parse builds the tokenizer of the contents of a tokenizer.json.
+func parse(raw []byte) (*Tokenizer, error) {
+	var file struct {
+		AddedTokens  json.RawMessage `json:"added_tokens"`
+		Normalizer   json.RawMessage `json:"normalizer"`
+		PreTokenizer json.RawMessage `json:"pre_tokenizer"`
+		Model        json.RawMessage `json:"model"`
+		Decoder      json.RawMessage `json:"decoder"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		return nil, fmt.Errorf("not a valid tokenizer.json: %w", err)
+	}
+	if isNull(file.Model) {
+		return nil, fmt.Errorf("no model: a tokenizer.json has one")
+	}
+	t := &Tokenizer{special: map[string]int32{}}
+	var err error
+	if t.model, err = parseBPE(file.Model); err != nil {
+		return nil, err
+	}
+	if t.normalizer, err = parseNormalizer(file.Normalizer); err != nil {
+		return nil, err
+	}
+	if t.preTokenizer, err = parsePreTokenizer(file.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if t.decoder, err = parseDecoder(file.Decoder); err != nil {
+		return nil, err
+	}
+	added, err := parseAddedTokens(file.AddedTokens)
+	if err != nil {
+		return nil, err
+	}
+	t.raw = newMatcher(added, func(a addedToken) bool { return !a.Normalized })
+	t.normalized = newMatcher(added, func(a addedToken) bool { return a.Normalized })
+	for _, id := range t.model.vocab {
+		t.vocab = max(t.vocab, int(id)+1)
+	}
+	for _, a := range added {
+		t.vocab = max(t.vocab, a.ID+1)
+		if a.Special {
+			t.special[a.Content] = int32(a.ID)
+		}
+	}
+	t.tokens = make([]string, t.vocab)
+	for tok, id := range t.model.vocab {
+		t.tokens[id] = tok
+	}
+	for _, a := range added {
+		t.tokens[a.ID] = a.Content
+	}
 	return t, nil
 }
 
 // findEOS finds the end-of-text id among the special tokens: the eos_token
 // of tokenizer_config.json in dir, or a token named like one.
-func findEOS(dir string, special map[string]int) (int, error) {
+func findEOS(dir string, special map[string]int32) (int32, error) {
 	if b, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json")); err == nil {
 		var cfg struct {
 			EOS json.RawMessage `json:"eos_token"`
@@ -172,48 +175,97 @@ func (t *Tokenizer) VocabSize() int { return t.vocab }
 // EOT is the end-of-text (EOS) id.
 func (t *Tokenizer) EOT() int32 { return t.eos }
 
-// Encode returns the ids of text as Hugging Face's tokenizers gives them
-// without special tokens.
-func (t *Tokenizer) Encode(text string) []int32 {
-	if text == "" {
-		return nil
+// SpecialTokens maps the text of each added token marked special to its
+// id.
+func (t *Tokenizer) SpecialTokens() map[string]int32 {
+	m := make(map[string]int32, len(t.special))
+	for k, v := range t.special {
+		m[k] = v
 	}
-	t.mu.Lock()
-	en, err := t.tk.EncodeSingle(text, false)
-	t.mu.Unlock()
-	if err != nil {
-		// bpeModel fails only on a character outside a vocabulary that has
-		// neither byte fallback nor an unknown token.
-		return nil
+	return m
+}
+
+// Encode returns the ids of text as tokenizers gives them without special
+// tokens added and with special-token strings encoded as text (its
+// encode_special_tokens); added tokens that are not special still match.
+// A character that the vocabulary can express neither as a token, bytes
+// nor an unknown token is left out, as tokenizers leaves it out.
+func (t *Tokenizer) Encode(text string) []int32 { return t.encode(text, false) }
+
+// EncodeSpecial returns the ids of text as tokenizers gives them by
+// default without special tokens added: special tokens written in text
+// become their ids, honouring their lstrip, rstrip, single_word and
+// normalized settings.
+func (t *Tokenizer) EncodeSpecial(text string) []int32 { return t.encode(text, true) }
+
+// encode runs the pipeline, matching special tokens when specials is set.
+func (t *Tokenizer) encode(text string, specials bool) []int32 {
+	ids := make([]int32, 0, len(text)/3+1)
+	for _, seg := range t.raw.split(text, specials) {
+		if seg.token != nil {
+			ids = append(ids, int32(seg.token.ID))
+			continue
+		}
+		part := text[seg.start:seg.end]
+		if part == "" {
+			continue
+		}
+		if t.normalizer != nil {
+			part = t.normalizer.normalize(part)
+		}
+		for _, nseg := range t.normalized.split(part, specials) {
+			if nseg.token != nil {
+				ids = append(ids, int32(nseg.token.ID))
+				continue
+			}
+			if nseg.end == nseg.start {
+				continue
+			}
+			pieces := []piece{{text: part[nseg.start:nseg.end], atStart: seg.start == 0 && nseg.start == 0}}
+			if t.preTokenizer != nil {
+				pieces = t.preTokenizer.preTokenize(pieces)
+			}
+			for _, p := range pieces {
+				ids = t.model.encode(ids, p.text)
+			}
+		}
 	}
-	ids := make([]int32, len(en.Ids))
-	for i, id := range en.Ids {
-		ids[i] = int32(id)
+	if len(ids) == 0 {
+		return nil
 	}
 	return ids
 }
 
-// Decode returns the text of ids, special tokens included. Ids outside
-// [0, VocabSize) decode to U+FFFD.
+// Decode returns the text of ids as tokenizers decodes them, special
+// tokens included. Ids outside [0, VocabSize) decode to U+FFFD.
 func (t *Tokenizer) Decode(ids []int32) string {
-	var out []byte
-	run := make([]int, 0, len(ids))
+	var out strings.Builder
+	run := make([]string, 0, len(ids))
 	flush := func() {
-		if len(run) > 0 {
-			t.mu.Lock()
-			out = append(out, t.tk.Decode(run, false)...)
-			t.mu.Unlock()
-			run = run[:0]
+		if len(run) == 0 {
+			return
 		}
+		if t.decoder == nil {
+			out.WriteString(strings.Join(run, " "))
+		} else {
+			for _, s := range t.decoder.decodeChain(run) {
+				out.WriteString(s)
+			}
+		}
+		run = run[:0]
 	}
 	for _, id := range ids {
 		if id < 0 || int(id) >= t.vocab {
 			flush()
-			out = utf8.AppendRune(out, utf8.RuneError)
+			out.WriteRune(utf8.RuneError)
 			continue
 		}
-		run = append(run, int(id))
+		if tok := t.tokens[id]; tok != "" {
+			run = append(run, tok)
+		}
 	}
 	flush()
-	return string(out)
+	return out.String()
 }
+
+var _ data.SpecialTokenizer = (*Tokenizer)(nil)

@@ -49,14 +49,11 @@ func python(t *testing.T) string {
 func hfTokenizerFiles(t *testing.T) string {
 	t.Helper()
 	py := python(t)
-	text, err := os.ReadFile(filepath.Join("..", "..", "..", "shared", "data", "tinyshakespeare.txt"))
-	if err != nil {
-		t.Fatalf("the shared training text is missing: %v", err)
-	}
+	text := shakespeare(t)
 	dir := t.TempDir()
 	textPath, samplesPath := filepath.Join(dir, "text.txt"), filepath.Join(dir, "samples.json")
 	samples, _ := json.Marshal(hfSamples)
-	if err := os.WriteFile(textPath, text[:min(len(text), 100_000)], 0o644); err != nil {
+	if err := os.WriteFile(textPath, []byte(text[:min(len(text), 100_000)]), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(samplesPath, samples, 0o644); err != nil {

@@ -1,16 +1,21 @@
-"""Independent numpy reference for Hugging Face GPT-2 and Llama folders.
+"""Independent numpy reference for Hugging Face GPT-2 and Llama-shaped folders.
 
 Written from the architectures (GPT-2: "Language Models are Unsupervised
 Multitask Learners" and Hugging Face's GPT2LMHeadModel layout; Llama: RMSNorm,
 rotary embeddings in the rotate-half convention, SwiGLU, grouped-query
-attention, as Hugging Face's LlamaForCausalLM lays it out), not from
-posttrainllm's code. The Go tests in hf/ call it:
+attention, as Hugging Face's LlamaForCausalLM lays it out; Llama 3.1's
+frequency scaling as Meta's reference code writes it; Mistral, Qwen2 (q/k/v
+biases), Qwen3 (per-head q/k RMSNorm, its own head_dim) and Phi-3 (fused
+qkv_proj and gate_up_proj) as their Hugging Face classes lay them out), not
+from posttrainllm's code. The Go tests in hf/ call it:
 
-  reference.py make DIR --family gpt2|llama --dtype float32|float16|bfloat16
-                        [--shards N] [--seed S] [--rope-scaling F] [--tied]
-                        [--vocab V]
-      writes a random-weight Hugging Face folder: config.json and
-      model.safetensors, or N shards with model.safetensors.index.json
+  reference.py make DIR --family gpt2|llama|llama3|mistral|qwen2|qwen3|phi3
+                        --dtype float32|float16|bfloat16 [--shards N]
+                        [--seed S] [--rope-scaling F] [--tied] [--vocab V]
+                        [--attention-bias]
+      writes a random-weight Hugging Face folder (config.json in the shape
+      of a real checkpoint of the family, and model.safetensors, or N
+      shards with model.safetensors.index.json)
   reference.py logits DIR OUT TOKENS...
       runs the model of DIR on TOKENS (one sequence) in float64 and writes
       the [T, vocab] logits to OUT as little-endian float32
@@ -165,6 +170,67 @@ def make_llama(rng, tied, rope_scaling, vocab):
     return cfg, t
 
 
+def make_family(rng, family, tied, attention_bias, vocab):
+    """A small random model of a Llama-shaped family, its config.json keyed as
+    the family's published checkpoints are (Llama 3.2, Mistral v0.3,
+    Qwen2.5, Qwen3, Phi-3-mini)."""
+    D, L, H, KV, F, V, P = 64, 2, 4, 2, 96, vocab or 101, 128
+    common = {
+        "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": D,
+        "initializer_range": 0.02, "intermediate_size": F, "max_position_embeddings": P, "num_attention_heads": H,
+        "num_hidden_layers": L, "num_key_value_heads": KV, "tie_word_embeddings": tied, "transformers_version": "4.51.0",
+        "use_cache": True, "vocab_size": V,
+    }
+    hd = D // H
+    if family == "llama3":
+        hd = 24  # head_dim given, not hidden_size / num_attention_heads
+        cfg = dict(common, architectures=["LlamaForCausalLM"], model_type="llama", attention_bias=attention_bias,
+                   head_dim=hd, mlp_bias=False, pretraining_tp=1, rms_norm_eps=1e-5, rope_theta=500000.0,
+                   rope_scaling={"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                 "original_max_position_embeddings": 32, "rope_type": "llama3"})
+    elif family == "mistral":
+        cfg = dict(common, architectures=["MistralForCausalLM"], model_type="mistral", rms_norm_eps=1e-5,
+                   rope_theta=1000000.0, sliding_window=None)
+    elif family == "qwen2":
+        cfg = dict(common, architectures=["Qwen2ForCausalLM"], model_type="qwen2", max_window_layers=L,
+                   rms_norm_eps=1e-6, rope_theta=1000000.0, sliding_window=P, use_sliding_window=False)
+    elif family == "qwen3":
+        hd = 32  # Qwen3's head_dim exceeds hidden_size / num_attention_heads
+        cfg = dict(common, architectures=["Qwen3ForCausalLM"], model_type="qwen3", attention_bias=attention_bias,
+                   head_dim=hd, max_window_layers=L, rms_norm_eps=1e-6, rope_scaling=None, rope_theta=1000000.0,
+                   sliding_window=None, use_sliding_window=False)
+    elif family == "phi3":
+        cfg = dict(common, architectures=["Phi3ForCausalLM"], model_type="phi3", embd_pdrop=0.0,
+                   original_max_position_embeddings=P, pad_token_id=V - 1, resid_pdrop=0.0, rms_norm_eps=1e-5,
+                   rope_scaling=None, rope_theta=10000.0, sliding_window=P)
+    else:
+        raise SystemExit("unknown family " + family)
+    r = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)
+    one = lambda n: (1 + rng.standard_normal(n) * 0.2).astype(np.float32)
+    t = {"model.embed_tokens.weight": r(V, D), "model.norm.weight": one(D)}
+    if not tied:
+        t["lm_head.weight"] = r(V, D)
+    for i in range(L):
+        p = "model.layers.%d." % i
+        t.update({p + "input_layernorm.weight": one(D), p + "post_attention_layernorm.weight": one(D),
+                  p + "self_attn.o_proj.weight": r(D, H * hd), p + "mlp.down_proj.weight": r(D, F)})
+        if family == "phi3":
+            t[p + "self_attn.qkv_proj.weight"] = r((H + 2 * KV) * hd, D)
+            t[p + "mlp.gate_up_proj.weight"] = r(2 * F, D)
+            continue
+        t.update({p + "self_attn.q_proj.weight": r(H * hd, D), p + "self_attn.k_proj.weight": r(KV * hd, D),
+                  p + "self_attn.v_proj.weight": r(KV * hd, D), p + "mlp.gate_proj.weight": r(F, D),
+                  p + "mlp.up_proj.weight": r(F, D)})
+        if family == "qwen2" or attention_bias:
+            t.update({p + "self_attn.q_proj.bias": r(H * hd), p + "self_attn.k_proj.bias": r(KV * hd),
+                      p + "self_attn.v_proj.bias": r(KV * hd)})
+        if attention_bias:
+            t[p + "self_attn.o_proj.bias"] = r(D)
+        if family == "qwen3":
+            t.update({p + "self_attn.q_norm.weight": one(hd), p + "self_attn.k_norm.weight": one(hd)})
+    return cfg, t
+
+
 # ---------------------------------------------------------------- forward passes
 
 
@@ -213,20 +279,60 @@ def gpt2_logits(cfg, w, tokens):
     return x @ w[pre + "wte.weight"].T
 
 
+def llama3_scaled(inv_freq, rs):
+    """Llama 3.1's frequency scaling, as Meta's reference apply_scaling writes
+    it: long wavelengths slowed by factor, short ones kept, those between
+    interpolated."""
+    low_wavelen = rs["original_max_position_embeddings"] / rs["low_freq_factor"]
+    high_wavelen = rs["original_max_position_embeddings"] / rs["high_freq_factor"]
+    out = []
+    for freq in inv_freq:
+        wavelen = 2 * np.pi / freq
+        if wavelen < high_wavelen:
+            out.append(freq)
+        elif wavelen > low_wavelen:
+            out.append(freq / rs["factor"])
+        else:
+            smooth = (rs["original_max_position_embeddings"] / wavelen - rs["low_freq_factor"]) / (
+                rs["high_freq_factor"] - rs["low_freq_factor"])
+            out.append((1 - smooth) * freq / rs["factor"] + smooth * freq)
+    return np.array(out)
+
+
 def llama_logits(cfg, w, tokens):
+    """Llama, and the families laid out like it: Mistral, Qwen2, Qwen3, Phi-3."""
+    family = cfg["model_type"]
     D, H = cfg["hidden_size"], cfg["num_attention_heads"]
     KV = cfg.get("num_key_value_heads") or H
-    T, hd, eps = len(tokens), D // H, cfg["rms_norm_eps"]
+    hd = D // H
+    if family != "phi3" and cfg.get("head_dim"):
+        hd = cfg["head_dim"]
+    elif family == "qwen3":
+        hd = 128  # Qwen3Config's default
+    T, eps = len(tokens), cfg["rms_norm_eps"]
     theta = cfg.get("rope_theta", 10000.0)
-    factor = (cfg.get("rope_scaling") or {}).get("factor", 1.0)
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    # Which projections carry biases: Qwen2's q, k and v always; Llama's and
+    # Qwen3's q, k, v and o with attention_bias; Mistral's and Phi-3's none.
+    qkv_bias = family == "qwen2" or (family in ("llama", "qwen3") and cfg.get("attention_bias", False))
+    o_bias = family in ("llama", "qwen3") and cfg.get("attention_bias", False)
 
     def rms(x, name):
         return x / np.sqrt((x**2).mean(-1, keepdims=True) + eps) * w[name + ".weight"]
 
-    def lin(x, name):  # torch Linear stores [out, in]
-        return x @ w[name + ".weight"].T
+    def lin(x, name, bias=False):  # torch Linear stores [out, in]
+        y = x @ w[name + ".weight"].T
+        return y + w[name + ".bias"] if bias else y
 
     inv_freq = 1.0 / theta ** (np.arange(0, hd, 2) / hd)
+    factor = 1.0
+    if kind == "linear":
+        factor = rs["factor"]
+    elif kind == "llama3":
+        inv_freq = llama3_scaled(inv_freq, rs)
+    elif kind != "default":
+        raise SystemExit("rope_scaling %s is not in the reference" % kind)
     freqs = np.outer(np.arange(T) / factor, inv_freq)  # [T, hd/2]
     emb = np.concatenate([freqs, freqs], -1)
     cos, sin = np.cos(emb), np.sin(emb)
@@ -240,14 +346,28 @@ def llama_logits(cfg, w, tokens):
     for i in range(cfg["num_hidden_layers"]):
         p = "model.layers.%d." % i
         a = rms(x, p + "input_layernorm")
-        q = rope(lin(a, p + "self_attn.q_proj").reshape(T, H, hd).transpose(1, 0, 2))
-        k = rope(lin(a, p + "self_attn.k_proj").reshape(T, KV, hd).transpose(1, 0, 2))
-        v = lin(a, p + "self_attn.v_proj").reshape(T, KV, hd).transpose(1, 0, 2)
+        if family == "phi3":  # one fused projection: q rows, then k, then v
+            qkv = lin(a, p + "self_attn.qkv_proj")
+            q, k, v = qkv[:, : H * hd], qkv[:, H * hd : (H + KV) * hd], qkv[:, (H + KV) * hd :]
+        else:
+            q = lin(a, p + "self_attn.q_proj", qkv_bias)
+            k = lin(a, p + "self_attn.k_proj", qkv_bias)
+            v = lin(a, p + "self_attn.v_proj", qkv_bias)
+        q = q.reshape(T, H, hd)
+        k = k.reshape(T, KV, hd)
+        if family == "qwen3":  # RMSNorm of each head over head_dim, before RoPE
+            q, k = rms(q, p + "self_attn.q_norm"), rms(k, p + "self_attn.k_norm")
+        q, k = rope(q.transpose(1, 0, 2)), rope(k.transpose(1, 0, 2))
+        v = v.reshape(T, KV, hd).transpose(1, 0, 2)
         k, v = np.repeat(k, H // KV, axis=0), np.repeat(v, H // KV, axis=0)
-        y = attend(q, k, v).transpose(1, 0, 2).reshape(T, D)
-        x = x + lin(y, p + "self_attn.o_proj")
+        y = attend(q, k, v).transpose(1, 0, 2).reshape(T, H * hd)
+        x = x + lin(y, p + "self_attn.o_proj", o_bias)
         a = rms(x, p + "post_attention_layernorm")
-        x = x + lin(silu(lin(a, p + "mlp.gate_proj")) * lin(a, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if family == "phi3":  # gate rows, then up rows
+            gate, up = np.split(lin(a, p + "mlp.gate_up_proj"), 2, axis=-1)
+        else:
+            gate, up = lin(a, p + "mlp.gate_proj"), lin(a, p + "mlp.up_proj")
+        x = x + lin(silu(gate) * up, p + "mlp.down_proj")
     x = rms(x, "model.norm")
     head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
     return x @ head.T
@@ -258,13 +378,14 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     mk = sub.add_parser("make")
     mk.add_argument("dir")
-    mk.add_argument("--family", choices=["gpt2", "llama"], required=True)
+    mk.add_argument("--family", choices=["gpt2", "llama", "llama3", "mistral", "qwen2", "qwen3", "phi3"], required=True)
     mk.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     mk.add_argument("--shards", type=int, default=1)
     mk.add_argument("--seed", type=int, default=0)
     mk.add_argument("--rope-scaling", type=float, default=0)
     mk.add_argument("--tied", action="store_true")
     mk.add_argument("--vocab", type=int, default=0)
+    mk.add_argument("--attention-bias", action="store_true")
     lg = sub.add_parser("logits")
     lg.add_argument("dir")
     lg.add_argument("out")
@@ -274,13 +395,15 @@ def main():
         rng = np.random.default_rng(a.seed)
         if a.family == "gpt2":
             cfg, t = make_gpt2(rng, a.tied, a.vocab)
-        else:
+        elif a.family == "llama":
             cfg, t = make_llama(rng, a.tied, a.rope_scaling, a.vocab)
+        else:
+            cfg, t = make_family(rng, a.family, a.tied, a.attention_bias, a.vocab)
         cfg["torch_dtype"] = a.dtype
         write_folder(a.dir, cfg, t, a.dtype, a.shards)
         return
     cfg, w = read_folder(a.dir)
-    fwd = {"gpt2": gpt2_logits, "llama": llama_logits}[cfg["model_type"]]
+    fwd = gpt2_logits if cfg["model_type"] == "gpt2" else llama_logits
     fwd(cfg, w, np.array(a.tokens)).astype("<f4").tofile(a.out)
 
 

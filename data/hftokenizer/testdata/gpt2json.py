@@ -7,14 +7,16 @@ RANKS has one line per id, the hex of the token's bytes (tiktoken's
 r50k_base, as posttrainllm embeds it). The merges are recovered the way
 tiktoken's converters do: a token's merge is the last step of BPE on its
 bytes with the ranks below its own. Writes OUT/tokenizer.json and
-OUT/expected.json (the ids of every sample, without special tokens).
+OUT/expected.json: the ids of every sample with <|endoftext|> encoded as
+text (encode_special_tokens) and as the special token (tokenizers'
+default), no special tokens added.
 """
 
 import json
 import os
 import sys
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 
 def bytes_to_unicode():
@@ -61,13 +63,16 @@ def main():
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens(["<|endoftext|>"])
+    # As GPT-2's published tokenizer.json has it.
+    tok.add_special_tokens([AddedToken("<|endoftext|>", special=True, normalized=True)])
     os.makedirs(out, exist_ok=True)
     tok.save(os.path.join(out, "tokenizer.json"))
     samples = json.load(open(samples_path, encoding="utf-8"))
+    special = [tok.encode(s, add_special_tokens=False).ids for s in samples]
+    tok.encode_special_tokens = True
     ids = [tok.encode(s, add_special_tokens=False).ids for s in samples]
     with open(os.path.join(out, "expected.json"), "w") as f:
-        json.dump({"ids": ids, "eos": tok.token_to_id("<|endoftext|>")}, f)
+        json.dump({"ids": ids, "special": special, "eos": tok.token_to_id("<|endoftext|>")}, f)
 
 
 if __name__ == "__main__":

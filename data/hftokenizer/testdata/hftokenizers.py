@@ -3,9 +3,9 @@ samples with them, for data/hftokenizer/tokenizer_test.go.
 
   hftokenizers.py TEXT OUT SAMPLES.json
 
-writes OUT/bytelevel/tokenizer.json (byte-level BPE, as GPT-2 and Llama 3)
+writes OUT/bytelevel/tokenizer.json (byte-level BPE, as GPT-2, Llama 3 and SmolLM)
 and OUT/sp/tokenizer.json with tokenizer_config.json (SentencePiece-style
-BPE with byte fallback, as Llama 2 and SmolLM), both trained on TEXT, and
+BPE with byte fallback, as Llama 2 and Mistral), both trained on TEXT, and
 OUT/expected.json: for each tokenizer the ids of every sample (no special
 tokens added), the text those ids decode to, and the EOS id.
 """

@@ -49,7 +49,8 @@ PYTHON ?= python3
 PY_DEPS := numpy==2.1.3 safetensors==0.4.5 tokenizers==0.20.3 \
 	gguf==0.19.0 PyYAML==6.0.2 tqdm==4.67.1 requests==2.32.3 \
 	certifi==2024.8.30 charset-normalizer==3.4.0 idna==3.10 urllib3==2.2.3 \
-	tensorboard==2.20.0 protobuf==7.36.2
+	tensorboard==2.20.0 protobuf==7.36.2 openai==3.57.0 \
+	jinja2==3.1.6 MarkupSafe==3.0.4
 py-deps:
 	@if [ "$$(cat .deps/py/pinned 2>/dev/null)" != "$(PY_DEPS)" ]; then \
 		rm -rf .deps/py && $(PYTHON) -m venv .deps/py && \

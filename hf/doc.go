@@ -6,4 +6,11 @@
 // GPT-2's Conv1D weights, splitting its fused c_attn and Phi-3's fused
 // qkv_proj and gate_up_proj); export writes the reverse, a folder that
 // Hugging Face transformers loads as the class it was imported from.
+//
+// It also reads llama.cpp GGUF files of the llama and qwen2 architectures
+// (LoadGGUF):
+// their metadata becomes the config.json of the folder they were converted
+// from, their tensors that folder's tensors (dequantized, q and k rows in
+// Hugging Face's order), and their tokenizer.ggml.* metadata the folder's
+// tokenizer files.
 package hf

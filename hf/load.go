@@ -70,25 +70,36 @@ func load(dir, dtype string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	params, err := assemble(dir, family, m, t)
+	if err != nil {
+		return nil, err
+	}
+	s.Keep(params...)
+	return &Model{Family: family, Model: m, Params: params}, nil
+}
+
+// assemble maps the tensors of src (a folder, or a GGUF file under
+// Hugging Face's names) onto m's parameters in its Specs order, checking
+// their shapes, in m's parameter dtype. It runs on the MLX thread.
+func assemble(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, error) {
 	named, err := toParams(family, m.Config, t)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	params := make([]*mlx.Array, len(m.Specs))
 	for i, spec := range m.Specs {
 		a := named[spec.Name]
 		if !slices.Equal(a.Shape(), spec.Shape) {
-			return nil, fmt.Errorf("%s: %s maps to %q of shape %v, the config needs %v", dir, family, spec.Name, a.Shape(), spec.Shape)
+			return nil, fmt.Errorf("%s: %s maps to %q of shape %v, the config needs %v", src, family, spec.Name, a.Shape(), spec.Shape)
 		}
 		// The copy makes transposed and split weights contiguous arrays of
-		// their own, so the folder's buffers are not held.
+		// their own, so the source's buffers are not held.
 		params[i] = mlx.Copy(mlx.AsType(a, m.Config.ParamDtype()))
 	}
 	if err := mlx.Eval(params...); err != nil {
-		return nil, fmt.Errorf("%s: %w", dir, err)
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
-	s.Keep(params...)
-	return &Model{Family: family, Model: m, Params: params}, nil
+	return params, nil
 }
 
 // readTensors reads every tensor of dir's weight files, checking that each

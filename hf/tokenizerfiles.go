@@ -10,10 +10,10 @@ import (
 )
 
 // TokenizerFiles are the files of a folder that describe its tokenizer
-// and generation defaults; import keeps them with the run and export
+// and generation defaults (chat template and end tokens included); import keeps them with the run and export
 // writes them back, so an exported folder is complete for transformers.
 var TokenizerFiles = []string{
-	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+	"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", "generation_config.json",
 	"tokenizer.model", "vocab.json", "merges.txt",
 }
 

@@ -327,6 +327,7 @@ func (a *Array) Bytes() ([]byte, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
+	hostWaits.Add(1)
 	if _, err := call(func() C.int { return C.ptlm_array_read(a.h, p, C.size_t(len(buf))) }); err != nil {
 		return nil, opError("read", err, a)
 	}
@@ -354,6 +355,7 @@ func ToSlice[T Number](a *Array) ([]T, error) {
 		var zero [8]byte
 		p = unsafe.Pointer(&zero[0])
 	}
+	hostWaits.Add(1)
 	if _, err := call(func() C.int { return C.ptlm_array_read(src.h, p, C.size_t(len(out)*want.Size())) }); err != nil {
 		return nil, opError("read", err, a)
 	}
@@ -370,6 +372,7 @@ func (a *Array) RowContiguous() (bool, error) {
 		return false, err
 	}
 	var out C.bool
+	hostWaits.Add(1)
 	if _, err := call(func() C.int { return C.ptlm_array_row_contiguous(a.h, &out) }); err != nil {
 		return false, opError("row_contiguous", err, a)
 	}
@@ -397,6 +400,18 @@ func (a *Array) Item() (float64, error) {
 	return float64(v[0]), nil
 }
 
+// hostWaits counts the calls that made the host wait for arrays to be
+// computed (HostWaits).
+var hostWaits atomic.Uint64
+
+// HostWaits returns how many calls of this package have waited for arrays
+// to be computed: Eval, and the reads that evaluate first (Item, ToSlice,
+// Bytes, RowContiguous, …). AsyncEval does not wait. On a GPU each wait
+// leaves the device idle until the host records the next work, so a
+// training loop waits as rarely as it can; the count across a loop shows
+// how often (train's tests pin the trainer's).
+func HostWaits() uint64 { return hostWaits.Load() }
+
 // handles collects the C handles of arrs, or the first error they carry.
 func handles(arrs []*Array) ([]C.ptlm_array, error) {
 	if err := firstErr(arrs...); err != nil {
@@ -420,6 +435,7 @@ func Eval(arrs ...*Array) error {
 	if err != nil {
 		return err
 	}
+	hostWaits.Add(1)
 	// Called directly first, like unary: a step evaluates every time.
 	if rc := C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)); rc != C.PTLM_OK {
 		_, err := finish(rc, func() C.int { return C.ptlm_eval(&hs[0], C.size_t(len(hs)-1)) })

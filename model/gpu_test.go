@@ -128,3 +128,19 @@ func TestGPUKernelsMatchMLXOps(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUFloat32GatherAddsTheEmbeddingGradientInFloat32 is
+// TestFloat32GatherAddsTheEmbeddingGradientInFloat32 on the GPU, where the
+// scatter-add of the gather's gradient runs as atomic additions.
+func TestGPUFloat32GatherAddsTheEmbeddingGradientInFloat32(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		if !mlx.GPU.Available() {
+			t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible")
+		}
+		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
+			t.Fatal(err)
+		}
+		defer mlx.SetDefaultDevice(mlx.CPU)
+		checkFloat32Gather(t)
+	})
+}

@@ -81,3 +81,34 @@ func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
 	c.keys[l], c.values[l] = k, v
 	return k, v
 }
+
+// Truncate keeps the first n positions of the cache and drops the rest,
+// so generation can continue a conversation from the part of it that is
+// unchanged. n must be in [0, Offset]; 0 empties the cache. Call it where
+// the cache's arrays are kept (inside mlx.Run, returning Arrays), as for
+// LogitsCached.
+func (c *KVCache) Truncate(n int) error {
+	if n < 0 || n > c.Offset {
+		return fmt.Errorf("model: truncate the cache to %d positions: it holds %d", n, c.Offset)
+	}
+	if n == 0 {
+		c.Free()
+		return nil
+	}
+	if n == c.Offset {
+		return nil
+	}
+	for l := range c.keys {
+		if c.keys[l] == nil {
+			continue
+		}
+		k, v := c.keys[l], c.values[l]
+		s := k.Shape()
+		c.keys[l] = mlx.Slice(k, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+		c.values[l] = mlx.Slice(v, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+		k.Free()
+		v.Free()
+	}
+	c.Offset = n
+	return nil
+}

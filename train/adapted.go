@@ -145,11 +145,7 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", a.Dir, err)
 		}
-		ids := tok.Encode(prompt)
-		if len(ids) == 0 {
-			ids = []int32{tok.EOT()}
-		}
-		out, err := Generate(a.Model, a.Params, ids, opts)
+		out, err := Generate(a.Model, a.Params, encodePrompt(tok, prompt, opts), opts)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -43,6 +44,9 @@ type RunState struct {
 }
 
 // Checkpoint is a loaded checkpoint. The caller frees Params and OptState.
+// OptState is nil for a step-0 checkpoint written without optimizer state
+// (an imported model): a run that resumes from it starts its optimizer
+// fresh, as every run does at step 0.
 type Checkpoint struct {
 	Dir      string
 	State    RunState
@@ -128,7 +132,8 @@ type checkpointFile struct {
 
 // saveCheckpoint is SaveCheckpoint on the MLX thread, with extra files;
 // no paramNames and params leave out the model file (an adapter
-// checkpoint holds adapters instead).
+// checkpoint holds adapters instead), and no stateNames and optState the
+// optimizer file (an imported model at step 0, see loadCheckpoint).
 func saveCheckpoint(root string, st RunState, paramNames []string, params []*mlx.Array,
 	stateNames []string, optState []*mlx.Array, extra ...checkpointFile) (string, error) {
 	if len(paramNames) != len(params) || len(stateNames) != len(optState) {
@@ -159,9 +164,13 @@ func saveCheckpoint(root string, st RunState, paramNames []string, params []*mlx
 			return "", err
 		}
 	}
-	if err := saveArrays(filepath.Join(tmp, OptimizerFile), stateNames, optState,
-		map[string]string{"optimizer": st.Config.Optimizer, "step": strconv.Itoa(st.Step)}); err != nil {
-		return "", err
+	if stateNames != nil || optState != nil {
+		if err := saveArrays(filepath.Join(tmp, OptimizerFile), stateNames, optState,
+			map[string]string{"optimizer": st.Config.Optimizer, "step": strconv.Itoa(st.Step)}); err != nil {
+			return "", err
+		}
+	} else if st.Step != 0 {
+		return "", fmt.Errorf("checkpoint: step %d without optimizer state; only a step-0 checkpoint may leave it out", st.Step)
 	}
 	js, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -398,7 +407,11 @@ func loadCheckpoint(dir string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	opt, _, err := mlx.LoadSafetensors(filepath.Join(dir, OptimizerFile))
+	optFile := filepath.Join(dir, OptimizerFile)
+	if _, err := os.Lstat(optFile); errors.Is(err, fs.ErrNotExist) && st.Step == 0 {
+		return &Checkpoint{Dir: dir, State: st, Params: params}, nil
+	}
+	opt, _, err := mlx.LoadSafetensors(optFile)
 	if err != nil {
 		for _, a := range params {
 			a.Free()

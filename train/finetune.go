@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/data/chattemplate"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -78,14 +79,18 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	} else if ft.Context > 0 {
 		rowLen = ft.Context
 	}
+	tmpl, err := RunTemplate(RunDirOf(ft.Base))
+	if err != nil {
+		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
+	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
-	if f.Train, err = LoadRows(ft.Train, tok, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
+	if f.Train, err = LoadTemplateRows(ft.Train, tok, tmpl, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 		return nil, err
 	}
 	if ft.Valid != "" {
 		// Held-out rows hold one example each: with document masking a
 		// packed example's terms are those it has alone.
-		if f.Valid, err = LoadRows(ft.Valid, tok, rowLen, ft.MaskPrompt, false); err != nil {
+		if f.Valid, err = LoadTemplateRows(ft.Valid, tok, tmpl, rowLen, ft.MaskPrompt, false); err != nil {
 			return nil, err
 		}
 	}
@@ -96,16 +101,25 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 // rows of the fine-tune's row length (FineTuneConfig.Context).
 func (f *FineTuner) TokensPerStep() int { return f.Config.Batch * f.Config.Accum * f.Train.T }
 
-// LoadRows reads a jsonl file of records and renders them with the chat
-// template into rows of context targets (data.Render, data.BuildRows).
+// LoadRows reads a jsonl file of records and renders them with the
+// built-in chat template into rows of context targets (data.Render,
+// data.BuildRows).
 func LoadRows(path string, tok data.Tokenizer, context int, maskPrompt, pack bool) (*data.Rows, error) {
+	return LoadTemplateRows(path, tok, nil, context, maskPrompt, pack)
+}
+
+// LoadTemplateRows is LoadRows with chat records rendered by the model's
+// own template tmpl (nil for the built-in one): see renderRecord.
+func LoadTemplateRows(path string, tok data.Tokenizer, tmpl *chattemplate.Template, context int, maskPrompt, pack bool) (*data.Rows, error) {
 	recs, err := data.ReadRecords(path)
 	if err != nil {
 		return nil, err
 	}
 	exs := make([]data.Example, len(recs))
 	for i, r := range recs {
-		exs[i] = data.Render(r, tok, maskPrompt)
+		if exs[i], err = renderRecord(r, tok, tmpl, maskPrompt); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	rows, err := data.BuildRows(exs, context, tok.EOT(), pack)
 	if err != nil {

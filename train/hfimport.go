@@ -27,9 +27,11 @@ type ImportOptions struct {
 
 // ImportHF reads the Hugging Face folder src and writes it as the step-0
 // checkpoint of a new run folder out, with base's training settings
-// (optimizer, schedule, batch, tokenizer, …) and the folder's model. The
-// optimizer state is fresh, so train --resume, sample and eval accept the
-// run as they accept a trained one. The folder's tokenizer files are
+// (optimizer, schedule, batch, tokenizer, …) and the folder's model. It
+// writes no optimizer state: a fine-tune makes its own, and train --resume
+// starts the optimizer fresh and saves its state with the first
+// checkpoint, so sample, eval, finetune --from and train --resume accept
+// the run as they accept a trained one. The folder's tokenizer files are
 // copied to out/hf-tokenizer. out must not exist or be empty. It returns
 // the checkpoint directory and the model's family.
 func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
@@ -46,27 +48,55 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 		return "", "", err
 	}
 	defer loaded.Free()
+	files, err := hf.FindTokenizerFiles(src)
+	if err != nil {
+		return "", "", fmt.Errorf("import: the tokenizer files: %w", err)
+	}
+	dir, err = importModel(loaded, out, base, opts, func(tokDir string) error {
+		for _, f := range files {
+			if err := hf.CopyFile(f, filepath.Join(tokDir, filepath.Base(f))); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, len(files) > 0)
+	if err != nil {
+		return "", "", err
+	}
+	if base.Tokenizer == HFTokenizer {
+		if _, err := os.Stat(HFTokenizerPath(out)); err != nil {
+			return "", "", fmt.Errorf("import: tokenizer %s: %s has no tokenizer.json", HFTokenizer, src)
+		}
+	}
+	return dir, loaded.Family, nil
+}
+
+// importModel writes loaded as the step-0 checkpoint of the run folder
+// out, with base's training settings and no optimizer state, and when
+// hasTokenizer, calls writeTokenizer to fill out's TokenizerDir.
+func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, writeTokenizer func(dir string) error, hasTokenizer bool) (string, error) {
 	cfg := base
 	cfg.Model = loaded.Model.Config
 	cfg.Model.MasterFP32 = base.Model.MasterFP32 && cfg.Model.Dtype != "float32"
 	if opts.Context > 0 && opts.Context != cfg.Model.Context {
 		if cfg.Model.Positions == model.PositionsLearned {
-			return "", "", fmt.Errorf("import: context %d: a %s model's learned position table fixes its context at %d",
+			return "", fmt.Errorf("import: context %d: a %s model's learned position table fixes its context at %d",
 				opts.Context, loaded.Family, cfg.Model.Context)
 		}
 		cfg.Model.Context = opts.Context
 	}
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return "", "", fmt.Errorf("import: %w", err)
+		return "", fmt.Errorf("import: %w", err)
 	}
 	if err := cfg.CheckMemory(); err != nil {
-		return "", "", fmt.Errorf("import: %w", err)
+		return "", fmt.Errorf("import: %w", err)
 	}
 	m, err := model.New(cfg.Model)
 	if err != nil {
-		return "", "", fmt.Errorf("import: %w", err)
+		return "", fmt.Errorf("import: %w", err)
 	}
+	var dir string
 	err = mlx.Do(func() error {
 		s := mlx.NewScope()
 		defer s.Close()
@@ -77,42 +107,28 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 				params[i] = mlx.AsType(p, want)
 			}
 		}
-		opt, err := NewOptimizer(cfg, m.Specs)
-		if err != nil {
-			return err
-		}
-		state, err := opt.Init()
-		if err != nil {
-			return err
-		}
 		names := make([]string, len(m.Specs))
 		for i, s := range m.Specs {
 			names[i] = s.Name
 		}
-		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Step: 0, Config: cfg}, names, params, opt.StateNames(), state)
+		var err error
+		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
 		return err
 	})
 	if err != nil {
-		return "", "", fmt.Errorf("import: %w", err)
+		return "", fmt.Errorf("import: %w", err)
 	}
-	files, err := hf.FindTokenizerFiles(src)
-	if err == nil && len(files) > 0 {
-		err = os.MkdirAll(filepath.Join(out, TokenizerDir), 0o755)
-		for _, f := range files {
-			if err == nil {
-				err = hf.CopyFile(f, filepath.Join(out, TokenizerDir, filepath.Base(f)))
-			}
+	if hasTokenizer {
+		tokDir := filepath.Join(out, TokenizerDir)
+		err := os.MkdirAll(tokDir, 0o755)
+		if err == nil {
+			err = writeTokenizer(tokDir)
+		}
+		if err != nil {
+			return "", fmt.Errorf("import: the tokenizer files: %w", err)
 		}
 	}
-	if err != nil {
-		return "", "", fmt.Errorf("import: the tokenizer files: %w", err)
-	}
-	if cfg.Tokenizer == HFTokenizer {
-		if _, err := os.Stat(HFTokenizerPath(out)); err != nil {
-			return "", "", fmt.Errorf("import: tokenizer %s: %s has no tokenizer.json", HFTokenizer, src)
-		}
-	}
-	return dir, loaded.Family, nil
+	return dir, nil
 }
 
 // ExportHF writes the model of a checkpoint (path as ResolveCheckpoint

@@ -141,7 +141,8 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 // cfg.Batch × cfg.Accum and whose step fits budget bytes. For each
 // candidate, largest first, it builds the step, runs two updates of a
 // throwaway state (fresh parameters and optimizer state, synthetic
-// tokens, learning rate 0) on cfg's device as training runs them, the
+// tokens in the windows' form the run uses (probeBatch), learning rate 0)
+// on cfg's device as training runs them, the
 // second scheduled while the first computes (State.UpdateAsync), and
 // reads MLX's peak memory over them, the parameters and optimizer state
 // included; the first candidate that peaks within the budget wins. Since
@@ -224,11 +225,11 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	if err := st.Eval(); err != nil {
 		return 0, err
 	}
-	n := cfg.Accum * cfg.Batch * cfg.Model.Context
-	b := Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
-	for i := range b.X {
-		b.X[i], b.Y[i] = int32(i%cfg.Model.VocabSize), int32((i+1)%cfg.Model.VocabSize)
+	b, stream, err := probeBatch(cfg)
+	if err != nil {
+		return 0, err
 	}
+	defer stream.Free()
 	mlx.ClearCache()
 	mlx.ResetPeakMemory()
 	// Two updates as a training run schedules them (State.UpdateAsync):
@@ -243,6 +244,41 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 		return 0, err
 	}
 	return mlx.Memory().Peak, nil
+}
+
+// probeBatch returns the synthetic batch a probe of cfg's step updates on,
+// its windows fed as a run of cfg feeds them (WindowSource): gathered on
+// the device from a token stream, or copied from the host. The probe then
+// traces the step the run will trace, and MLX compiles the kernels the
+// run's updates will launch; with the other form the first updates of a
+// run on a cold machine waited for a second set of kernels to compile
+// (docs/performance/gpu.md, "Starting a run"). The stream, nil for host
+// windows, is the caller's to free. The probe does not know the corpus,
+// so it takes the device's form also for a corpus longer than
+// MaxStreamTokens, which a run copies from the host.
+func probeBatch(cfg Config) (Batch, *TokenStream, error) {
+	n, t := cfg.Accum*cfg.Batch*cfg.Model.Context, cfg.Model.Context
+	token := func(i int) int32 { return int32(i % cfg.Model.VocabSize) }
+	if device, _ := WindowSource(cfg, 0); device {
+		ids := make([]int32, n+1)
+		for i := range ids {
+			ids[i] = token(i)
+		}
+		stream, err := NewTokenStream(data.NewTokens(ids).All(), t)
+		if err != nil {
+			return Batch{}, nil, fmt.Errorf("plan probe: %w", err)
+		}
+		starts := make([]int32, cfg.Accum*cfg.Batch)
+		for k := range starts {
+			starts[k] = int32(k * t)
+		}
+		return Batch{Stream: stream, Starts: starts, N: cfg.Accum, B: cfg.Batch, T: t}, stream, nil
+	}
+	b := Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: t}
+	for i := range b.X {
+		b.X[i], b.Y[i] = token(i), token(i+1)
+	}
+	return b, nil, nil
 }
 
 // divisorsDown lists the divisors of n, largest first.

@@ -209,3 +209,45 @@ func TestProbePlan(t *testing.T) {
 		t.Fatalf("with 1 KiB: %v; want an error naming the budget and the skipped candidates", err)
 	}
 }
+
+// A probe feeds its step the windows in the form the run will (device
+// windows from a token stream, or host tokens), so that it traces the
+// run's step; both forms carry the same windows, and the stream's
+// batch passes the step's own check.
+func TestProbeBatchTakesTheRunsWindowForm(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Batch, cfg.Accum = 2, 3
+	cfg, _, err := Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Windows = "host"
+	host, stream, err := probeBatch(cfg)
+	if err != nil || stream != nil || host.Stream != nil || len(host.X) != 2*3*cfg.Model.Context {
+		t.Fatalf("host windows: batch %d tokens, stream %v, err %v; want tokens and no stream", len(host.X), stream, err)
+	}
+	cfg.Windows = "device"
+	dev, stream, err := probeBatch(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Free()
+	if dev.Stream != stream || dev.X != nil {
+		t.Fatalf("device windows: %+v; want window starts into the returned stream", dev)
+	}
+	if err := dev.check(cfg.Accum); err != nil {
+		t.Fatalf("device windows: %v", err)
+	}
+	ids, err := stream.tokens.Int32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	T := cfg.Model.Context
+	for k, s := range dev.Starts {
+		for j := range T {
+			if x, y := ids[int(s)+j], ids[int(s)+j+1]; x != host.X[k*T+j] || y != host.Y[k*T+j] {
+				t.Fatalf("window %d position %d: stream gives %d -> %d, host batch %d -> %d", k, j, x, y, host.X[k*T+j], host.Y[k*T+j])
+			}
+		}
+	}
+}

@@ -1,13 +1,16 @@
 package train
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -17,34 +20,32 @@ type SampleOptions struct {
 	MaxTokens   int     // tokens to generate
 	Temperature float64 // 0 picks the most likely token (greedy)
 	TopK        int     // sample among the k most likely tokens; 0 for all
-	Seed        uint64
+	// TopP samples among the most likely tokens whose probabilities add up
+	// to TopP (nucleus sampling); 0 or 1 for all.
+	TopP float64
+	Seed uint64
 	// Recompute feeds the whole context for every token instead of only the
 	// new one through the model's key/value cache: slower, the same tokens.
 	Recompute bool
+	// SpecialsAsText encodes special tokens written in a prompt (such as
+	// "<|im_start|>") as plain text instead of as their ids.
+	SpecialsAsText bool
 	// Tokenizers builds the checkpoint's tokenizer when its config names
 	// one package data does not know (HFTokenizer); nil for
 	// data.NewTokenizer. Generate does not use it.
 	Tokenizers TokenizerOpener
 }
 
-// Validate reports an option that cannot generate.
-func (o SampleOptions) Validate() error {
-	if o.MaxTokens < 1 {
-		return fmt.Errorf("max tokens = %d, want >= 1", o.MaxTokens)
-	}
-	if o.Temperature < 0 || math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) {
-		return fmt.Errorf("temperature = %g, want a finite value >= 0", o.Temperature)
-	}
-	if o.TopK < 0 {
-		return fmt.Errorf("top-k = %d, want >= 0 (0 for no limit)", o.TopK)
-	}
-	return nil
+// Generation returns the options as package generate takes them.
+func (o SampleOptions) Generation() generate.Options {
+	return generate.Options{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Recompute: o.Recompute}
 }
 
-// Generate extends prompt by opts.MaxTokens tokens. While the text fits the
-// model's context, the model sees each token once and keeps its keys and
-// values in a cache (model.KVCache); beyond it, each new token is predicted
-// from the last context's worth of tokens, recomputed.
+// Validate reports an option that cannot generate.
+func (o SampleOptions) Validate() error { return o.Generation().Validate() }
+
+// Generate extends prompt by exactly opts.MaxTokens tokens, stopping at
+// no token, and returns the prompt and the tokens (generate.Tokens).
 func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -52,66 +53,26 @@ func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt; give at least one token")
 	}
-	var out []int32
-	err := mlx.Do(func() error {
-		var err error
-		out, err = generate(m, params, prompt, opts)
-		return err
-	})
-	return out, err
+	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts.Generation(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(prompt), out...), nil
 }
 
-// generate is Generate on the MLX thread.
-func generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
-	key := mlx.RandomKey(opts.Seed)
-	defer func() { key.Free() }()
-	cache := m.NewKVCache()
-	defer cache.Free()
-	out := append([]int32(nil), prompt...)
-	for i := 0; i < opts.MaxTokens; i++ {
-		var next int32
-		var err error
-		mlx.Run(func() []*mlx.Array {
-			keys := mlx.RandomSplit(key, 2)
-			var logits *mlx.Array
-			if opts.Recompute || len(out) > m.Config.Context {
-				cache.Free()
-				window := out[max(0, len(out)-m.Config.Context):]
-				logits = m.Logits(params, mlx.FromSlice(window, 1, len(window)))
-			} else {
-				fresh := out[cache.Offset:] // the tokens the cache has not seen
-				logits = m.LogitsCached(params, mlx.FromSlice(fresh, 1, len(fresh)), cache)
-			}
-			n := logits.Dim(1)
-			last := mlx.AsType(mlx.Reshape(mlx.Slice(logits, []int{0, n - 1, 0},
-				[]int{1, n, m.Config.VocabSize}), m.Config.VocabSize), mlx.Float32)
-			var tok *mlx.Array
-			if opts.Temperature == 0 {
-				tok = mlx.ArgmaxAll(last)
-			} else {
-				last = mlx.MulScalar(last, 1/opts.Temperature)
-				if opts.TopK > 0 && opts.TopK < m.Config.VocabSize {
-					kth := mlx.Min(mlx.TopK(last, opts.TopK, -1))
-					last = mlx.Where(mlx.Less(last, kth), mlx.Scalar(math.Inf(-1), mlx.Float32), last)
-				}
-				tok = mlx.RandomCategorical(last, -1, keys[1])
-			}
-			v, e := tok.Int32s()
-			if e != nil {
-				err = e
-				return nil
-			}
-			next = v[0]
-			key.Free()
-			key = keys[0]
-			return append([]*mlx.Array{key}, cache.Arrays()...)
-		})
-		if err != nil {
-			return nil, fmt.Errorf("generate: %w", err)
-		}
-		out = append(out, next)
+// encodePrompt returns the ids of prompt: special tokens written in it as
+// their ids unless opts.SpecialsAsText; the end-of-text id for "".
+func encodePrompt(tok data.Tokenizer, prompt string, opts SampleOptions) []int32 {
+	var ids []int32
+	if opts.SpecialsAsText {
+		ids = tok.Encode(prompt)
+	} else {
+		ids = data.EncodeWithSpecials(tok, prompt)
 	}
-	return out, nil
+	if len(ids) == 0 {
+		ids = []int32{tok.EOT()}
+	}
+	return ids
 }
 
 // SampleCheckpoint loads the model of a checkpoint directory (or the newest
@@ -147,11 +108,7 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	ids := tok.Encode(prompt)
-	if len(ids) == 0 {
-		ids = []int32{tok.EOT()}
-	}
-	out, err := Generate(m, params, ids, opts)
+	out, err := Generate(m, params, encodePrompt(tok, prompt, opts), opts)
 	if err != nil {
 		return "", err
 	}

@@ -128,8 +128,12 @@ func (s *Setup) resume(dir string) (*State, *RunState, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	opt, err := s.orderOptState(filepath.Join(dir, OptimizerFile), ck.OptState)
-	if err != nil {
+	var opt []*mlx.Array
+	if ck.OptState == nil { // a step-0 checkpoint without optimizer state
+		if opt, err = s.Optimizer.Init(); err != nil {
+			return nil, nil, err
+		}
+	} else if opt, err = s.orderOptState(filepath.Join(dir, OptimizerFile), ck.OptState); err != nil {
 		return nil, nil, err
 	}
 	st, err := NewState(s.Step, params, opt)

@@ -43,9 +43,11 @@ is waited for, so its time is the host's plus the device's; with
 the next scheduled while the device computes the last and the loss read
 every log_every updates: the pipelined ms column (JSON
 ms_per_step_pipelined, with its peak_memory_bytes_pipelined) is what
-training gets.
+training on the same data gets.
 
-Data are random tokens unless --corpus names real text. Any preset field can
+Data are random tokens unless --corpus names real text; some kernels'
+times depend on the tokens (on a GPU, the embedding gradient's scatter-add
+meets frequent tokens on real text), so compare with train over --corpus. Any preset field can
 be overridden by a flag as in train (--steps is the number of timed steps
 here; --warmup stays the learning-rate warm-up).
 

@@ -45,10 +45,65 @@ func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string,
 	if err != nil {
 		return "", err
 	}
-	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
-		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", dir, tok.VocabSize(), v)
+	return sampleModel(dir, m, tok, prompt, opts)
+}
+
+// sampleGGUF continues prompt with the model of a GGUF file and the
+// tokenizer made from its metadata.
+func sampleGGUF(path, prompt, device string, opts train.SampleOptions) (string, error) {
+	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
+		return "", err
 	}
-	ids := tok.Encode(prompt)
+	m, err := hf.LoadGGUF(path, "")
+	if err != nil {
+		return "", err
+	}
+	defer m.Free()
+	var tok data.Tokenizer
+	err = withGGUFTokenizerFiles(path, m, func(dir string) (err error) {
+		tok, err = hftokenizer.Load(filepath.Join(dir, "tokenizer.json"))
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return sampleModel(path, m.Model, tok, prompt, opts)
+}
+
+// withGGUFTokenizerFiles writes the tokenizer files made from GGUF file
+// path's metadata (tokenizer.json, tokenizer_config.json,
+// generation_config.json) into a temporary folder, the form the
+// tokenizer.json reader and the chat template reader take, and calls read
+// with it; the folder is removed when read returns.
+func withGGUFTokenizerFiles(path string, m *hf.GGUFModel, read func(dir string) error) error {
+	if m.TokenizerErr != nil {
+		return m.TokenizerErr
+	}
+	dir, err := os.MkdirTemp("", "posttrainllm-gguf-tokenizer-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := train.WriteTokenizerFiles(dir, m.Tokenizer); err != nil {
+		return err
+	}
+	if err := read(dir); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// sampleModel continues prompt with an imported model and its tokenizer.
+func sampleModel(src string, m *hf.Model, tok data.Tokenizer, prompt string, opts train.SampleOptions) (string, error) {
+	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
+		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), v)
+	}
+	var ids []int32
+	if opts.SpecialsAsText {
+		ids = tok.Encode(prompt)
+	} else {
+		ids = data.EncodeWithSpecials(tok, prompt)
+	}
 	if len(ids) == 0 {
 		ids = []int32{tok.EOT()}
 	}

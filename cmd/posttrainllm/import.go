@@ -21,37 +21,50 @@ func newImportCmd() *cobra.Command {
 		opts                   train.ImportOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "import HF_FOLDER",
-		Short: "Make a run from a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3)",
+		Use:   "import HF_FOLDER|FILE.gguf",
+		Short: "Make a run from a Hugging Face model folder (GPT-2, Llama, Mistral, Qwen2, Qwen3, Phi-3) or a GGUF file",
 		Long: `import reads a Hugging Face model folder (config.json, and model.safetensors
 or the shards listed in model.safetensors.index.json; float32, float16 or
 bfloat16 weights) of GPT-2, Llama, Mistral, Qwen2, Qwen3 or Phi-3 (see
-docs/huggingface.md for what each maps and refuses) and writes it as the step-0
-checkpoint of a new run folder, with the training settings of --preset and a
-fresh optimizer state. sample --from, eval --from and train --resume take
-the run as they take a trained one; export writes it back.
+docs/huggingface.md for what each maps and refuses), or a llama.cpp GGUF
+file of the llama or qwen2 architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0
+tensors; the quantized ones dequantized), and writes it as the step-0 checkpoint of a
+new run folder with the training settings of --preset. It writes no
+optimizer state: a fine-tune makes its own, and train --resume starts the
+optimizer fresh and saves its state with its first checkpoint. sample
+--from, eval --from, finetune --from and train --resume take the run as they
+take a trained one; export writes it back as a Hugging Face folder.
 
 The tokenizer: a GPT-2 model with GPT-2's 50,257-token vocabulary uses
 posttrainllm's GPT-2 tokenizer. Any other model with a tokenizer.json uses
 it: the run's tokenizer is "hf", the tokenizer files copied to
 RUN/hf-tokenizer, which train --resume, finetune --from, sample, eval, fuse
-and export read. --tokenizer byte or gpt2 picks one of posttrainllm's own
-instead, whose ids are not the ones the model was trained on.`,
+and export read. A GGUF file's tokenizer files (tokenizer.json,
+tokenizer_config.json with the chat template, generation_config.json) are
+made from its tokenizer.ggml.* metadata. --tokenizer byte or gpt2 picks one
+of posttrainllm's own instead, whose ids are not the ones the model was
+trained on.`,
 		Example: `  posttrainllm import ~/models/gpt2 --out runs/gpt2
   posttrainllm import ~/models/SmolLM-135M --out runs/smollm --context 1024
+  posttrainllm import ~/models/SmolLM2-135M-Instruct.Q4_1.gguf --out runs/smollm2
   posttrainllm sample --from runs/gpt2 --prompt "Hello"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src := args[0]
-			if !hf.IsFolder(src) {
-				return usageError("invalid folder %s: want a Hugging Face model folder holding %s", src, hf.ConfigFile)
+			gguf := hf.IsGGUF(src)
+			if !gguf && !hf.IsFolder(src) {
+				return usageError("invalid model %s: want a Hugging Face model folder holding %s, or a GGUF file", src, hf.ConfigFile)
 			}
-			mc, family, err := hf.ReadConfig(src, opts.Dtype)
+			readConfig, what := hf.ReadConfig, "folder"
+			if gguf {
+				readConfig, what = hf.ReadGGUFConfig, "GGUF file"
+			}
+			mc, family, err := readConfig(src, opts.Dtype)
 			if err != nil {
-				return usageError("invalid folder %s: %v", src, err)
+				return usageError("invalid %s %s: %v", what, src, err)
 			}
 			if out == "" {
-				out = filepath.Join("runs", filepath.Base(filepath.Clean(src)))
+				out = filepath.Join("runs", strings.TrimSuffix(filepath.Base(filepath.Clean(src)), ".gguf"))
 			}
 			if opts.Context < 0 {
 				return usageError("invalid --context %d: want > 0, or 0 for the folder's", opts.Context)
@@ -75,13 +88,13 @@ instead, whose ids are not the ones the model was trained on.`,
 				base.Tokenizer = tokenizer
 			case family == hf.GPT2 && mc.VocabSize == gpt2Vocab:
 				base.Tokenizer = "gpt2"
-			case isFile(tokJSON):
+			case gguf || isFile(tokJSON):
 				base.Tokenizer = train.HFTokenizer
 			default:
 				return usageError("%s is a %s model with a %d-token vocabulary and no tokenizer.json: pass --tokenizer %s to use one of posttrainllm's tokenizers (whose ids are not the model's)",
 					src, family, mc.VocabSize, strings.Join(data.TokenizerNames(), " or "))
 			}
-			if base.Tokenizer == train.HFTokenizer {
+			if base.Tokenizer == train.HFTokenizer && !gguf {
 				tok, err := hftokenizer.Load(tokJSON)
 				if err != nil {
 					return usageError("invalid folder %s: %v", src, err)
@@ -90,7 +103,11 @@ instead, whose ids are not the ones the model was trained on.`,
 					return usageError("invalid folder %s: tokenizer.json has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), mc.VocabSize)
 				}
 			}
-			dir, family, err := train.ImportHF(src, out, base, opts)
+			importer := train.ImportHF
+			if gguf {
+				importer = train.ImportGGUF
+			}
+			dir, family, err := importer(src, out, base, opts)
 			if err != nil {
 				return err
 			}
@@ -104,9 +121,9 @@ instead, whose ids are not the ones the model was trained on.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&out, "out", "", "new run folder to write (default runs/<folder name>)")
+	fs.StringVar(&out, "out", "", "new run folder to write (default runs/<folder or file name>)")
 	fs.StringVar(&preset, "preset", "tiny", "training settings of the run (see posttrainllm presets); the model is the folder's")
-	fs.StringVar(&tokenizer, "tokenizer", "", "tokenizer of the run: hf (the folder's tokenizer.json), byte or gpt2 (default gpt2 for GPT-2's vocabulary, else hf)")
+	fs.StringVar(&tokenizer, "tokenizer", "", "tokenizer of the run: hf (the folder's tokenizer.json, or the GGUF file's), byte or gpt2 (default gpt2 for GPT-2's vocabulary, else hf)")
 	fs.StringVar(&opts.Dtype, "dtype", "float32", "compute dtype of the model: float32, bfloat16 or float16")
 	fs.IntVar(&opts.Context, "context", 0, "longest sequence to train and sample (0: the folder's; rotary models only)")
 	return cmd

@@ -29,7 +29,7 @@ can be overridden by a flag.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return &exitError{code: exitUsage, err: fmt.Errorf("%w (see %s --help)", err, c.CommandPath())}
 	})
-	root.AddCommand(newTrainCmd(), newFinetuneCmd(), newFuseCmd(), newBenchCmd(), newSampleCmd(), newEvalCmd(), newPresetsCmd(), newVersionCmd(),
+	root.AddCommand(newTrainCmd(), newFinetuneCmd(), newFuseCmd(), newBenchCmd(), newSampleCmd(), newChatCmd(), newServeCmd(), newEvalCmd(), newPresetsCmd(), newVersionCmd(),
 		newTokenizeCmd(), newImportCmd(), newExportCmd())
 	return root
 }

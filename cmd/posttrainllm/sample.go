@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -12,6 +16,7 @@ import (
 func newSampleCmd() *cobra.Command {
 	var (
 		from, adapter, prompt, device string
+		chat, system                  string
 		opts                          train.SampleOptions
 	)
 	cmd := &cobra.Command{
@@ -27,27 +32,44 @@ token; --top-k limits sampling to the k most likely.
 to its base, the checkpoint its finetune.json records or, given, --from.
 
 --from also takes a Hugging Face model folder that import reads (config.json,
-weights, tokenizer.json), sampled with its own tokenizer.`,
+weights, tokenizer.json), sampled with its own tokenizer, or a GGUF file
+(llama or qwen2 architecture), sampled with the tokenizer its metadata
+describes.
+
+Special tokens written in --prompt (such as <|im_start|>) are encoded as
+their ids, as Hugging Face's tokenizers do; --specials-as-text encodes them
+as plain text.
+
+--chat QUESTION asks one question through the model's chat template (with
+--system, after a system message) and prints the reply as it is generated,
+ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 		Example: `  posttrainllm sample --from runs/tiny --prompt "ROMEO:"
   posttrainllm sample --from runs/tiny/checkpoints/step-00000200 --tokens 500 --temperature 0.8 --top-k 40
   posttrainllm sample --from runs/huge --device cpu --seed 7
   posttrainllm sample --adapter runs/tiny-lora --prompt "ROMEO:"
-  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0`,
+  posttrainllm sample --from ~/models/SmolLM-135M --prompt "The capital of France is" --temperature 0
+  posttrainllm sample --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf --prompt "The capital of France is" --temperature 0
+  posttrainllm sample --from runs/smollm --chat "What is the capital of France?" --temperature 0`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if from == "" && adapter == "" {
 				return usageError("sample needs --from RUN: %s", checkpointPaths)
 			}
-			if err := opts.Validate(); err != nil {
-				switch {
-				case opts.MaxTokens < 1:
-					return usageError("invalid --tokens %d: want >= 1", opts.MaxTokens)
-				case opts.TopK < 0:
-					return usageError("invalid --top-k %d: want >= 0 (0 for no limit)", opts.TopK)
-				}
-				return usageError("invalid --temperature %g: want a finite value >= 0", opts.Temperature)
+			gen := genFlags{opts: opts.Generation(), device: device}
+			if err := gen.check(); err != nil {
+				return err
 			}
-			folder := from != "" && hf.IsFolder(from)
+			if chat != "" {
+				if prompt != "" {
+					return usageError("--chat and --prompt: give one (--chat asks a question through the chat template, --prompt continues text)")
+				}
+				return sampleChat(cmd.OutOrStdout(), generationSource{from, adapter}, system, chat, gen)
+			}
+			if system != "" {
+				return usageError("--system goes with --chat")
+			}
+			gguf := from != "" && hf.IsGGUF(from)
+			folder := from != "" && (hf.IsFolder(from) || gguf)
 			if from != "" && !folder {
 				if _, err := train.ResolveCheckpoint(from); err != nil {
 					return usageError("invalid --from %s: %v", from, err)
@@ -55,7 +77,7 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 			}
 			if adapter != "" {
 				if folder {
-					return usageError("--adapter with the Hugging Face folder %s: import it first (posttrainllm import) and fine-tune from the run", from)
+					return usageError("--adapter with the model %s: import it first (posttrainllm import) and fine-tune from the run", from)
 				}
 				dir, err := train.ResolveCheckpoint(adapter)
 				if err != nil {
@@ -75,6 +97,8 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 			switch {
 			case adapter != "":
 				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
+			case gguf:
+				text, err = sampleGGUF(from, prompt, device, opts)
 			case folder:
 				text, err = sampleFolder(from, prompt, device, opts)
 			default:
@@ -88,13 +112,48 @@ weights, tokenizer.json), sampled with its own tokenizer.`,
 		},
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory or Hugging Face folder")
+	fs.StringVar(&from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	fs.StringVar(&adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&prompt, "prompt", "", "text to continue (default: the end-of-text token)")
+	fs.BoolVar(&opts.SpecialsAsText, "specials-as-text", false, "encode special tokens written in --prompt as plain text, not as their ids")
+	fs.StringVar(&chat, "chat", "", "a question to answer through the model's chat template (one turn of chat)")
+	fs.StringVar(&system, "system", "", "with --chat: the system message")
 	fs.IntVar(&opts.MaxTokens, "tokens", 200, "tokens to generate")
 	fs.Float64Var(&opts.Temperature, "temperature", 0.8, "sampling temperature; 0 is greedy")
 	fs.IntVar(&opts.TopK, "top-k", 0, "sample among the k most likely tokens (0: all)")
+	fs.Float64Var(&opts.TopP, "top-p", 0, "sample among the most likely tokens whose probabilities add up to p (0 or 1: all)")
 	fs.Uint64Var(&opts.Seed, "seed", 1, "sampling seed")
 	fs.StringVar(&device, "device", "auto", deviceUsage)
 	return cmd
+}
+
+// sampleChat answers one question through the chat template, streaming
+// the reply to out.
+func sampleChat(out io.Writer, src generationSource, system, question string, gen genFlags) error {
+	if err := src.check("sample"); err != nil {
+		return err
+	}
+	device, err := pickDevice(gen.device, "cpu", "")
+	if err != nil {
+		return err
+	}
+	m, err := src.open(device)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	var msgs []data.Message
+	if system != "" {
+		msgs = append(msgs, data.Message{Role: "system", Content: system})
+	}
+	msgs = append(msgs, data.Message{Role: "user", Content: question})
+	_, err = m.Generate(context.Background(), generate.Request{Messages: msgs, Options: gen.opts}, func(delta string) error {
+		_, err := io.WriteString(out, delta)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(out)
+	return err
 }

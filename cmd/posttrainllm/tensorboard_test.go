@@ -24,14 +24,7 @@ type tbRead struct {
 // readTensorBoard runs the pinned tensorboard package's reader on dir.
 func readTensorBoard(t *testing.T, dir string) tbRead {
 	t.Helper()
-	py, err := filepath.Abs(filepath.Join("..", "..", ".deps", "py", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("TensorBoard's reader needs %s: run `make py-deps` (installs the pinned tensorboard into .deps/py)", py)
-	}
-	cmd := exec.Command(py, filepath.Join("testdata", "tb_scalars.py"), dir)
+	cmd := exec.Command(pinnedPython(t, "TensorBoard's reader"), filepath.Join("testdata", "tb_scalars.py"), dir)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -118,9 +118,9 @@ type Result struct {
 	// way train.Trainer runs them: each is scheduled while the one before
 	// computes (State.UpdateAsync) and the loss is read back every
 	// LogEvery updates and after the last, so the host records update i+1
-	// while the device computes update i. It is what training gets; the
-	// per-step times above wait for every update and so add the host's
-	// time to the device's. PipelinedPeakMemoryBytes is MLX's peak active
+	// while the device computes update i. It is what training on the same
+	// data (Options.Data) gets; the per-step times above wait for every
+	// update and so add the host's time to the device's. PipelinedPeakMemoryBytes is MLX's peak active
 	// memory over those updates: the buffers of the update being scheduled
 	// are allocated while the one before still holds its own.
 	PipelinedMsPerStep       float64 `json:"ms_per_step_pipelined"`

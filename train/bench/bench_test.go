@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -263,4 +264,72 @@ func TestRunWindowsOnDeviceAsOnHost(t *testing.T) {
 		t.Fatalf("losses %g → %g with host windows, %g → %g (%d traces) with device windows; want the same, 1 trace",
 			host.LossFirst, host.LossLast, device.LossFirst, device.LossLast, device.Traces)
 	}
+}
+
+// The pipelined loop waits for the device as train.Trainer does
+// (train's TestTrainerWaitsForTheDeviceOncePerUpdate): once per update
+// for the previous update's gradient norm, and a fixed number of times
+// per loss read, so that reading every 8 updates instead of every 4 adds
+// one wait per added update and nothing else.
+func TestPipelinedWaitsForTheDeviceAsTheTrainerDoes(t *testing.T) {
+	const updates = 16
+	w4, w8 := pipelinedWaits(t, updates, 4), pipelinedWaits(t, updates, 8)
+	// 16 updates: 4 loss reads every 4, 2 every 8. Between reads the host
+	// waits every − 1 times for the updates (not in the update after a
+	// read) and p times for the read: in all updates + reads·(p − 1) + 1,
+	// the last for the final optimizer state.
+	if w4 <= w8 || (w4-w8)%2 != 0 || w4 != updates+4*((w4-w8)/2)+1 {
+		t.Fatalf("%d updates: %d host waits reading the loss every 4, %d every 8; want one per update, a fixed number per read and one at the end",
+			updates, w4, w8)
+	}
+}
+
+// pipelinedWaits runs pipelined over updates updates of a fresh setup of
+// benchConfig, reading the loss every every updates, and returns how
+// often the host waited for the device.
+func pipelinedWaits(t *testing.T, updates, every int) uint64 {
+	t.Helper()
+	cfg := benchConfig()
+	cfg.Steps = 1 + updates
+	cfg, m, err := train.Prepare(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := train.NewSetup(cfg, m, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	view, _, err := benchData(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := newInputs(cfg, s.Plan, view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.stream.Free()
+	sampler, err := data.NewSampler(view, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(int) (train.Batch, error) {
+		if err := sampler.FillBatch(in.batch); err != nil {
+			return train.Batch{}, err
+		}
+		return in.of(), nil
+	}
+	b, err := next(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.State.Update(s.Schedule.LR(0), b); err != nil { // the timed steps before, their loss read
+		t.Fatal(err)
+	}
+	before := mlx.HostWaits()
+	var res Result
+	if err := pipelined(s.State, Options{Steps: updates}, every, func(i int) float64 { return s.Schedule.LR(1 + i) }, next, &res); err != nil {
+		t.Fatal(err)
+	}
+	return mlx.HostWaits() - before
 }

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/data/chattemplate"
+	"github.com/posttrainllm/posttrainllm/generate"
+	"github.com/posttrainllm/posttrainllm/hf"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
+)
+
+// generationSource is what sample --chat, chat and serve generate from:
+// --from (a run folder, checkpoint, Hugging Face folder or GGUF file) and
+// --adapter.
+type generationSource struct{ from, adapter string }
+
+// check validates the paths as a usage error, before anything loads.
+func (s generationSource) check(command string) error {
+	if s.from == "" && s.adapter == "" {
+		return usageError("%s needs --from RUN: %s, a Hugging Face folder or a GGUF file", command, checkpointPaths)
+	}
+	folder := s.from != "" && (hf.IsFolder(s.from) || hf.IsGGUF(s.from))
+	if s.from != "" && !folder {
+		if _, err := train.ResolveCheckpoint(s.from); err != nil {
+			return usageError("invalid --from %s: %v", s.from, err)
+		}
+	}
+	if s.adapter != "" {
+		if folder {
+			return usageError("--adapter with %s: --from takes the run the adapters were trained on; import a Hugging Face folder or GGUF file first (posttrainllm import) and fine-tune from the run", s.from)
+		}
+		dir, err := train.ResolveCheckpoint(s.adapter)
+		if err != nil {
+			return usageError("invalid --adapter %s: %v", s.adapter, err)
+		}
+		if _, err := train.ReadFineTuneConfig(dir); err != nil {
+			return usageError("invalid --adapter %s: %v", s.adapter, err)
+		}
+	}
+	return nil
+}
+
+// open loads the model with its tokenizer, chat template and end tokens.
+func (s generationSource) open(device string) (*generate.Model, error) {
+	if s.from != "" && hf.IsFolder(s.from) {
+		if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
+			return nil, err
+		}
+		return generate.OpenFolder(s.from, folderTokenizer)
+	}
+	if s.from != "" && hf.IsGGUF(s.from) {
+		if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
+			return nil, err
+		}
+		return openGGUF(s.from)
+	}
+	return train.OpenGenerator(s.from, s.adapter, device, openTokenizer)
+}
+
+// openGGUF opens the model of a GGUF file with the tokenizer, chat
+// template and end tokens its metadata describes, on the current device.
+func openGGUF(path string) (*generate.Model, error) {
+	m, err := hf.LoadGGUF(path, "")
+	if err != nil {
+		return nil, err
+	}
+	var (
+		tok  data.Tokenizer
+		tmpl *chattemplate.Template
+		ends []int32
+	)
+	err = withGGUFTokenizerFiles(path, m, func(dir string) error {
+		var err error
+		if tok, err = folderTokenizer(dir, m.Family, m.Model.Model.Config.VocabSize); err != nil {
+			return err
+		}
+		if tmpl, err = generate.OpenTemplate(dir); err != nil {
+			return err
+		}
+		ends, err = generate.EndTokens(tok, tmpl, dir)
+		return err
+	})
+	if err != nil {
+		m.Free()
+		return nil, err
+	}
+	return generate.NewModel(m.Model.Model, m.Params, tok, tmpl, ends, m.Free), nil
+}

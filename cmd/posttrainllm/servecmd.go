@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
+	"github.com/posttrainllm/posttrainllm/serve"
+)
+
+// modelBackend is the serve.Backend of a generate.Model.
+type modelBackend struct {
+	id string
+	m  *generate.Model
+}
+
+// Model is the id the server lists and accepts.
+func (b *modelBackend) Model() string { return b.id }
+
+// ContextLength is the model's context.
+func (b *modelBackend) ContextLength() int { return b.m.ContextLength() }
+
+// EncodePrompt reads special tokens written in text as their ids; ""
+// is the end-of-text token.
+func (b *modelBackend) EncodePrompt(text string) ([]int32, error) {
+	ids := b.m.EncodePrompt(text)
+	if len(ids) == 0 {
+		ids = []int32{b.m.Tokenizer.EOT()}
+	}
+	return ids, nil
+}
+
+// EncodeChat renders messages through the model's template.
+func (b *modelBackend) EncodeChat(messages []data.Message) ([]int32, error) {
+	return b.m.ChatPrompt(messages)
+}
+
+// Generate continues prompt, handing text to emit until it says stop. A
+// request without a seed samples with a fresh random one.
+func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Params, emit func(string) bool) (serve.Generation, error) {
+	seed := uint64(p.Seed)
+	if !p.HasSeed {
+		seed = rand.Uint64()
+	}
+	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
+	res, err := b.m.GenerateTokens(ctx, prompt, opts, nil, func(text string) error {
+		if !emit(text) {
+			return generate.ErrStop
+		}
+		return nil
+	})
+	if err != nil {
+		return serve.Generation{}, err
+	}
+	n := res.CompletionTokens
+	if res.StopToken >= 0 {
+		n++
+	}
+	return serve.Generation{Tokens: n, Finish: string(res.FinishReason)}, nil
+}
+
+// drainTimeout is how long serve lets requests in progress finish after
+// SIGINT or SIGTERM before it cancels them.
+const drainTimeout = 30 * time.Second
+
+// serveModel returns the HTTP server of backend b and its drain function:
+// drain(timeout) stops taking connections, lets the requests in progress
+// finish for up to timeout, cancels the rest (their generations stop at
+// the next token) and returns once no handler runs, so the model can be
+// closed. Later calls wait for the first one to end.
+func serveModel(b serve.Backend, opts serve.Options) (*http.Server, func(time.Duration)) {
+	base, cancel := context.WithCancel(context.Background())
+	var (
+		running sync.WaitGroup
+		once    sync.Once
+		done    = make(chan struct{})
+	)
+	h := serve.New(b, opts)
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			running.Add(1)
+			defer running.Done()
+			h.ServeHTTP(w, r)
+		}),
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	drain := func(timeout time.Duration) {
+		once.Do(func() {
+			go func() {
+				defer close(done)
+				shut, stop := context.WithTimeout(context.Background(), timeout)
+				defer stop()
+				_ = srv.Shutdown(shut)
+				cancel()
+				running.Wait()
+			}()
+		})
+		<-done
+	}
+	return srv, drain
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		src          generationSource
+		addr, id     string
+		device       string
+		maxQueue     int
+		defaultToken int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Answer the OpenAI HTTP API with a model",
+		Long: `serve answers GET /v1/models, POST /v1/completions and POST
+/v1/chat/completions (streamed or not) with a model: chat messages go through
+its own chat template, and replies stop at its end tokens (docs/chat.md).
+One generation runs at a time; the others wait their turn. It prints the
+address it listens on. On SIGINT (Ctrl-C) or SIGTERM it stops taking
+requests, lets those in progress finish (at most 30 s) and exits 0.
+It listens on loopback by default: --addr 0.0.0.0:PORT answers anyone
+who can reach the machine, without authentication.
+
+` + checkpointRule("--from") + ` --from also takes a Hugging Face folder or a GGUF file.
+--adapter serves a fine-tune: its adapters applied to its base.`,
+		Example: `  posttrainllm serve --from runs/smollm
+  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct --addr 127.0.0.1:8000 --model smollm2
+  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if src.from == "" && src.adapter == "" {
+				return usageError("serve needs --from RUN: %s, a Hugging Face folder or a GGUF file", checkpointPaths)
+			}
+			if err := src.check("serve"); err != nil {
+				return err
+			}
+			if id == "" {
+				id = filepath.Base(filepath.Clean(src.from))
+				if src.adapter != "" {
+					id = filepath.Base(filepath.Clean(src.adapter))
+				}
+			}
+			dev, err := pickDevice(device, "cpu", "")
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", addr)
+			if err != nil {
+				return usageError("invalid --addr %s: %v", addr, err)
+			}
+			m, err := src.open(dev)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer m.Close()
+			srv, drained := serveModel(&modelBackend{id: id, m: m}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			go func() {
+				<-ctx.Done()
+				fmt.Fprintf(cmd.ErrOrStderr(), "stopping: finishing the requests in progress (at most %s)\n", drainTimeout)
+				drained(drainTimeout)
+			}()
+			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s\n", id, ln.Addr())
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			drained(0) // waits for the drain started by the signal
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
+	fs.StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
+	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed); 0.0.0.0:PORT answers anyone who can reach this machine, with no authentication")
+	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's name)")
+	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while one generates; more get 503")
+	fs.IntVar(&defaultToken, "completion-tokens", 16, "/v1/completions' max_tokens when a request gives none")
+	fs.StringVar(&device, "device", "auto", deviceUsage)
+	return cmd
+}

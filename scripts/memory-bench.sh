@@ -10,7 +10,7 @@
 # (python -m venv V; V/bin/pip install "mlx[cpu]==0.32.4" mlx-lm), the same
 # fine-tunes with mlx_lm.lora follow in the same run, over the same folder
 # and records, and over mlx_lm.convert -q's 4-bit folder for QLoRA; their
-# peak is mlx-lm's own "Peak mem" (MLX's peak since the process started).
+# peak is the peak_memory of mlx-lm's last report (MLX's peak since the process started).
 # Usage: scripts/memory-bench.sh [WORKDIR]
 set -eu
 work=${1:-/tmp/posttrainllm-memory-bench}

@@ -15,6 +15,11 @@ type Rows struct {
 	T    int
 	X, Y []int32
 	W    []float32
+	// Seg, for packed rows only, numbers the example each input position
+	// belongs to within its row (0, 1, …; padding after the last example
+	// gets a number of its own): the segments of document masking
+	// (model.TinyGPT.PackedLossTerms). nil for rows of one example each.
+	Seg []int32
 	// Truncated counts examples longer than the context, cut to its
 	// length (their tail is not trained on); NoTargets counts rows in
 	// which no target counts, such as a prompt that fills the context.
@@ -58,12 +63,39 @@ func (r *Rows) add(tokens []int32, flags []bool, pad int32) {
 	}
 }
 
+// addPacked is add for a packed row: docs[i] is the example of token i;
+// a target counts only within the example of its input position, and Seg
+// takes the examples numbered from the row's first.
+func (r *Rows) addPacked(tokens []int32, flags []bool, docs []int32, pad int32) {
+	T := r.T
+	counted := false
+	last := int32(0)
+	for i := 0; i < T; i++ {
+		x, y, w, seg := pad, pad, float32(0), last+1
+		if i+1 < len(tokens) {
+			x, y, seg = tokens[i], tokens[i+1], docs[i]-docs[0]
+			if flags[i+1] && docs[i+1] == docs[i] {
+				w, counted = 1, true
+			}
+			last = seg
+		}
+		r.X, r.Y, r.W, r.Seg = append(r.X, x), append(r.Y, y), append(r.W, w), append(r.Seg, seg)
+	}
+	if !counted {
+		r.NoTargets++
+	}
+}
+
 // BuildRows lays examples out in rows of T targets. Padded (pack false),
 // each example is one row, cut after T+1 tokens and padded with pad, as
 // mlx-lm and TRL do without packing. Packed, the examples are concatenated
 // (each ends in EOT) and cut into consecutive rows of T targets, so no
-// position is padding; a sequence then attends across the boundaries of
-// the examples it holds, as in TRL's packing. An example of fewer than two
+// position is padding but at the very end; Seg numbers the examples of
+// each row, so that positions attend only within their own example
+// (document masking), and the target that would predict an example's
+// first token from the previous example's last does not count. An example
+// cut by a row's end continues in the next row, without the context of
+// its first part. An example of fewer than two
 // tokens has no target and is left out; a set of rows with no counted
 // target at all is an error.
 func BuildRows(examples []Example, T int, pad int32, pack bool) (*Rows, error) {
@@ -72,14 +104,17 @@ func BuildRows(examples []Example, T int, pad int32, pack bool) (*Rows, error) {
 	}
 	r := &Rows{T: T}
 	if pack {
-		var tokens []int32
+		var tokens, docs []int32
 		var flags []bool
-		for _, e := range examples {
+		for k, e := range examples {
 			tokens, flags = append(tokens, e.Tokens...), append(flags, e.Train...)
+			for range e.Tokens {
+				docs = append(docs, int32(k))
+			}
 		}
 		for start := 0; start+1 < len(tokens); start += T {
 			end := min(start+T+1, len(tokens))
-			r.add(tokens[start:end], flags[start:end], pad)
+			r.addPacked(tokens[start:end], flags[start:end], docs[start:end], pad)
 		}
 	} else {
 		for _, e := range examples {
@@ -106,6 +141,9 @@ type WeightedBatch struct {
 	X, Y    []int32
 	W       []float32
 	N, B, T int
+	// Seg holds the rows' Seg when they are packed (FillBatch sets it),
+	// nil otherwise.
+	Seg []int32
 	// State is the sampler state after the batch (RowSampler.SetState
 	// resumes with the next one).
 	State []byte
@@ -171,6 +209,12 @@ func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 		copy(batch.X[k*T:(k+1)*T], s.rows.X[r*T:(r+1)*T])
 		copy(batch.Y[k*T:(k+1)*T], s.rows.Y[r*T:(r+1)*T])
 		copy(batch.W[k*T:(k+1)*T], s.rows.W[r*T:(r+1)*T])
+		if s.rows.Seg != nil {
+			if len(batch.Seg) != len(batch.X) {
+				batch.Seg = make([]int32, len(batch.X))
+			}
+			copy(batch.Seg[k*T:(k+1)*T], s.rows.Seg[r*T:(r+1)*T])
+		}
 	}
 	batch.State = s.AppendState(batch.State[:0])
 	return nil

@@ -61,7 +61,9 @@ func TestRowsEdgeCases(t *testing.T) {
 }
 
 // Packed rows hold the examples back to back: every token but the first
-// is the target of exactly one position, with its own flag.
+// is the target of exactly one position, with its own flag unless it
+// starts an example (no example predicts the next one's first token); Seg
+// numbers each row's examples from 0, padding after them one more.
 func TestPackedRowsCoverEveryTokenOnce(t *testing.T) {
 	tok := byteTokenizer{}
 	exs := []Example{completion(tok, "ab", "cd"), completion(tok, "e", "fgh"), completion(tok, "ij", "k")}
@@ -69,10 +71,16 @@ func TestPackedRowsCoverEveryTokenOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stream []int32
+	var stream, docs []int32
 	var flags []bool
-	for _, e := range exs {
+	for k, e := range exs {
 		stream, flags = append(stream, e.Tokens...), append(flags, e.Train...)
+		for range e.Tokens {
+			docs = append(docs, int32(k))
+		}
+	}
+	if len(rows.Seg) != len(rows.X) {
+		t.Fatalf("%d segment ids for %d positions", len(rows.Seg), len(rows.X))
 	}
 	n := len(stream) - 1 // targets
 	if want := (n + 3) / 4; rows.Len() != want {
@@ -82,14 +90,24 @@ func TestPackedRowsCoverEveryTokenOnce(t *testing.T) {
 		if rows.X[i] != stream[i] || rows.Y[i] != stream[i+1] {
 			t.Fatalf("position %d: x %d y %d, want %d %d", i, rows.X[i], rows.Y[i], stream[i], stream[i+1])
 		}
-		if w := rows.W[i]; (w == 1) != flags[i+1] {
-			t.Fatalf("position %d: weight %g, target flag %v", i, w, flags[i+1])
+		if w, want := rows.W[i], flags[i+1] && docs[i] == docs[i+1]; (w == 1) != want {
+			t.Fatalf("position %d: weight %g, want it counted: %v", i, w, want)
+		}
+		if want := docs[i] - docs[i/4*4]; rows.Seg[i] != want {
+			t.Fatalf("position %d: segment %d, want %d", i, rows.Seg[i], want)
 		}
 	}
 	for i := n; i < len(rows.W); i++ {
-		if rows.W[i] != 0 {
-			t.Fatalf("padding position %d has weight %g", i, rows.W[i])
+		if rows.W[i] != 0 || rows.Seg[i] != rows.Seg[n-1]+1 {
+			t.Fatalf("padding position %d has weight %g, segment %d", i, rows.W[i], rows.Seg[i])
 		}
+	}
+	unpacked, err := BuildRows(exs, 4, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unpacked.Seg != nil {
+		t.Error("rows of one example each have segments")
 	}
 }
 

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "bridge_internal.h"
+#include "bridge_quant.h"
 #include "mlx/primitives.h"
 
 using namespace ptlm;
@@ -237,6 +238,8 @@ int ptlm_closure_apply(ptlm_closure c, const ptlm_array* in, size_t n, ptlm_vec*
 int ptlm_compile(ptlm_closure c, bool shapeless, ptlm_closure* out) {
   PTLM_TRY(*out = wrap_closure(mx::compile(C(c).fn, shapeless)))
 }
+
+int ptlm_checkpoint(ptlm_closure c, ptlm_closure* out) { PTLM_TRY(*out = wrap_closure(mx::checkpoint(C(c).fn))) }
 
 int ptlm_custom_vjp(ptlm_closure fun, ptlm_vjp_fn vjp, uintptr_t payload, ptlm_payload_dtor dtor,
                    ptlm_closure* out) {

@@ -49,6 +49,12 @@ type formulation struct {
 	// proj are the projections of one forward pass, built by forward from
 	// writtenProjectionVJPs.
 	proj projections
+	// linears replace projections by parameter index (LossTermsWith).
+	linears Linears
+	// seg numbers the examples packed into each row (PackedLossTerms);
+	// forward turns it into docMask, the attention mask, and, for learned
+	// positions, positions within each example.
+	seg, docMask *mlx.Array
 }
 
 // formulationFor returns the formulation the model uses on device d for

@@ -13,6 +13,10 @@ import (
 type TinyGPT struct {
 	Config Config
 	Specs  []ParamSpec
+	// Memory trades compute for memory in Loss, LossTerms and their
+	// gradients without changing their values; the zero value keeps every
+	// activation.
+	Memory Memory
 }
 
 // New fills defaults into cfg, validates it and lays out the parameters.
@@ -43,6 +47,9 @@ type weights struct {
 	tokEmb, posEmb, embedNorm, embedNormB *mlx.Array
 	blocks                                []block
 	norm, normB, head                     *mlx.Array
+	// flat is the parameter list as the blocks hold it (cast where
+	// unpack cast), indexed like Specs.
+	flat []*mlx.Array
 }
 
 func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
@@ -123,6 +130,7 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 	if nils != stackedNils {
 		return weights{}, fmt.Errorf("model: %d parameter arrays are nil, want none but wk and wv where wq holds the three stacked", nils)
 	}
+	w.flat = p
 	return w, nil
 }
 
@@ -183,47 +191,61 @@ func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulatio
 // none): the tokens sit at positions cache.Offset…, attend to the cached
 // keys and values as well as their own, and cache takes theirs.
 func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache, f formulation) *mlx.Array {
+	return m.forwardTo(params, tokens, cache, f, logitsHead)[0]
+}
+
+// forwardTo runs the model up to its final norm and hands the rows
+// [B·T, D], with the output projection's weight, to head, whose outputs it
+// returns (one array carrying the error on failure).
+func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCache, f formulation, head headFunc) []*mlx.Array {
+	fail := func(err error) []*mlx.Array { return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)} }
 	if err := tokens.Err(); err != nil {
-		return mlx.ErrorArray(err)
+		return fail(err)
 	}
 	if tokens.Ndim() != 2 {
-		return mlx.ErrorArray(fmt.Errorf("model: tokens have shape %v, want [batch, time]", tokens.Shape()))
+		return fail(fmt.Errorf("model: tokens have shape %v, want [batch, time]", tokens.Shape()))
 	}
 	B, T := tokens.Dim(0), tokens.Dim(1)
 	w, err := m.unpack(params)
 	if err != nil {
-		return mlx.ErrorArray(err)
+		return fail(err)
 	}
 	c := m.Config
 	offset := 0
 	if cache != nil {
 		if err := cache.check(c, B); err != nil {
-			return mlx.ErrorArray(err)
+			return fail(err)
 		}
 		offset = cache.Offset
 	}
 	var gelu activation
 	if !c.swiGLU() {
 		if gelu, err = newGELU(c.GELU, f.writtenGELU); err != nil {
-			return mlx.ErrorArray(err)
+			return fail(err)
 		}
 		defer gelu.Free()
 	}
 	ks, err := m.newKernels(f, B, T, cache != nil)
 	if err != nil {
-		return mlx.ErrorArray(err)
+		return fail(err)
 	}
 	defer ks.Free()
 	// Generation with a KV cache takes no gradients.
 	if f.proj, err = newProjections(f.writtenProjectionVJPs && cache == nil); err != nil {
-		return mlx.ErrorArray(err)
+		return fail(err)
 	}
 	defer f.proj.Free()
+	f = f.withLinears(w.flat)
 	rot := m.newRotary(offset)
 	x := f.embed(w.tokEmb, mlx.Reshape(tokens, B*T), cache == nil) // [B·T, D]
-	if w.posEmb != nil {
+	if f.seg != nil && cache == nil {
+		f.docMask = documentMask(f.seg)
+		if w.posEmb != nil {
+			x = mlx.Add(x, mlx.Take(w.posEmb, documentPositions(f.seg), 0))
+		}
+	} else if w.posEmb != nil {
 		if offset+T > c.Context {
-			return mlx.ErrorArray(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))
+			return fail(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))
 		}
 		pos := mlx.Slice(w.posEmb, []int{offset, 0}, []int{offset + T, c.DModel}) // [T, D]
 		x = mlx.Reshape(mlx.Add(mlx.Reshape(x, B, T, c.DModel), pos), B*T, c.DModel)
@@ -232,20 +254,39 @@ func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache
 		x = m.norm(ks, x, w.embedNorm, w.embedNormB)
 	}
 	for l, b := range w.blocks {
-		h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
-		x = f.residualBias(res, m.attention(f, ks, rot, b, h, B, T, cache, l), b.wo, b.bo)
-		h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
-		x = f.residualBias(res, m.mlp(f, gelu, b, h), b.w2, b.b2)
+		if m.Memory.Checkpoint && cache == nil {
+			x = m.checkpointedBlock(f, b, x, B, T, l)
+			continue
+		}
+		x = m.block(f, ks, rot, gelu, b, x, B, T, cache, l)
 	}
 	if cache != nil {
 		cache.Offset += T
 	}
 	x = m.norm(ks, x, w.norm, w.normB)
+	return head(m, f, x, w.head)
+}
+
+// headFunc is what forwardTo does with the final rows x and the output
+// projection's weight: logitsHead, or the chunked loss's terms.
+type headFunc func(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array
+
+// logitsHead is the output projection: the logits [B·T, V] of rows x.
+func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
+	c := m.Config
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
-		return f.proj.addLinear(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, w.head)
+		return []*mlx.Array{f.proj.addLinear(paddingBias(c.VocabSize, pv, c.ComputeDtype()), x, head)}
 	}
-	return f.proj.linear(x, w.head, nil)
+	return []*mlx.Array{f.proj.linear(x, head, nil)}
+}
+
+// block is transformer block l applied to the residual stream x [B·T, D].
+func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+	h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
+	x = f.residualBias(res, m.attention(f, ks, rot, b, h, B, T, cache, l), b.wo, b.bo)
+	h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
+	return f.residualBias(res, m.mlp(f, gelu, b, h), b.w2, b.b2)
 }
 
 // paddingBias is the [pv] bias of the output projection: 0 for the v real
@@ -312,7 +353,11 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 			mask = mlx.NoMask // one new position sees every cached one
 		}
 	}
-	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, nil)
+	var maskArr *mlx.Array
+	if f.docMask != nil && cache == nil {
+		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
+	}
+	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, maskArr)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.qDim())
 }
 
@@ -322,6 +367,9 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 // w2 together with the residual add. gelu is the family's GELU (unused by
 // SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
+	if m.Config.swiGLU() && (f.proj.replaced(b.w1) || f.proj.replaced(b.w3)) {
+		return mlx.Multiply(silu(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
+	}
 	if m.Config.swiGLU() {
 		var b13 *mlx.Array
 		if b.b1 != nil {
@@ -359,7 +407,7 @@ func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err)
 	}
-	if f.fusedLoss && m.Config.ZLoss == 0 {
+	if f.fusedLoss && m.Config.ZLoss == 0 && m.Memory.LossChunk == 0 {
 		logits := m.rowLogits(params, x, f) // [B·T, V]
 		return mlx.Mean(mlx.CrossEntropy(logits, mlx.Reshape(y, y.Size())))
 	}
@@ -413,6 +461,9 @@ func checkTargets(x, y *mlx.Array) error {
 // rowTerms is LossTerms over the flattened positions, [B·T] each: the
 // float32 path that Loss, TokenLosses and evaluation share.
 func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+	if m.Memory.LossChunk > 0 {
+		return m.chunkedTerms(params, x, y, f)
+	}
 	logits := mlx.AsType(m.rowLogits(params, x, f), mlx.Float32) // [B·T, V]
 	y = mlx.Reshape(y, y.Size())                                 // [B·T]
 	lse = mlx.LogSumExp(logits, -1)

@@ -23,6 +23,9 @@ import (
 type projections struct {
 	mm    *mlx.Closure // (x, w) -> x·Wᵀ; nil: MLX's VJP
 	addMM *mlx.Closure // (c, x, w) -> c + x·Wᵀ; nil: MLX's VJP
+	// lin replaces x·Wᵀ by a Linear for the weights it holds (by the
+	// array the block holds; see formulation.withLinears).
+	lin map[*mlx.Array]Linear
 }
 
 // newProjections returns the projections with written VJPs when written
@@ -78,6 +81,9 @@ func (p projections) written(x *mlx.Array) bool { return p.mm != nil && x.Ndim()
 // linear returns x·Wᵀ + b for a weight w [out, in] and a bias b [out]
 // (nil for none), the bias added in the GEMM's epilogue.
 func (p projections) linear(x, w, b *mlx.Array) *mlx.Array {
+	if l, ok := p.lin[w]; ok {
+		return addBias(l.apply(x), b)
+	}
 	if b != nil {
 		return p.addLinear(b, x, w)
 	}
@@ -90,6 +96,9 @@ func (p projections) linear(x, w, b *mlx.Array) *mlx.Array {
 // addLinear returns c + x·Wᵀ for a weight w [out, in], with c rows
 // [R, out] (a residual) or a bias [out], as one matrix multiply-add.
 func (p projections) addLinear(c, x, w *mlx.Array) *mlx.Array {
+	if l, ok := p.lin[w]; ok {
+		return mlx.Add(c, l.apply(x))
+	}
 	if !p.written(x) || (c.Ndim() != 1 && c.Ndim() != 2) {
 		return mlx.AddMM(c, x, mlx.Transpose(w), 1, 1)
 	}

@@ -24,6 +24,9 @@ type Adapter struct {
 	// DoRA, "<name>.magnitude" [out], where <name> is the target's name
 	// without ".weight" (blocks.0.attn.wq.lora_A), as in Hugging Face PEFT.
 	Specs []model.ParamSpec
+	// Quant is the quantized layout of the frozen base the adapters train
+	// over (QuantizeBase); nil for a float base.
+	Quant *Quantized
 }
 
 // perTarget is the number of adapter arrays per adapted projection.
@@ -102,16 +105,24 @@ func (a *Adapter) Names() []string {
 
 // Init returns fresh adapter parameters in Specs order: A uniform in
 // ±1/√in (PEFT's and mlx-lm's initialisation), B zero, and for DoRA the
-// magnitude m = ‖W0‖ per output row of the base weights, so the effective
+// magnitude m = ‖W0‖ per output row of the base weights (dequantized for
+// a quantized base), so the effective
 // parameters start equal to the base. The same seed gives the same arrays.
 func (a *Adapter) Init(seed uint64, base []*mlx.Array) ([]*mlx.Array, error) {
-	if len(base) != len(a.Base) {
+	if a.Quant != nil {
+		if err := a.Quant.check(base); err != nil {
+			return nil, err
+		}
+	} else if len(base) != len(a.Base) {
 		return nil, fmt.Errorf("peft: got %d base arrays, the model has %d parameters", len(base), len(a.Base))
 	}
 	var out []*mlx.Array
 	err := mlx.Do(func() error {
 		s := mlx.NewScope()
 		defer s.Close()
+		if a.Quant != nil {
+			base = a.Quant.Dequantize(base) // DoRA's magnitudes are those of the weights it adapts
+		}
 		keys := mlx.RandomSplit(mlx.RandomKey(seed), len(a.Targets))
 		for k, i := range a.Targets {
 			out0, in := a.Base[i].Shape[0], a.Base[i].Shape[1]
@@ -138,21 +149,27 @@ func (a *Adapter) Init(seed uint64, base []*mlx.Array) ([]*mlx.Array, error) {
 // rowNorm is ‖w‖ over each row of a matrix [out, in]: [out].
 func rowNorm(w *mlx.Array) *mlx.Array { return mlx.Sqrt(mlx.Sum(mlx.Square(w), 1)) }
 
-// Effective returns the parameters the model computes with: base with
-// every target replaced by its adapted weight, in the base's dtype. It is
-// a pure function of its arguments and traces into a compiled step;
-// untouched entries are the base arrays themselves. The adapted weight is
-// computed in float32 and cast once, so Fuse, which evaluates this very
-// function, gives bit-for-bit the weights that training and sampling with
-// the adapter use.
+// Effective returns the merged parameters: base with every target
+// replaced by its adapted weight, in the base's dtype (a quantized base,
+// Quant, dequantized first). It computes what the unmerged Linears
+// compute, up to float rounding, and is what Fuse writes. It is a pure
+// function of its arguments and traces into a compiled step; untouched
+// entries are the base arrays themselves. The adapted weight is computed
+// in float32 and cast once.
 func (a *Adapter) Effective(base, adapter []*mlx.Array) []*mlx.Array {
-	out := slices.Clone(base)
 	if err := a.check(base, adapter); err != nil {
+		out := slices.Clone(base[:min(len(base), len(a.Base))])
 		for _, i := range a.Targets {
-			out[i] = mlx.ErrorArray(err)
+			if i < len(out) {
+				out[i] = mlx.ErrorArray(err)
+			}
 		}
 		return out
 	}
+	if a.Quant != nil {
+		base = a.Quant.Dequantize(base)
+	}
+	out := slices.Clone(base)
 	k := a.perTarget()
 	scale := a.Config.Scale()
 	for j, i := range a.Targets {
@@ -168,7 +185,11 @@ func (a *Adapter) Effective(base, adapter []*mlx.Array) []*mlx.Array {
 
 // check refuses lists of the wrong length.
 func (a *Adapter) check(base, adapter []*mlx.Array) error {
-	if len(base) != len(a.Base) {
+	if a.Quant != nil {
+		if err := a.Quant.check(base); err != nil {
+			return err
+		}
+	} else if len(base) != len(a.Base) {
 		return fmt.Errorf("peft: got %d base arrays, the model has %d parameters", len(base), len(a.Base))
 	}
 	if len(adapter) != len(a.Specs) {

@@ -85,6 +85,14 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if a.Adapter, err = peft.New(ft.Adapter(), m.Specs); err != nil {
 		return nil, err
 	}
+	if ft.Quantize > 0 {
+		// The adapters were trained over the quantized base: apply them to it.
+		if a.Base, err = quantizeBase(a.Adapter, m, a.Base, ft); err != nil {
+			return nil, err
+		}
+		frozen := a.Base
+		a.free = append(a.free, func() { mlx.Free(frozen[len(m.Specs):]...); freeAt(frozen, a.Adapter.Quant.Indices) })
+	}
 	if a.Adapters, err = loadNamed(filepath.Join(dir, AdapterFile), a.Adapter.Names(), a.Adapter.Specs); err != nil {
 		return nil, err
 	}
@@ -102,11 +110,9 @@ func (a *Adapted) Free() {
 		return
 	}
 	mlx.Do(func() error {
-		if a.Adapter != nil {
-			for _, i := range a.Adapter.Targets {
-				if i < len(a.Params) {
-					a.Params[i].Free() // the adapted ones; the rest are Base's
-				}
+		for i, p := range a.Params {
+			if a.Adapter != nil && (i >= len(a.Base) || p != a.Base[i]) {
+				p.Free() // the adapted and dequantized ones; the rest are Base's
 			}
 		}
 		mlx.Free(a.Adapters...)
@@ -151,7 +157,8 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 
 // Fuse writes the model of a fine-tune checkpoint (LoadAdapted's path and
 // base) as an ordinary checkpoint under the run folder out: the base with
-// the adapters merged in (peft.Adapter.Fuse), the settings of the
+// the adapters merged in (peft.Adapter.Fuse; a base the adapters were
+// trained over quantized is dequantized first), in float, the settings of the
 // fine-tune's run, step 0 and a fresh optimizer state, so sample, eval
 // and train open it like any other checkpoint. It returns the checkpoint
 // directory.
@@ -192,4 +199,11 @@ func Fuse(path, base, out string) (string, error) {
 		return copyTokenizerDir(RunDirOf(a.Dir), out)
 	})
 	return dir, err
+}
+
+// freeAt frees the arrays of list at the indices.
+func freeAt(list []*mlx.Array, indices []int) {
+	for _, i := range indices {
+		list[i].Free()
+	}
 }

@@ -85,6 +85,15 @@ type Config struct {
 	// on the same windows; on a CUDA GPU the gather is the faster
 	// (docs/performance/gpu.md), on the CPU there is nothing to save.
 	Windows string `json:"windows,omitempty"`
+
+	// GradCheckpoint recomputes each transformer block's activations in
+	// the backward pass instead of keeping them (model.Memory.Checkpoint),
+	// inside the one compiled step.
+	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
+	// LossChunk is how many positions the loss's logits are computed for
+	// at a time (model.Memory.LossChunk): 0 is automatic (ModelMemory),
+	// -1 computes them whole.
+	LossChunk int `json:"loss_chunk,omitempty"`
 }
 
 // DefaultEvalTokens is EvalTokens when a config leaves it out: enough
@@ -128,6 +137,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	if err := c.Model.Validate(); err != nil {
 		return err
+	}
+	if c.LossChunk < -1 {
+		return fmt.Errorf("loss_chunk %d, want -1 (off), 0 (automatic) or a number of positions", c.LossChunk)
 	}
 	if err := c.checkDims(); err != nil {
 		return err

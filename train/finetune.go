@@ -63,6 +63,7 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err != nil {
 		return nil, err
 	}
+	m.Memory = cfg.ModelMemory()
 	if ft.UsesAdapter() {
 		if _, err := peft.New(ft.Adapter(), m.Specs); err != nil {
 			return nil, err
@@ -87,7 +88,9 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 		return nil, err
 	}
 	if ft.Valid != "" {
-		if f.Valid, err = LoadTemplateRows(ft.Valid, tok, tmpl, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
+		// Held-out rows hold one example each: with document masking a
+		// packed example's terms are those it has alone.
+		if f.Valid, err = LoadTemplateRows(ft.Valid, tok, tmpl, rowLen, ft.MaskPrompt, false); err != nil {
 			return nil, err
 		}
 	}
@@ -202,6 +205,7 @@ func (r *ftRun) open() error {
 	defer func() { mlx.Free(owned...) }() // until the state takes them
 	opts := RunStepOptions(cfg)
 	var loss WeightedLossFunc
+	var packedLoss PackedLossFunc
 	var trainable, frozen []*mlx.Array
 	var evalTerms TokenLossFunc
 	if f.FineTune.UsesAdapter() {
@@ -212,13 +216,19 @@ func (r *ftRun) open() error {
 		if r.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(r.adapter)); err != nil {
 			return err
 		}
-		loss, frozen = AdapterLoss(f.Model, r.adapter), base
-		// The float32 adapters feed B·A in float32 (peft.Adapter.Effective):
-		// no compute-dtype copies.
+		loss, packedLoss, frozen = AdapterLoss(f.Model, r.adapter), PackedAdapterLoss(f.Model, r.adapter), base
+		if f.FineTune.Quantize > 0 {
+			if frozen, err = quantizeBase(r.adapter, f.Model, base, f.FineTune); err != nil {
+				return err
+			}
+			owned = frozen // the float weights of the quantized slots are freed
+		}
+		// The float32 adapters feed their products in float32
+		// (peft.Adapter.Linears): no compute-dtype copies.
 		opts.ComputeCopies, opts.ComputeDtype = false, 0
 		nA := len(r.adapter.Specs)
 		evalTerms = func(all []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
-			return f.Model.LossTerms(r.adapter.Effective(all[nA:], all[:nA]), x, y)
+			return AdapterTerms(f.Model, r.adapter, all[:nA], all[nA:], x, y)
 		}
 	} else {
 		r.trainNames = make([]string, len(f.Model.Specs))
@@ -228,13 +238,13 @@ func (r *ftRun) open() error {
 		if r.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
 			return err
 		}
-		loss, trainable, evalTerms = FullLoss(f.Model), base, f.Model.LossTerms
+		loss, packedLoss, trainable, evalTerms = FullLoss(f.Model), PackedFullLoss(f.Model), base, f.Model.LossTerms
 	}
 	var optState []*mlx.Array
 	if r.resumeFrom != "" {
 		trainable, optState, err = r.loadResumed(base)
 	} else {
-		trainable, optState, err = r.fresh(trainable, base)
+		trainable, optState, err = r.fresh(trainable, frozen)
 	}
 	if err != nil {
 		return err
@@ -244,7 +254,12 @@ func (r *ftRun) open() error {
 		mlx.Free(base...) // the resumed model replaces the base
 		owned = nil
 	}
-	if r.step, err = NewWeightedStep(loss, r.opt, len(trainable), len(frozen), len(optState), opts); err == nil {
+	if f.FineTune.Pack {
+		r.step, err = NewPackedStep(packedLoss, r.opt, len(trainable), len(frozen), len(optState), opts)
+	} else {
+		r.step, err = NewWeightedStep(loss, r.opt, len(trainable), len(frozen), len(optState), opts)
+	}
+	if err == nil {
 		r.state, err = NewFrozenState(r.step, trainable, frozen, optState)
 	}
 	if err != nil {
@@ -291,12 +306,13 @@ func (r *ftRun) trainableParams() int {
 	return r.cfg.Model.NumParams()
 }
 
-// fresh returns a new run's trainable arrays (fresh adapters, or the base
-// itself for a full fine-tune) and optimizer state.
-func (r *ftRun) fresh(trainable, base []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
+// fresh returns a new run's trainable arrays (fresh adapters over the
+// frozen base, or the base itself for a full fine-tune) and optimizer
+// state.
+func (r *ftRun) fresh(trainable, frozen []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
 	if r.adapter != nil {
 		var err error
-		if trainable, err = r.adapter.Init(r.cfg.Seed, base); err != nil {
+		if trainable, err = r.adapter.Init(r.cfg.Seed, frozen); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -323,7 +339,7 @@ func (r *ftRun) loadResumed(base []*mlx.Array) ([]*mlx.Array, []*mlx.Array, erro
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
 	if ft := r.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
-		!slices.Equal(saved.Targets, ft.Targets) {
+		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v)",
 			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets)
 	}
@@ -427,7 +443,7 @@ func (r *ftRun) train(ctx context.Context) error {
 		}
 		lr := r.schedule.LR(r.steps)
 		b := r.batch
-		if err := r.state.UpdateAsync(lr, Batch{X: b.X, Y: b.Y, W: b.W, N: b.N, B: b.B, T: b.T}); err != nil {
+		if err := r.state.UpdateAsync(lr, Batch{X: b.X, Y: b.Y, W: b.W, Seg: b.Seg, N: b.N, B: b.B, T: b.T}); err != nil {
 			return err
 		}
 		r.samplerState = append(r.samplerState[:0], b.State...)

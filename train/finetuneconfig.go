@@ -52,11 +52,18 @@ type FineTuneConfig struct {
 	// MaskPrompt leaves prompts, user and system turns out of the loss.
 	MaskPrompt bool `json:"mask_prompt"`
 	// Pack concatenates examples into the context instead of padding each
-	// to it (data.BuildRows).
+	// to it (data.BuildRows), each attending only within itself (document
+	// masking, NewPackedStep); held-out rows stay one example each.
 	Pack bool `json:"pack"`
 	// Context is the length of the training rows in tokens, at most the
 	// base model's context; 0 is the base's.
 	Context int `json:"context,omitempty"`
+	// Quantize, when not 0, holds the frozen base's block projections
+	// quantized to this many bits (MLX's affine mode, groups of
+	// QGroupSize, 0 meaning 64) and trains the adapters over them (QLoRA);
+	// adapters only.
+	Quantize   int `json:"quantize,omitempty"`
+	QGroupSize int `json:"q_group_size,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers TokenizerOpener `json:"-"`
@@ -89,7 +96,30 @@ func (c FineTuneConfig) Validate() error {
 			return err
 		}
 	}
+	if c.Quantize != 0 || c.QGroupSize != 0 {
+		if !c.UsesAdapter() {
+			return fmt.Errorf("quantize %d: a full fine-tune trains every weight and cannot train a quantized base; use method lora or dora over it, or leave quantize out", c.Quantize)
+		}
+		if c.Quantize == 0 {
+			return fmt.Errorf("q_group_size %d without quantize: set the bits too", c.QGroupSize)
+		}
+		if err := mlx.CheckQuantization(c.QuantGroupSize(), c.Quantize); err != nil {
+			return fmt.Errorf("quantize: %w", err)
+		}
+	}
 	return nil
+}
+
+// DefaultQuantGroupSize is the quantization group size when QGroupSize is
+// 0, mlx-lm's default.
+const DefaultQuantGroupSize = 64
+
+// QuantGroupSize is QGroupSize or its default.
+func (c FineTuneConfig) QuantGroupSize() int {
+	if c.QGroupSize == 0 {
+		return DefaultQuantGroupSize
+	}
+	return c.QGroupSize
 }
 
 // ReadFineTuneConfig reads a fine-tune checkpoint's finetune.json.

@@ -33,6 +33,7 @@ func Prepare(cfg Config) (Config, *model.TinyGPT, error) {
 	if err != nil {
 		return cfg, nil, err
 	}
+	m.Memory = cfg.ModelMemory()
 	cfg.Model = m.Config
 	return cfg, m, nil
 }

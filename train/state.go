@@ -30,6 +30,10 @@ type Batch struct {
 	// every rank divides by the global count. An update whose weights are
 	// all zero has loss 0 and zero gradients, not 0/0.
 	WeightSum float64
+	// Seg numbers, for packed rows, the example each input position
+	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
+	// (NewPackedStep) reads it, and needs it.
+	Seg []int32
 	// Stream and Starts, set together in place of X and Y, hold the batch
 	// as windows of a token stream on the device (TokenStream.Batch):
 	// N·B window starts laid out [N, B], window k's inputs being
@@ -59,6 +63,9 @@ func (b Batch) check(accum int) error {
 	}
 	if b.W != nil && len(b.W) != len(b.X) {
 		return fmt.Errorf("train: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
+	}
+	if b.Seg != nil && len(b.Seg) != len(b.X) {
+		return fmt.Errorf("train: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
 	}
 	return nil
 }
@@ -354,6 +361,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		batch = []*mlx.Array{mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T)}
 		if w != nil {
 			batch = append(batch, mlx.FromSlice(w, b.N, b.B, b.T))
+		}
+		if b.Seg != nil {
+			batch = append(batch, mlx.FromSlice(b.Seg, b.N, b.B, b.T))
 		}
 		made = batch
 	}

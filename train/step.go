@@ -128,6 +128,7 @@ type Step struct {
 	nCopies  int // nParams with ComputeCopies, else 0
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
 	weighted bool
+	packed   bool // weighted, with segments as a fourth batch input (NewPackedStep)
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
@@ -671,9 +672,15 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 		return stepOutputs{}, err
 	}
 	if s.weighted {
+		if len(batch) < 3 {
+			return stepOutputs{}, fmt.Errorf("train: a weighted step needs loss weights")
+		}
 		if err := checkWeights(batch[2], batch[0]); err != nil {
 			return stepOutputs{}, err
 		}
+	}
+	if err := s.checkSegments(batch); err != nil {
+		return stepOutputs{}, err
 	}
 	var cast []*mlx.Array
 	if C > 0 && copies == nil {

@@ -18,11 +18,24 @@ func FullLoss(m *model.TinyGPT) WeightedLossFunc {
 
 // AdapterLoss is the weighted loss of fine-tuning m through adapter a:
 // the trainable arrays are a's parameters, the frozen ones m's base
-// parameters, and the model computes with a.Effective(base, adapter).
+// parameters (a.Quant's layout for a quantized base), and the model
+// applies the adapters unmerged (peft.Adapter.Linears): no merged weight
+// is formed per microbatch.
 func AdapterLoss(m *model.TinyGPT, a *peft.Adapter) WeightedLossFunc {
 	return func(adapter, base []*mlx.Array, x, y, w *mlx.Array) *mlx.Array {
-		return weightedTokenLoss(m, a.Effective(base, adapter), x, y, w)
+		ce, lse := AdapterTerms(m, a, adapter, base, x, y)
+		return weightedTerms(m, ce, lse, w)
 	}
+}
+
+// AdapterTerms is m.LossTerms of the model with adapter a's arrays
+// adapter applied unmerged to the frozen base.
+func AdapterTerms(m *model.TinyGPT, a *peft.Adapter, adapter, base []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
+	lin, params, err := a.Linears(base, adapter)
+	if err != nil {
+		return mlx.ErrorArray(err), mlx.ErrorArray(err)
+	}
+	return m.LossTermsWith(params, lin, x, y)
 }
 
 // weightedTokenLoss is Σ w·(CE + ZLoss·lse²) over one microbatch. A zero
@@ -31,6 +44,11 @@ func AdapterLoss(m *model.TinyGPT, a *peft.Adapter) WeightedLossFunc {
 // host (Batch.NormalizedWeights).
 func weightedTokenLoss(m *model.TinyGPT, params []*mlx.Array, x, y, w *mlx.Array) *mlx.Array {
 	ce, lse := m.LossTerms(params, x, y)
+	return weightedTerms(m, ce, lse, w)
+}
+
+// weightedTerms is Σ w·(CE + ZLoss·lse²) of LossTerms' outputs.
+func weightedTerms(m *model.TinyGPT, ce, lse, w *mlx.Array) *mlx.Array {
 	per := ce
 	if z := m.Config.ZLoss; z > 0 {
 		per = mlx.Add(ce, mlx.MulScalar(mlx.Square(lse), z))

@@ -22,6 +22,7 @@ type finetuneOptions struct {
 	alpha                     float64
 	targets                   []string
 	maskPrompt, pack          bool
+	quantize, qGroupSize      int
 	out, resume               string
 	overwrite, noProgress     bool
 	context                   int
@@ -39,7 +40,8 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
-var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context"}
+var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
+	"quantize", "q-group-size"}
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -54,13 +56,16 @@ assistant turns count in the loss; role headers never do. The loss is the
 mean over the counted tokens of each whole update, across all --accum
 microbatches. Each example is one sequence of --context tokens (default
 and at most the base model's context), cut or padded to it; --pack
-concatenates examples instead.
+concatenates examples instead, each attending only within itself.
 
 --method lora (default) or dora trains rank --rank adapters scaled by
 --alpha/--rank on the projections --targets names (attn, mlp, all, or
 wq, wk, wv, wo, w1, w2); the base weights stay frozen, and checkpoints hold
 only the adapters (adapters.safetensors) and finetune.json. --method full
-trains every weight and writes ordinary checkpoints.
+trains every weight and writes ordinary checkpoints. --quantize 4 (or 8)
+holds the frozen base quantized and trains the adapters over it (QLoRA);
+--grad-checkpoint recomputes each block's activations in the backward
+pass, and --loss-chunk bounds the loss's logits (docs/finetuning.md).
 
 Fine-tunes have settings of their own, not the base run's: 200 steps
 (--epochs N instead runs N passes over the training sequences), batch 4,
@@ -78,6 +83,7 @@ posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
   posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
+  posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}
@@ -90,7 +96,9 @@ posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 	fs.Float64Var(&opts.alpha, "alpha", 16, "adapter scale numerator: the update is alpha/r · B·A")
 	fs.StringSliceVar(&opts.targets, "targets", []string{"attn"}, "projections to adapt: attn, mlp, all, or names such as wq,wv")
 	fs.BoolVar(&opts.maskPrompt, "mask-prompt", true, "count only completions and assistant turns in the loss")
-	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each")
+	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each (each attends only within itself)")
+	fs.IntVar(&opts.quantize, "quantize", 0, "hold the frozen base's projections quantized to 4 or 8 bits (2, 3, 5, 6 too) and train the adapters over them (QLoRA); 0 keeps them float")
+	fs.IntVar(&opts.qGroupSize, "q-group-size", 0, "values per quantization scale with --quantize: 32, 64 or 128 (default 64)")
 	fs.StringVar(&opts.out, "out", "", "run folder (default runs/finetune, or the resumed run's folder)")
 	fs.StringVar(&opts.resume, "resume", "", "continue the fine-tune of this run folder or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
@@ -184,7 +192,8 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if dir, err = filepath.Abs(dir); err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
-		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack}
+		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
+			Quantize: opts.quantize, QGroupSize: opts.qGroupSize}
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
 		}

@@ -164,6 +164,10 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	floatF("min-lr", "min_lr", false, "final learning rate of cosine and wsd (default: the preset's share of --lr)", func(c *train.Config) *float64 { return &c.MinLR })
 	intF("warmup", "warmup", false, "learning-rate warm-up updates (unset, a preset's warm-up that does not fit --steps shrinks to half of them)", func(c *train.Config) *int { return &c.Warmup })
 	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
+	boolF("grad-checkpoint", "grad_checkpoint", false, "recompute each transformer block's activations in the backward pass instead of keeping them: less memory, about one more forward pass of time",
+		func(c *train.Config) *bool { return &c.GradCheckpoint })
+	intF("loss-chunk", "loss_chunk", false, "positions whose logits the loss computes at a time: 0 automatic (1024 when a microbatch holds more), -1 all at once",
+		func(c *train.Config) *int { return &c.LossChunk })
 	boolF("compile", "compile", false, "compile the whole step into one MLX function (--compile=false interprets it)", func(c *train.Config) *bool { return &c.Compile })
 	if !skipped("device") {
 		// Not copied into the settings: the device is chosen from the flag

@@ -1,0 +1,115 @@
+package model
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// Linear is a projection x·Wᵀ that the model computes by a function
+// instead of from one weight array: a frozen base, possibly quantized,
+// with a low-rank adapter applied beside it (peft), so that no merged
+// weight is formed per microbatch. Apply reads Arrays, which are passed
+// to it rather than captured, so that a transform that re-runs a block
+// (Memory.Checkpoint) sees them as inputs and differentiates them.
+type Linear struct {
+	Arrays []*mlx.Array
+	// Apply returns x·Wᵀ for rows x [R, in] in x's dtype.
+	Apply func(x *mlx.Array, arrays []*mlx.Array) *mlx.Array
+}
+
+// apply is l.Apply over l's own arrays.
+func (l Linear) apply(x *mlx.Array) *mlx.Array { return l.Apply(x, l.Arrays) }
+
+// Linears maps indices of matrix parameters (Specs order) of the
+// transformer blocks to the Linears that replace their projections; the
+// parameter list passed with them may hold any array in those slots (the
+// model does not read it, but each must be an array of its own).
+type Linears map[int]Linear
+
+// LossTermsWith is LossTerms with the projections of lin computed by
+// their Linears.
+func (m *TinyGPT) LossTermsWith(params []*mlx.Array, lin Linears, x, y *mlx.Array) (ce, lse *mlx.Array) {
+	if err := checkTargets(x, y); err != nil {
+		return mlx.ErrorArray(err), mlx.ErrorArray(err)
+	}
+	f := m.formulation()
+	if err := m.setLinears(&f, lin); err != nil {
+		return mlx.ErrorArray(err), mlx.ErrorArray(err)
+	}
+	ce, lse = m.rowTerms(params, x, y, f)
+	if err := ce.Err(); err != nil {
+		return ce, mlx.ErrorArray(err)
+	}
+	B, T := x.Dim(0), x.Dim(1)
+	return mlx.Reshape(ce, B, T), mlx.Reshape(lse, B, T)
+}
+
+// LogitsWith is Logits with the projections of lin computed by their
+// Linears.
+func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array) *mlx.Array {
+	var out *mlx.Array
+	mlx.Do(func() error {
+		f := m.formulation()
+		if err := m.setLinears(&f, lin); err != nil {
+			out = mlx.ErrorArray(err)
+			return nil
+		}
+		logits := m.rowLogits(params, tokens, f)
+		if out = logits; logits.Err() == nil {
+			out = mlx.Reshape(logits, tokens.Dim(0), tokens.Dim(1), logits.Dim(-1))
+		}
+		return nil
+	})
+	return out
+}
+
+// setLinears checks lin against the layout and puts it into f. Weights
+// with Linears are projected one by one: the stacked q/k/v formulation
+// would concatenate the weights it no longer has.
+func (m *TinyGPT) setLinears(f *formulation, lin Linears) error {
+	for i := range lin {
+		if i < 0 || i >= len(m.Specs) || m.Specs[i].Kind != Matrix || !isBlockProjection(m.Specs[i].Name) {
+			return fmt.Errorf("model: a Linear for parameter %d, want the index of a block projection's weight", i)
+		}
+	}
+	f.linears = lin
+	if len(lin) > 0 {
+		f.stackedQKV = false
+	}
+	return nil
+}
+
+// isBlockProjection reports whether a parameter name is that of a
+// transformer block's weight (blocks.3.attn.wq.weight).
+func isBlockProjection(name string) bool {
+	return strings.HasPrefix(name, "blocks.") && strings.HasSuffix(name, ".weight")
+}
+
+// withLinears returns f with its Linears keyed by the arrays the blocks
+// hold: flat, the parameter list as unpack left it.
+func (f formulation) withLinears(flat []*mlx.Array) formulation {
+	if len(f.linears) == 0 {
+		return f
+	}
+	f.proj.lin = make(map[*mlx.Array]Linear, len(f.linears))
+	for i, l := range f.linears {
+		f.proj.lin[flat[i]] = l
+	}
+	return f
+}
+
+// replaced reports whether w's projection is computed by a Linear.
+func (p projections) replaced(w *mlx.Array) bool {
+	_, ok := p.lin[w]
+	return ok && w != nil
+}
+
+// addBias is y + b, or y for a nil b.
+func addBias(y, b *mlx.Array) *mlx.Array {
+	if b == nil {
+		return y
+	}
+	return mlx.Add(y, b)
+}

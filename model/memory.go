@@ -1,0 +1,193 @@
+package model
+
+import (
+	"fmt"
+	"reflect"
+	"unsafe"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// Memory trades compute for memory in the model's differentiable
+// functions (Loss, LossTerms, LossTermsWith) without changing their
+// values or gradients.
+type Memory struct {
+	// Checkpoint keeps only each transformer block's input for the
+	// backward pass and recomputes the block's activations there
+	// (mlx.Checkpoint): activation memory of one block instead of all,
+	// for about one more forward pass of compute.
+	Checkpoint bool
+	// LossChunk computes the logits and the loss's terms LossChunk rows
+	// (positions) at a time, each chunk upcast to float32 on its own and
+	// recomputed in the backward pass, so that no [positions, vocabulary]
+	// array exists whole, in float32 or in the compute dtype; 0 computes
+	// them whole.
+	LossChunk int
+}
+
+// LossChunkRows is the chunk size the trainers use when the chunked loss
+// is on: 1,024 positions of Qwen2.5's 151,936-entry vocabulary are 0.6 GB
+// of float32 logits, against 2.5 GB for a 4 × 1,024 batch.
+const LossChunkRows = 1024
+
+// fields lists pointers to the block's arrays that are set, every
+// *mlx.Array field in declaration order (found by reflection, so a field
+// added to block is a checkpoint input without further code): a copy of
+// the block lists its own in the same order.
+func (b *block) fields() []**mlx.Array {
+	v := reflect.ValueOf(b).Elem()
+	arrayType := reflect.TypeFor[*mlx.Array]()
+	var out []**mlx.Array
+	for i := range v.NumField() {
+		f := v.Field(i)
+		if f.Type() != arrayType || f.IsNil() {
+			continue
+		}
+		out = append(out, (**mlx.Array)(unsafe.Pointer(f.UnsafeAddr())))
+	}
+	return out
+}
+
+// checkpointedBlock is block l of a forward pass without a KV cache, run
+// inside mlx.Checkpoint: its inputs are the residual stream x, the block's
+// weights, the arrays of its Linears and the document mask of packed rows,
+// so their gradients flow as
+// without the checkpoint, and MLX keeps only those inputs for the
+// backward pass, where it runs the block again.
+func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, l int) *mlx.Array {
+	fields := b.fields()
+	in := []*mlx.Array{x}
+	for _, p := range fields {
+		in = append(in, *p)
+	}
+	type slot struct {
+		field int
+		lin   Linear
+	}
+	var slots []slot
+	for k, p := range fields {
+		if lin, ok := f.proj.lin[*p]; ok {
+			slots = append(slots, slot{k, lin})
+			in = append(in, lin.Arrays...)
+		}
+	}
+	// The document mask of packed rows is an input too: the recomputation
+	// runs after the forward pass has released its own arrays.
+	if f.docMask != nil {
+		in = append(in, f.docMask)
+	}
+	fn := func(args []*mlx.Array) ([]*mlx.Array, error) {
+		g, gelu, ks, free, err := m.freshParts(f, B, T)
+		if err != nil {
+			return nil, err
+		}
+		defer free()
+		nb := b
+		nf := nb.fields()
+		for k, p := range nf {
+			*p = args[1+k]
+		}
+		if len(slots) > 0 {
+			g.proj.lin = make(map[*mlx.Array]Linear, len(slots))
+			pos := 1 + len(nf)
+			for _, s := range slots {
+				n := len(s.lin.Arrays)
+				g.proj.lin[*nf[s.field]] = Linear{Arrays: args[pos : pos+n], Apply: s.lin.Apply}
+				pos += n
+			}
+		}
+		if f.docMask != nil {
+			g.docMask = mlx.StopGradient(args[len(args)-1])
+		}
+		// A rotation of its own: forwardTo's (and its frequency table) is
+		// released by the time the backward pass recomputes the block.
+		out := m.block(g, ks, m.newRotary(0), gelu, nb, args[0], B, T, nil, l)
+		return []*mlx.Array{out}, out.Err()
+	}
+	c, err := mlx.Checkpoint(fn)
+	if err != nil {
+		return mlx.ErrorArray(fmt.Errorf("model: checkpoint of block %d: %w", l, err))
+	}
+	defer c.Free() // the traced graph holds what its backward pass needs
+	out, err := c.Call(in...)
+	if err != nil {
+		return mlx.ErrorArray(fmt.Errorf("model: block %d: %w", l, err))
+	}
+	return out[0]
+}
+
+// chunkedTerms is rowTerms with Memory.LossChunk: the output projection,
+// the float32 upcast, the logsumexp and the target's logit run per chunk
+// of rows inside mlx.Checkpoint, so that only one chunk's logits exist at
+// a time, forward and backward.
+func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+	y = mlx.Reshape(y, y.Size())
+	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
+		terms, err := mlx.Checkpoint(func(in []*mlx.Array) ([]*mlx.Array, error) {
+			proj, err := newProjections(f.writtenProjectionVJPs)
+			if err != nil {
+				return nil, err
+			}
+			defer proj.Free()
+			g := f
+			g.proj = proj
+			// The targets are an input of the checkpoint, which differentiates
+			// every input: their gradient is none.
+			logits := mlx.AsType(logitsHead(m, g, in[0], in[1])[0], mlx.Float32)
+			lse := mlx.LogSumExp(logits, -1)
+			target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(mlx.StopGradient(in[2]), -1), -1), -1)
+			ce := mlx.Subtract(lse, target)
+			return []*mlx.Array{ce, lse}, ce.Err()
+		})
+		if err != nil {
+			err = fmt.Errorf("model: chunked loss: %w", err)
+			return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)}
+		}
+		defer terms.Free()
+		rows, d, n := h.Dim(0), h.Dim(1), m.Memory.LossChunk
+		var ces, lses []*mlx.Array
+		for start := 0; start < rows; start += n {
+			end := min(start+n, rows)
+			o, err := terms.Call(mlx.Slice(h, []int{start, 0}, []int{end, d}), head, mlx.Slice(y, []int{start}, []int{end}))
+			if err != nil {
+				err = fmt.Errorf("model: chunked loss: %w", err)
+				return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)}
+			}
+			ces, lses = append(ces, o[0]), append(lses, o[1])
+		}
+		if len(ces) == 1 {
+			return []*mlx.Array{ces[0], lses[0]}
+		}
+		return []*mlx.Array{mlx.Concatenate(ces, 0), mlx.Concatenate(lses, 0)}
+	})
+	return out[0], out[1]
+}
+
+// freshParts returns f with projections of its own, and the GELU and
+// kernels of a forward pass over [B, T] tokens without a cache, for a
+// function that MLX calls again after forwardTo has returned and freed
+// its own (a checkpoint's recomputation in the backward pass). free
+// releases them.
+func (m *TinyGPT) freshParts(f formulation, B, T int) (formulation, activation, kernels, func(), error) {
+	var gelu activation
+	var err error
+	if !m.Config.swiGLU() {
+		if gelu, err = newGELU(m.Config.GELU, f.writtenGELU); err != nil {
+			return f, gelu, kernels{}, nil, err
+		}
+	}
+	ks, err := m.newKernels(f, B, T, false)
+	if err != nil {
+		gelu.Free()
+		return f, gelu, ks, nil, err
+	}
+	lin := f.proj.lin
+	if f.proj, err = newProjections(f.writtenProjectionVJPs); err != nil {
+		gelu.Free()
+		ks.Free()
+		return f, gelu, ks, nil, err
+	}
+	f.proj.lin = lin
+	proj := f.proj
+	return f, gelu, ks, func() { gelu.Free(); ks.Free(); proj.Free() }, nil
+}

@@ -104,7 +104,7 @@ func (c FineTuneConfig) Validate() error {
 			return fmt.Errorf("q_group_size %d without quantize: set the bits too", c.QGroupSize)
 		}
 		if err := mlx.CheckQuantization(c.QuantGroupSize(), c.Quantize); err != nil {
-			return fmt.Errorf("quantize: %w", err)
+			return fmt.Errorf("quantize %d, q_group_size %d: %w", c.Quantize, c.QuantGroupSize(), err)
 		}
 	}
 	return nil

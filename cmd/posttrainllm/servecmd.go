@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -148,7 +149,7 @@ who can reach the machine, without authentication.
 				return err
 			}
 			if id == "" {
-				id = filepath.Base(filepath.Clean(src.from))
+				id = strings.TrimSuffix(filepath.Base(filepath.Clean(src.from)), ".gguf")
 				if src.adapter != "" {
 					id = filepath.Base(filepath.Clean(src.adapter))
 				}
@@ -187,7 +188,7 @@ who can reach the machine, without authentication.
 	fs.StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	fs.StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed); 0.0.0.0:PORT answers anyone who can reach this machine, with no authentication")
-	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's name)")
+	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's or file's name, without .gguf)")
 	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while one generates; more get 503")
 	fs.IntVar(&defaultToken, "completion-tokens", 16, "/v1/completions' max_tokens when a request gives none")
 	fs.StringVar(&device, "device", "auto", deviceUsage)

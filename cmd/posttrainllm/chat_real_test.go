@@ -67,11 +67,15 @@ func TestRealModelChatAnswersParis(t *testing.T) {
 
 // serve, asked the same question through the chat completions API,
 // answers with Paris and stops at <|im_end|> (finish_reason "stop").
+// The same holds served straight from the GGUF file, listed under the
+// file's name without .gguf.
 func TestRealModelServeAnswersParis(t *testing.T) {
-	url := startServe(t, "--from", realmodel.Folder(t))
-	out := chatCompletion(t, url, `{"model": "`+realmodel.Name+`", "messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0, "max_tokens": 48}`)
-	content, finish, n := reply(t, out)
-	if !strings.Contains(content, "Paris") || finish != "stop" || n >= 48 {
-		t.Fatalf("reply %q, finish %q, %d tokens; want Paris, stop, fewer than 48", content, finish, n)
+	for from, id := range map[string]string{realmodel.Folder(t): realmodel.Name, realmodel.GGUF(t): realmodel.Name + ".Q4_1"} {
+		url := startServe(t, "--from", from)
+		out := chatCompletion(t, url, `{"model": "`+id+`", "messages": [{"role": "user", "content": "What is the capital of France?"}], "temperature": 0, "max_tokens": 48}`)
+		content, finish, n := reply(t, out)
+		if !strings.Contains(content, "Paris") || finish != "stop" || n >= 48 {
+			t.Fatalf("%s: reply %q, finish %q, %d tokens; want Paris, stop, fewer than 48", from, content, finish, n)
+		}
 	}
 }

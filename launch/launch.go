@@ -134,6 +134,7 @@ func Run(cfg Config) error {
 	return supervise(ranks, stderr, ready, exits, b)
 }
 
+// orDiscard is w, or io.Discard when w is nil.
 func orDiscard(w io.Writer) io.Writer {
 	if w == nil {
 		return io.Discard

@@ -175,6 +175,7 @@ type tail struct {
 	b   []byte
 }
 
+// Write keeps p, dropping what falls before the last max bytes.
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -1,4 +1,4 @@
-package main
+package launch
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // superviseShells runs supervise over ranks that are shell scripts, one per
 // rank: a rank reports that it connected with `echo ready >&3`. The
 // timeout detects a hang of the supervisor; it measures no speed.
-func superviseShells(t *testing.T, b bounds, scripts ...string) error {
+func superviseShells(t *testing.T, b Bounds, scripts ...string) error {
 	t.Helper()
 	ranks := make([]*rank, len(scripts))
 	exits := make(chan rankExit, len(scripts))
@@ -52,7 +52,7 @@ const (
 
 // Ranks that never connect are ended after the connect bound.
 func TestSuperviseEndsRanksThatDoNotConnect(t *testing.T) {
-	err := superviseShells(t, bounds{connect: 300 * time.Millisecond, grace: time.Second}, connects, neverSeen)
+	err := superviseShells(t, Bounds{Connect: 300 * time.Millisecond, Grace: time.Second}, connects, neverSeen)
 	if err == nil || !strings.Contains(err.Error(), "only 1 of 2 ranks connected") {
 		t.Fatalf("supervise = %v, want an error saying 1 of 2 ranks connected", err)
 	}
@@ -61,7 +61,7 @@ func TestSuperviseEndsRanksThatDoNotConnect(t *testing.T) {
 // A failing rank other than 0 ends the run with an error naming it and
 // quoting its stderr; rank 0 is ended after the grace period.
 func TestSuperviseNamesFailedRank(t *testing.T) {
-	err := superviseShells(t, bounds{connect: time.Minute, grace: 300 * time.Millisecond},
+	err := superviseShells(t, Bounds{Connect: time.Minute, Grace: 300 * time.Millisecond},
 		connects, connects, "echo ready >&3; echo 'out of memory' >&2; exit 3")
 	if err == nil {
 		t.Fatal("supervise = nil, want the failure of rank 2")
@@ -75,16 +75,16 @@ func TestSuperviseNamesFailedRank(t *testing.T) {
 
 // A failing rank 0 passes its exit status on and ends the others.
 func TestSuperviseKeepsRankZeroStatus(t *testing.T) {
-	err := superviseShells(t, bounds{connect: time.Minute, grace: time.Minute}, "exit 2", connects)
-	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 2 || ee.err != nil {
+	err := superviseShells(t, Bounds{Connect: time.Minute, Grace: time.Minute}, "exit 2", connects)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 2 {
 		t.Fatalf("supervise = %v, want exit status 2 without a message of its own (rank 0 printed it)", err)
 	}
 }
 
 // Every rank finishing is success.
 func TestSuperviseAllFinish(t *testing.T) {
-	if err := superviseShells(t, bounds{connect: time.Minute, grace: time.Minute}, "echo ready >&3", "echo ready >&3"); err != nil {
+	if err := superviseShells(t, Bounds{Connect: time.Minute, Grace: time.Minute}, "echo ready >&3", "echo ready >&3"); err != nil {
 		t.Fatalf("supervise = %v, want nil", err)
 	}
 }

@@ -88,16 +88,23 @@ func (m *Model) prompt(req Request) ([]int32, error) {
 	if len(req.Messages) > 0 {
 		return m.ChatPrompt(req.Messages)
 	}
+	return PromptIDs(m.Tokenizer, req.Prompt, req.PlainPrompt), nil
+}
+
+// PromptIDs returns the ids a text prompt starts generation from: special
+// tokens written in it as their ids (data.EncodeWithSpecials), or as plain
+// text when plain; the end-of-text id for a prompt of no tokens.
+func PromptIDs(tok data.Tokenizer, text string, plain bool) []int32 {
 	var ids []int32
-	if req.PlainPrompt {
-		ids = m.Tokenizer.Encode(req.Prompt)
+	if plain {
+		ids = tok.Encode(text)
 	} else {
-		ids = data.EncodeWithSpecials(m.Tokenizer, req.Prompt)
+		ids = data.EncodeWithSpecials(tok, text)
 	}
 	if len(ids) == 0 {
-		ids = []int32{m.Tokenizer.EOT()}
+		ids = []int32{tok.EOT()}
 	}
-	return ids, nil
+	return ids
 }
 
 // options returns opts with the model's end tokens among its stop tokens.

@@ -514,11 +514,7 @@ func (r *ftRun) log(lr float64, eval bool) error {
 	if err != nil {
 		return err
 	}
-	bad := nonFinite(st.Loss, st.GradNorm)
-	if bad == "" {
-		bad = nonFinite(mean, st.GradNorm)
-	}
-	if bad != "" {
+	if bad := logNonFinite(st, mean); bad != "" {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint: %w", r.steps, bad, lr, ErrNonFinite)
 	}

@@ -63,16 +63,7 @@ func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Sample
 // encodePrompt returns the ids of prompt: special tokens written in it as
 // their ids unless opts.SpecialsAsText; the end-of-text id for "".
 func encodePrompt(tok data.Tokenizer, prompt string, opts SampleOptions) []int32 {
-	var ids []int32
-	if opts.SpecialsAsText {
-		ids = tok.Encode(prompt)
-	} else {
-		ids = data.EncodeWithSpecials(tok, prompt)
-	}
-	if len(ids) == 0 {
-		ids = []int32{tok.EOT()}
-	}
-	return ids
+	return generate.PromptIDs(tok, prompt, opts.SpecialsAsText)
 }
 
 // SampleCheckpoint loads the model of a checkpoint directory (or the newest

@@ -357,11 +357,7 @@ func (r *run) log(lr float64, eval bool) error {
 	if err != nil {
 		return err
 	}
-	bad := nonFinite(st.Loss, st.GradNorm)
-	if bad == "" {
-		bad = nonFinite(mean, st.GradNorm)
-	}
-	if bad != "" {
+	if bad := logNonFinite(st, mean); bad != "" {
 		r.sum.Elapsed = time.Since(r.start)
 		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint, the last good one is %s: %w",
 			r.step, bad, lr, r.lastGood(), ErrNonFinite)
@@ -477,6 +473,16 @@ func nonFinite(loss, gradNorm float64) string {
 		return fmt.Sprintf("gradient norm is %v (loss %.4g)", gradNorm, loss)
 	}
 	return ""
+}
+
+// logNonFinite describes what is not finite at a log line: the last
+// update's loss or gradient norm (st), or the interval's mean loss; ""
+// when all are finite.
+func logNonFinite(st StepStats, mean float64) string {
+	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
+		return bad
+	}
+	return nonFinite(mean, st.GradNorm)
 }
 
 // nonFiniteArrays names the first parameter or optimizer state array that

@@ -9,6 +9,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -98,16 +99,7 @@ func sampleModel(src string, m *hf.Model, tok data.Tokenizer, prompt string, opt
 	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
 		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), v)
 	}
-	var ids []int32
-	if opts.SpecialsAsText {
-		ids = tok.Encode(prompt)
-	} else {
-		ids = data.EncodeWithSpecials(tok, prompt)
-	}
-	if len(ids) == 0 {
-		ids = []int32{tok.EOT()}
-	}
-	out, err := train.Generate(m.Model, m.Params, ids, opts)
+	out, err := train.Generate(m.Model, m.Params, generate.PromptIDs(tok, prompt, opts.SpecialsAsText), opts)
 	if err != nil {
 		return "", err
 	}

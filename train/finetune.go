@@ -217,15 +217,16 @@ func (r *ftRun) open() error {
 			return err
 		}
 		loss, packedLoss, frozen = AdapterLoss(f.Model, r.adapter), PackedAdapterLoss(f.Model, r.adapter), base
+		if err := CastFrozenBase(cfg, base); err != nil {
+			return err
+		}
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(r.adapter, f.Model, base, f.FineTune); err != nil {
 				return err
 			}
 			owned = frozen // the float weights of the quantized slots are freed
 		}
-		// The float32 adapters feed their products in float32
-		// (peft.Adapter.Linears): no compute-dtype copies.
-		opts.ComputeCopies, opts.ComputeDtype = false, 0
+		opts = AdapterStepOptions(cfg)
 		nA := len(r.adapter.Specs)
 		evalTerms = func(all []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
 			return AdapterTerms(f.Model, r.adapter, all[:nA], all[nA:], x, y)

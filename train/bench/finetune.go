@@ -89,10 +89,13 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 			opt, err = train.NewOptimizerFor(cfg, train.AdapterOptimizerParams(a))
 		}
 		if err == nil {
+			err = train.CastFrozenBase(cfg, base)
+		}
+		if err == nil {
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
-		opts.ComputeCopies, opts.ComputeDtype = false, 0
+		opts = train.AdapterStepOptions(cfg)
 	default:
 		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
 	}

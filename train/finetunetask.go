@@ -19,15 +19,27 @@ import (
 // the objective (sftObjective) and what it is fed from the feed (rowFeed):
 // another objective brings its own pair, not a loop.
 type fineTuneTask struct {
-	f          *FineTuner
-	cfg        Config
+	f   *FineTuner
+	cfg Config
+	ftBuilt
+	feed batchFeed
+	eval *evalFunc // rank 0 only
+}
+
+// ftBuilt is a fine-tune's step over its state, with what they were
+// built from.
+type ftBuilt struct {
 	adapter    *peft.Adapter // nil for a full fine-tune
 	opt        optim.Optimizer
 	step       *Step
 	state      *State
 	trainNames []string // names of the trainable arrays
-	feed       batchFeed
-	eval       *evalFunc // rank 0 only
+}
+
+// free releases the state and the step.
+func (b *ftBuilt) free() {
+	b.state.Free()
+	b.step.Free()
 }
 
 // batchFeed is where a fine-tune's updates come from: next returns the
@@ -79,7 +91,11 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if err != nil {
 		return parts, err
 	}
-	plan := Plan{MicroBatch: cfg.Batch, Steps: cfg.Accum, How: PlanForced}
+	// The plan first: a probe wants nothing else of the run allocated.
+	plan, err := choosePlan(cfg, k.probe())
+	if err != nil {
+		return parts, err
+	}
 	resumed, err := k.openState(env, plan)
 	if err != nil {
 		return parts, err
@@ -107,10 +123,9 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 		settings: []Setting{{"config", cfg}, {"finetune", f.FineTune}}}, nil
 }
 
-// openState loads the base checkpoint, builds the adapters (unless the
-// fine-tune is full), the optimizer and the step of the plan, and the
-// state: fresh, or the trainable arrays and optimizer state of the
-// checkpoint resumed, whose run state it returns.
+// openState loads the base checkpoint and builds the fine-tune's step and
+// state over it (build), fresh or resumed, returning the resumed
+// checkpoint's run state.
 func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	f, cfg := k.f, env.cfg
 	ck, err := loadCheckpoint(f.FineTune.Base)
@@ -125,24 +140,35 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if err != nil {
 		return nil, err
 	}
-	ck.Params = nil // the run owns base now
+	ck.Params = nil // build owns base now
+	var resumed *RunState
+	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, env.resumeFrom)
+	return resumed, err
+}
+
+// build makes the adapters (unless the fine-tune is full), the optimizer,
+// the step of plan on group g and its state over the base weights base,
+// which it takes: fresh, or the trainable arrays and optimizer state of
+// the checkpoint resumeFrom, whose run state it returns.
+func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
+	f := k.f
 	owned := base
 	defer func() { mlx.Free(owned...) }() // until the state takes them
 	opts := plan.StepOptions(cfg)
-	opts.Group = env.group
+	opts.Group = g
 	var trainable, frozen []*mlx.Array
 	if f.FineTune.UsesAdapter() {
-		if k.adapter, err = peft.New(f.FineTune.Adapter(), f.Model.Specs); err != nil {
-			return nil, err
+		if b.adapter, err = peft.New(f.FineTune.Adapter(), f.Model.Specs); err != nil {
+			return b, nil, err
 		}
-		k.trainNames = k.adapter.Names()
-		if k.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(k.adapter)); err != nil {
-			return nil, err
+		b.trainNames = b.adapter.Names()
+		if b.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(b.adapter)); err != nil {
+			return b, nil, err
 		}
 		frozen = base
 		if f.FineTune.Quantize > 0 {
-			if frozen, err = quantizeBase(k.adapter, f.Model, base, f.FineTune); err != nil {
-				return nil, err
+			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
+				return b, nil, err
 			}
 			owned = frozen // the float weights of the quantized slots are freed
 		}
@@ -150,63 +176,64 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 		// (peft.Adapter.Linears): no compute-dtype copies.
 		opts.ComputeCopies, opts.ComputeDtype = false, 0
 	} else {
-		k.trainNames = make([]string, len(f.Model.Specs))
+		b.trainNames = make([]string, len(f.Model.Specs))
 		for i, s := range f.Model.Specs {
-			k.trainNames[i] = s.Name
+			b.trainNames[i] = s.Name
 		}
-		if k.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
-			return nil, err
+		if b.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
+			return b, nil, err
 		}
 		trainable = base
 	}
 	var optState []*mlx.Array
-	var resumed *RunState
-	if env.resumeFrom != "" {
-		trainable, optState, resumed, err = k.loadResumed(env.resumeFrom)
+	if resumeFrom != "" {
+		trainable, optState, resumed, err = k.loadResumed(b, resumeFrom)
 	} else {
-		trainable, optState, err = k.fresh(trainable, frozen)
+		trainable, optState, err = b.fresh(cfg.Seed, trainable, frozen)
 	}
 	if err != nil {
-		return nil, err
+		return b, nil, err
 	}
-	ownTrainable := f.FineTune.UsesAdapter() || env.resumeFrom != "" // not the base arrays
-	if !f.FineTune.UsesAdapter() && env.resumeFrom != "" {
+	ownTrainable := f.FineTune.UsesAdapter() || resumeFrom != "" // not the base arrays
+	if !f.FineTune.UsesAdapter() && resumeFrom != "" {
 		mlx.Free(base...) // the resumed model replaces the base
 		owned = nil
 	}
-	obj := sftObjective(f.Model, k.adapter)
+	obj := sftObjective(f.Model, b.adapter)
 	if f.FineTune.Pack {
-		k.step, err = NewPackedStep(obj.packedLoss, k.opt, len(trainable), len(frozen), len(optState), opts)
+		b.step, err = NewPackedStep(obj.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	} else {
-		k.step, err = NewWeightedStep(obj.loss, k.opt, len(trainable), len(frozen), len(optState), opts)
+		b.step, err = NewWeightedStep(obj.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	}
 	if err == nil {
-		k.state, err = NewFrozenState(k.step, trainable, frozen, optState)
+		b.state, err = NewFrozenState(b.step, trainable, frozen, optState)
 	}
 	if err != nil {
+		b.step.Free()
+		b.step = nil
 		mlx.Free(optState...)
 		if ownTrainable {
 			mlx.Free(trainable...)
 		}
-		return nil, err
+		return b, nil, err
 	}
 	owned = nil
-	return resumed, nil
+	return b, resumed, nil
 }
 
 // fresh returns a new run's trainable arrays (fresh adapters over the
 // frozen base, or the base itself for a full fine-tune) and optimizer
 // state.
-func (k *fineTuneTask) fresh(trainable, frozen []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
-	if k.adapter != nil {
+func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Array, []*mlx.Array, error) {
+	if b.adapter != nil {
 		var err error
-		if trainable, err = k.adapter.Init(k.cfg.Seed, frozen); err != nil {
+		if trainable, err = b.adapter.Init(seed, frozen); err != nil {
 			return nil, nil, err
 		}
 	}
-	optState, err := k.opt.Init()
+	optState, err := b.opt.Init()
 	if err != nil {
-		if k.adapter != nil {
+		if b.adapter != nil {
 			mlx.Free(trainable...)
 		}
 		return nil, nil, fmt.Errorf("optimizer state: %w", err)
@@ -215,8 +242,9 @@ func (k *fineTuneTask) fresh(trainable, frozen []*mlx.Array) ([]*mlx.Array, []*m
 }
 
 // loadResumed reads the trainable arrays, optimizer state and run state
-// of the checkpoint dir, checking that it is a fine-tune of this kind.
-func (k *fineTuneTask) loadResumed(dir string) ([]*mlx.Array, []*mlx.Array, *RunState, error) {
+// of the checkpoint dir for b, checking that it is a fine-tune of this
+// kind.
+func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.Array, *RunState, error) {
 	st, err := ReadRunState(filepath.Join(dir, StateFile))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
@@ -235,14 +263,14 @@ func (k *fineTuneTask) loadResumed(dir string) ([]*mlx.Array, []*mlx.Array, *Run
 	}
 	file := filepath.Join(dir, ModelFile)
 	specs := k.f.Model.Specs
-	if k.adapter != nil {
-		file, specs = filepath.Join(dir, AdapterFile), k.adapter.Specs
+	if b.adapter != nil {
+		file, specs = filepath.Join(dir, AdapterFile), b.adapter.Specs
 	}
-	trainable, err := loadNamed(file, k.trainNames, specs)
+	trainable, err := loadNamed(file, b.trainNames, specs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	fresh, err := k.opt.Init()
+	fresh, err := b.opt.Init()
 	if err != nil {
 		mlx.Free(trainable...)
 		return nil, nil, nil, err
@@ -258,7 +286,7 @@ func (k *fineTuneTask) loadResumed(dir string) ([]*mlx.Array, []*mlx.Array, *Run
 		mlx.Free(trainable...)
 		return nil, nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	optState, err := ordered(optFile, arrays, k.opt.StateNames(), shapes)
+	optState, err := ordered(optFile, arrays, b.opt.StateNames(), shapes)
 	if err != nil {
 		mlx.Free(trainable...)
 		for _, a := range arrays {
@@ -333,6 +361,5 @@ func (k *fineTuneTask) close() {
 	if k.eval != nil {
 		k.eval.free()
 	}
-	k.state.Free()
-	k.step.Free()
+	k.ftBuilt.free()
 }

@@ -30,12 +30,12 @@ type finetuneOptions struct {
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
-// model, tokenizer and corpus are the base checkpoint's, and a fine-tune
-// runs its batch as given. Token shards and BPE-dropout feed pretraining;
-// GaLore's and Sophia's refreshes run beside the pretraining step only.
+// model, tokenizer and corpus are the base checkpoint's. Token shards,
+// their prefetching and BPE-dropout feed pretraining; GaLore's and
+// Sophia's refreshes run beside the pretraining step only.
 var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
-	"gelu", "tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth",
+	"gelu", "tokenizer", "corpus", "val-fraction", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
@@ -66,6 +66,10 @@ trains every weight and writes ordinary checkpoints. --quantize 4 (or 8)
 holds the frozen base quantized and trains the adapters over it (QLoRA);
 --grad-checkpoint recomputes each block's activations in the backward
 pass, and --loss-chunk bounds the loss's logits (docs/finetuning.md).
+--micro-batch runs each update's rows in smaller forward passes: auto
+(the default) takes the batch as given on the CPU and, on a GPU, the
+largest micro-batch whose fine-tune step a probe measured within
+--memory-budget; the update is the same whatever the plan.
 
 Fine-tunes have settings of their own, not the base run's: 200 steps
 (--epochs N instead runs N passes over the training sequences), batch 4,

@@ -1,18 +1,14 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/posttrainllm/posttrainllm/internal/distenv"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -61,29 +57,7 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hostfile := filepath.Join(dir, "hosts.json")
-	if err := distenv.LoopbackRing(hostfile, 2); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // bounds a hang, measures no speed
-	defer cancel()
-	cmds := make([]*exec.Cmd, 2)
-	logs := make([]*bytes.Buffer, 2)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperDataParallelFineTuneRank$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), ftRankJobEnv+"="+jobFile), distenv.Ring(r, hostfile)...)
-		logs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
-		}
-	}
+	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
 
 	wantLines, err := ReadMetrics(filepath.Join(single, MetricsFile))
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,15 +40,23 @@ func adapterParams(t *testing.T, dir string) (map[string][]float32, int) {
 	return out, st.Step
 }
 
+// pretrainBase trains the tiny preset for steps updates on a synthetic
+// corpus into dir/base, the base of a fine-tune, and returns that folder.
+func pretrainBase(t *testing.T, dir string, steps int) string {
+	t.Helper()
+	base := filepath.Join(dir, "base")
+	mustRun(t, "train", "--preset", "tiny", "--steps", strconv.Itoa(steps), "--corpus", writeCorpus(t, dir, "corpus.txt", 40_000),
+		"--out", base, "--no-progress")
+	return base
+}
+
 // finetune --nproc 2 --batch 4 logs the losses and held-out losses of one
 // process with --batch 8 and writes its adapters (rank 0 alone prints and
 // writes); resumed with --nproc 2 it still matches the single process
 // resumed.
 func TestFinetuneNprocMatchesDoubledBatch(t *testing.T) {
 	dir := t.TempDir()
-	base := filepath.Join(dir, "base")
-	mustRun(t, "train", "--preset", "tiny", "--steps", "10", "--corpus", writeCorpus(t, dir, "corpus.txt", 40_000),
-		"--out", base, "--no-progress")
+	base := pretrainBase(t, dir, 10)
 	trainFile, validFile := writeRecords(t, dir, "train.jsonl", 40), writeRecords(t, dir, "valid.jsonl", 8)
 	common := []string{"finetune", "--from", base, "--data", trainFile, "--valid", validFile, "--steps", "4",
 		"--accum", "2", "--log-every", "1", "--eval-every", "2", "--targets", "attn,mlp", "--no-progress"}

@@ -12,9 +12,7 @@ import (
 // does not divide the update is refused before anything is written.
 func TestFinetuneMicroBatch(t *testing.T) {
 	dir := t.TempDir()
-	base := filepath.Join(dir, "base")
-	mustRun(t, "train", "--preset", "tiny", "--steps", "4", "--corpus", writeCorpus(t, dir, "corpus.txt", 40_000),
-		"--out", base, "--no-progress")
+	base := pretrainBase(t, dir, 4)
 	trainFile := writeRecords(t, dir, "train.jsonl", 24)
 	common := []string{"finetune", "--from", base, "--data", trainFile, "--steps", "3", "--batch", "2", "--accum", "4",
 		"--log-every", "1", "--no-progress"}

@@ -12,11 +12,13 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
-// FineTuner fine-tunes a checkpoint on jsonl records, writing metrics and
-// checkpoints into a run folder like a Trainer. Its step is a weighted
-// step (NewWeightedStep): with adapters the base weights are frozen inputs
-// and the optimizer holds state for the adapters alone; the loss is the
-// mean over the counted targets of each whole update.
+// FineTuner fine-tunes a checkpoint on jsonl records. It runs the
+// Trainer's loop (the same logging, metrics, hooks, signals, divergence
+// checks, micro-batch plan and data parallelism) with a step of its own,
+// a weighted step (NewWeightedStep): with adapters the base weights are
+// frozen inputs and the optimizer holds state for the adapters alone; the
+// loss is the mean over the counted targets of each whole update. Its
+// checkpoints hold the trainable arrays and finetune.json.
 type FineTuner struct {
 	// Config is the run: steps, batch, accum, optimizer, schedule, logging
 	// and checkpoints. Its Model and Tokenizer are the base checkpoint's.

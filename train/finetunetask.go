@@ -30,6 +30,7 @@ type fineTuneTask struct {
 // built from.
 type ftBuilt struct {
 	adapter    *peft.Adapter // nil for a full fine-tune
+	objective  fineTuneObjective
 	opt        optim.Optimizer
 	step       *Step
 	state      *State
@@ -101,7 +102,7 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 		return parts, err
 	}
 	if env.lead() {
-		if k.eval, err = newEvalFunc(sftObjective(f.Model, k.adapter).evalTerms, cfg.Compile); err != nil {
+		if k.eval, err = newEvalFunc(k.objective.evalTerms, cfg.Compile); err != nil {
 			return parts, err
 		}
 	}
@@ -199,11 +200,11 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 		mlx.Free(base...) // the resumed model replaces the base
 		owned = nil
 	}
-	obj := sftObjective(f.Model, b.adapter)
+	b.objective = sftObjective(f.Model, b.adapter)
 	if f.FineTune.Pack {
-		b.step, err = NewPackedStep(obj.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
+		b.step, err = NewPackedStep(b.objective.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	} else {
-		b.step, err = NewWeightedStep(obj.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
+		b.step, err = NewWeightedStep(b.objective.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	}
 	if err == nil {
 		b.state, err = NewFrozenState(b.step, trainable, frozen, optState)

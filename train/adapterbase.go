@@ -4,21 +4,21 @@ import (
 	"fmt"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// AdapterStepOptions are the step options of an adapter fine-tune (LoRA,
-// DoRA): RunStepOptions, with compute-dtype copies of the float32
-// adapters whenever the model computes in a lower precision. The adapter
+// AdapterStepOptions are the step options o of an adapter fine-tune
+// (LoRA, DoRA) of model m: o with compute-dtype copies of the float32
+// adapters whenever m computes in a lower precision, and none otherwise. The adapter
 // products x·Aᵀ and (x·Aᵀ)·Bᵀ then run in the activations' dtype, as the
 // base's own products do, and the optimizer still updates float32
 // masters. Without the copies every adapted projection would cast its
 // input activations to float32 and multiply in float32 in each
 // microbatch, forward and backward: on a GPU that made a LoRA step
 // slower than a full fine-tune of the same model (docs/finetuning.md).
-func AdapterStepOptions(cfg Config) StepOptions {
-	o := RunStepOptions(cfg)
+func AdapterStepOptions(o StepOptions, m model.Config) StepOptions {
 	o.ComputeCopies, o.ComputeDtype = false, 0
-	if cd := cfg.Model.ComputeDtype(); cd != mlx.Float32 {
+	if cd := m.ComputeDtype(); cd != mlx.Float32 {
 		o.ComputeCopies, o.ComputeDtype = true, cd
 	}
 	return o

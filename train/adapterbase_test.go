@@ -39,7 +39,7 @@ func loraLosses(t testing.TB, cfg Config, asRun bool) (losses []float64, frozen,
 		if err := CastFrozenBase(cfg, base); err != nil {
 			t.Fatal(err)
 		}
-		opts = AdapterStepOptions(cfg)
+		opts = AdapterStepOptions(opts, cfg.Model)
 	}
 	ad, err := a.Init(2, base)
 	if err != nil {
@@ -84,12 +84,12 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6,
 		Dtype: "bfloat16", MasterFP32: true}, Accum: 2, GradClip: 1, Compile: true}
 	mlxtest.Run(t, func(t testing.TB) {
-		if o := AdapterStepOptions(cfg); !o.ComputeCopies || o.ComputeDtype != mlx.BFloat16 {
+		if o := AdapterStepOptions(StepOptions{}, cfg.Model); !o.ComputeCopies || o.ComputeDtype != mlx.BFloat16 {
 			t.Fatalf("AdapterStepOptions of a bfloat16 model: copies %v in %v, want bfloat16 copies", o.ComputeCopies, o.ComputeDtype)
 		}
 		f32 := cfg
 		f32.Model.Dtype, f32.Model.MasterFP32 = "float32", false
-		if o := AdapterStepOptions(f32); o.ComputeCopies {
+		if o := AdapterStepOptions(StepOptions{}, f32.Model); o.ComputeCopies {
 			t.Errorf("AdapterStepOptions of a float32 model takes copies in %v, want none", o.ComputeDtype)
 		}
 		run, frozen, params, traces := loraLosses(t, cfg, true)

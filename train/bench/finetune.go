@@ -95,7 +95,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
-		opts = train.AdapterStepOptions(cfg)
+		opts = train.AdapterStepOptions(opts, cfg.Model)
 	default:
 		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
 	}

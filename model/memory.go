@@ -19,9 +19,11 @@ type Memory struct {
 	Checkpoint bool
 	// LossChunk computes the logits and the loss's terms LossChunk rows
 	// (positions) at a time, each chunk upcast to float32 on its own and
-	// recomputed in the backward pass, so that no [positions, vocabulary]
-	// array exists whole, in float32 or in the compute dtype; 0 computes
-	// them whole.
+	// recomputed in the backward pass, the chunks run one after another,
+	// so that no [positions, vocabulary] array exists whole, in float32 or
+	// in the compute dtype: the loss holds the logits of the few chunks
+	// MLX has queued at once (chunkedLoss), for one more output projection
+	// of compute; 0 computes them whole.
 	LossChunk int
 }
 
@@ -113,47 +115,14 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 
 // chunkedTerms is rowTerms with Memory.LossChunk: the output projection,
 // the float32 upcast, the logsumexp and the target's logit run per chunk
-// of rows inside mlx.Checkpoint, so that only one chunk's logits exist at
-// a time, forward and backward.
+// of rows, forward and backward, one chunk after another (chunkedLoss), so
+// that only one chunk's logits exist at a time.
 func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
 	y = mlx.Reshape(y, y.Size())
+	c := chunkedLoss{chunk: m.Memory.LossChunk, vocab: m.Config.VocabSize, pv: m.Config.PaddedVocab()}
 	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
-		terms, err := mlx.Checkpoint(func(in []*mlx.Array) ([]*mlx.Array, error) {
-			proj, err := newProjections(f.writtenProjectionVJPs)
-			if err != nil {
-				return nil, err
-			}
-			defer proj.Free()
-			g := f
-			g.proj = proj
-			// The targets are an input of the checkpoint, which differentiates
-			// every input: their gradient is none.
-			logits := mlx.AsType(logitsHead(m, g, in[0], in[1])[0], mlx.Float32)
-			lse := mlx.LogSumExp(logits, -1)
-			target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(mlx.StopGradient(in[2]), -1), -1), -1)
-			ce := mlx.Subtract(lse, target)
-			return []*mlx.Array{ce, lse}, ce.Err()
-		})
-		if err != nil {
-			err = fmt.Errorf("model: chunked loss: %w", err)
-			return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)}
-		}
-		defer terms.Free()
-		rows, d, n := h.Dim(0), h.Dim(1), m.Memory.LossChunk
-		var ces, lses []*mlx.Array
-		for start := 0; start < rows; start += n {
-			end := min(start+n, rows)
-			o, err := terms.Call(mlx.Slice(h, []int{start, 0}, []int{end, d}), head, mlx.Slice(y, []int{start}, []int{end}))
-			if err != nil {
-				err = fmt.Errorf("model: chunked loss: %w", err)
-				return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)}
-			}
-			ces, lses = append(ces, o[0]), append(lses, o[1])
-		}
-		if len(ces) == 1 {
-			return []*mlx.Array{ces[0], lses[0]}
-		}
-		return []*mlx.Array{mlx.Concatenate(ces, 0), mlx.Concatenate(lses, 0)}
+		ce, lse := c.terms(h, head, y)
+		return []*mlx.Array{ce, lse}
 	})
 	return out[0], out[1]
 }

@@ -92,7 +92,8 @@ type Config struct {
 	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
 	// LossChunk is how many positions the loss's logits are computed for
 	// at a time (model.Memory.LossChunk): 0 is automatic (ModelMemory:
-	// whole, today), -1 computes them whole.
+	// chunked on the CPU where a microbatch's float32 logits exceed 1 GiB,
+	// whole otherwise), -1 computes them whole.
 	LossChunk int `json:"loss_chunk,omitempty"`
 }
 

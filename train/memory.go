@@ -2,17 +2,60 @@ package train
 
 import "github.com/posttrainllm/posttrainllm/model"
 
+// autoChunkAbove is how many bytes of float32 logits a microbatch must
+// have before the automatic setting chunks the loss on the CPU, and
+// autoChunkBytes how many bytes of float32 logits each automatic chunk
+// holds at most.
+const (
+	autoChunkAbove = 1 << 30
+	autoChunkBytes = 64 << 20
+)
+
 // ModelMemory is the model.Memory of a run: gradient checkpointing as
 // configured, and the loss's logits computed LossChunk positions at a time
-// when LossChunk is positive. The automatic setting (0) computes them
-// whole, as -1 does: measured on an H200 (docs/finetuning.md), chunking
-// the huge preset's 8,192-position microbatch by 1,024 made the step 1.7×
-// slower and its peak memory 2.3× higher, and a Qwen2.5-0.5B-shaped
-// LoRA step's peak did not move.
+// when LossChunk is positive, whole when it is -1.
+//
+// The automatic setting (0) chunks on the CPU where a microbatch's float32
+// logits would exceed 1 GiB (positions × padded vocabulary × 4 bytes; the
+// microbatch taken as MicroBatch, or Batch when the plan picks it), in
+// chunks of the largest power of two of positions whose float32 logits
+// fit in 64 MiB (64 positions of a 151,936 vocabulary, 256 of 50,304 or
+// 65,536), and computes the logits whole otherwise. Measured on the CPU
+// (docs/finetuning.md, BenchmarkChunkedLoss: 4 × 512 positions, vocabulary
+// 65,536, width 64, so that the logits are nearly all of the step), one
+// compiled value and gradient peaked at 1,623 MiB with the 512 MiB of
+// float32 logits whole, 571 MiB in chunks of 256 positions and 280 MiB in
+// chunks of 64, for 1.4–1.8× its time; in a model the output projection is
+// a fraction of the step, and chunking adds one more of it. Above 1 GiB of
+// logits that is gigabytes of memory for a fraction of the step's time.
+// On a GPU the automatic setting computes the logits whole: the chunked
+// loss's time cost there has not been measured since its chunks were
+// ordered, and before that it made the huge preset's step 1.7× slower.
 func (c Config) ModelMemory() model.Memory {
 	mem := model.Memory{Checkpoint: c.GradCheckpoint}
-	if c.LossChunk > 0 {
+	switch {
+	case c.LossChunk > 0:
 		mem.LossChunk = c.LossChunk
+	case c.LossChunk == 0 && c.Device != "gpu":
+		mem.LossChunk = c.autoLossChunk()
 	}
 	return mem
+}
+
+// autoLossChunk is the automatic chunk of ModelMemory on the CPU: 0 (the
+// logits whole) unless a microbatch's float32 logits exceed autoChunkAbove.
+func (c Config) autoLossChunk() int {
+	rows := c.MicroBatch
+	if rows <= 0 {
+		rows = c.Batch
+	}
+	row := 4 * c.Model.PaddedVocab() // float32 logits of one position
+	if row <= 0 || rows*c.Model.Context*row <= autoChunkAbove {
+		return 0
+	}
+	chunk := 16
+	for 2*chunk*row <= autoChunkBytes {
+		chunk *= 2
+	}
+	return chunk
 }

@@ -48,20 +48,40 @@ func TestGradCheckpointAndChunkedLossTrainLikeThePlainStep(t *testing.T) {
 	}
 }
 
-func TestModelMemoryChunksOnlyOnRequest(t *testing.T) {
+// The automatic loss chunk: none for small logits or on a GPU, chunks of
+// at most 64 MiB of float32 logits on the CPU above 1 GiB of them; a
+// configured chunk or -1 as asked.
+func TestModelMemoryChunksLargeLogitsOnTheCPU(t *testing.T) {
 	cfg := tinyConfig() // 4 × 32 positions
 	if m := cfg.ModelMemory(); m.LossChunk != 0 || m.Checkpoint {
 		t.Errorf("a 128-position microbatch: %+v, want the plain loss", m)
 	}
 	cfg.Batch, cfg.Model.Context = 4, 1024
 	if m := cfg.ModelMemory(); m.LossChunk != 0 {
-		t.Errorf("a 4096-position microbatch, loss_chunk 0: chunk %d, want none", m.LossChunk)
+		t.Errorf("4096 positions of a 256 vocabulary: chunk %d, want none", m.LossChunk)
+	}
+	// Qwen2.5's vocabulary: 4 × 1,024 positions have 2.3 GiB of float32 logits.
+	cfg.Model.VocabSize = 151_936
+	if m := cfg.ModelMemory(); m.LossChunk != 64 {
+		t.Errorf("2.3 GiB of logits on the CPU: chunk %d, want 64 (37 MiB of logits; 128 would be 74 MiB)", m.LossChunk)
+	}
+	cfg.MicroBatch = 1 // 0.58 GiB
+	if m := cfg.ModelMemory(); m.LossChunk != 0 {
+		t.Errorf("a microbatch of 1 × 1,024 positions (0.58 GiB of logits): chunk %d, want none", m.LossChunk)
+	}
+	cfg.MicroBatch, cfg.Batch, cfg.Model.VocabSize, cfg.Model.PadVocabTo = 0, 8, 50_257, 64 // padded to 50,304: 1.5 GiB
+	if m := cfg.ModelMemory(); m.LossChunk != 256 {
+		t.Errorf("8 × 1,024 positions of 50,304 padded entries: chunk %d, want 256", m.LossChunk)
+	}
+	cfg.Device = "gpu"
+	if m := cfg.ModelMemory(); m.LossChunk != 0 {
+		t.Errorf("on a GPU: chunk %d, want none", m.LossChunk)
 	}
 	cfg.LossChunk = 256
 	if m := cfg.ModelMemory(); m.LossChunk != 256 {
 		t.Errorf("loss_chunk 256: chunk %d, want 256", m.LossChunk)
 	}
-	cfg.LossChunk = -1
+	cfg.Device, cfg.LossChunk = "cpu", -1
 	if m := cfg.ModelMemory(); m.LossChunk != 0 {
 		t.Errorf("loss_chunk -1: chunk %d, want none", m.LossChunk)
 	}

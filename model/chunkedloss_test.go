@@ -3,7 +3,9 @@ package model
 import (
 	"fmt"
 	"math"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -137,15 +139,27 @@ func TestChunkedLossBoundsPeakMemory(t *testing.T) {
 // BenchmarkChunkedLoss times one compiled value-and-gradient of
 // TestChunkedLossBoundsPeakMemory's loss over 4 × 512 positions of a
 // vocabulary of 65,536 (512 MiB of float32 logits) with the whole logits
-// and in chunks, and reports each one's peak memory (peak-MiB).
+// and in chunks, and reports each one's peak memory (peak-MiB) and the
+// process's CPU seconds per call (cpu-s/op: user and system time of every
+// thread, MLX's worker included), which other jobs on a shared machine
+// move far less than the wall time. The memory-limit case sets MLX's
+// memory limit below anything the call holds, so that MLX waits for
+// queued work before queueing more.
 func BenchmarkChunkedLoss(b *testing.B) {
-	for _, chunk := range []int{0, 64, 256, 1024} {
-		b.Run(fmt.Sprintf("chunk=%d", chunk), func(b *testing.B) {
+	for _, bc := range []struct {
+		chunk int
+		limit bool
+	}{{0, false}, {64, false}, {256, false}, {1024, false}, {64, true}} {
+		name := fmt.Sprintf("chunk=%d", bc.chunk)
+		if bc.limit {
+			name += "/memory-limit"
+		}
+		b.Run(name, func(b *testing.B) {
 			mlxtest.Run(b, func(t testing.TB) {
 				c := wideVocabConfig(65_536)
 				m, params := initModel(t, c, 3)
 				defer mlx.Free(params...)
-				m.Memory.LossChunk = chunk
+				m.Memory.LossChunk = bc.chunk
 				B, T := 4, c.Context
 				x, y := tokens(t, B, T, c.VocabSize, 2), tokens(t, B, T, c.VocabSize, 9)
 				w := mlx.Ones([]int{B, T}, mlx.Float32)
@@ -153,8 +167,13 @@ func BenchmarkChunkedLoss(b *testing.B) {
 				step, free := compiledStep(t, weightedObjective(m, w), len(params))
 				defer free()
 				in := append(append([]*mlx.Array{}, params...), x, y)
-				out, peak := peakOf(t, step, in) // traces
+				out, _ := peakOf(t, step, in) // traces
 				mlx.Free(out...)
+				if bc.limit { // MLX waits for queued work whenever it holds more than 1 byte
+					defer mlx.SetMemoryLimit(mlx.SetMemoryLimit(1))
+				}
+				var peak uint64
+				cpu0 := cpuSeconds(t)
 				b.ResetTimer()
 				for range b.N {
 					out, p := peakOf(t, step, in)
@@ -162,6 +181,7 @@ func BenchmarkChunkedLoss(b *testing.B) {
 					peak = max(peak, p)
 				}
 				b.ReportMetric(float64(peak)/(1<<20), "peak-MiB")
+				b.ReportMetric((cpuSeconds(t)-cpu0)/float64(b.N), "cpu-s/op")
 			})
 		})
 	}
@@ -199,4 +219,13 @@ func TestChunkedLossInBFloat16(t *testing.T) {
 			}
 		}
 	})
+}
+
+// cpuSeconds is the user and system CPU time the process has used.
+func cpuSeconds(t testing.TB) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }

@@ -19,15 +19,21 @@ import (
 //   - backward, chunk by chunk: the logits recomputed, their gradient
 //     (dce_c + dlse_c)·softmax − dce_c·onehot(y_c) formed from the saved
 //     lse, cast to the logits' dtype, and from it h_c's gradient (·head)
-//     and head's (ᵀ·h_c, accumulated over the chunks in float32).
+//     and head's (ᵀ·h_c, accumulated over the chunks in float32 by one
+//     multiply-add per chunk).
 //
 // Nothing in the graph would otherwise order the chunks: MLX may run
 // every chunk's projection before any chunk's reduction and hold all the
 // logits at once. So chunk c+1 reads h through mlx.Depends on chunk c's
-// results (forward: ce_c and lse_c; backward: h_c's gradient and the
-// accumulated head gradient), and the first backward chunk waits for the
-// cotangents, which also keeps MLX's compiler from merging the backward
-// recomputation with the forward projection. The cotangents arrive per
+// results (forward: ce_c and lse_c; backward: h_c's gradient), and the
+// first backward chunk waits for the cotangents, which also keeps MLX's
+// compiler from merging the backward recomputation with the forward
+// projection. Head's gradient is left out of that chain: where head is
+// frozen (adapter fine-tunes) nothing reads it and MLX never computes
+// it, where head is trained MLX computes each chunk's share as it goes
+// (TestChunkedLossBoundsPeakMemory measures both). Forcing it into the
+// chain would cost a frozen head a [V, D] float32 accumulator and a
+// multiply per chunk for nothing. The cotangents arrive per
 // row, so a weighted cross-entropy and a z-loss on lse differentiate as
 // they do through the whole logits.
 //
@@ -146,14 +152,13 @@ func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx
 		onehot := mlx.AsType(mlx.Equal(ids, mlx.ExpandDims(rowsOf(y, start, end), -1)), mlx.Float32)
 		g := mlx.AsType(mlx.Subtract(mlx.Multiply(softmax, scale), mlx.Multiply(onehot, dceC)), computed.Dtype())
 		dh := castTo(mlx.Matmul(g, head), h.Dtype())
-		dw := castTo(mlx.Matmul(mlx.Transpose(g), hc), mlx.Float32)
 		if dhead == nil {
-			dhead = dw
+			dhead = castTo(mlx.Matmul(mlx.Transpose(g), hc), mlx.Float32)
 		} else {
-			dhead = mlx.Add(dhead, dw)
+			dhead = mlx.AddMM(dhead, castTo(mlx.Transpose(g), mlx.Float32), castTo(hc, mlx.Float32), 1, 1)
 		}
 		dhs = append(dhs, dh)
-		deps = []*mlx.Array{dh, dhead}
+		deps = []*mlx.Array{dh}
 	})
 	return []*mlx.Array{join(dhs), castTo(dhead, head.Dtype()), mlx.ZerosLike(y)}, nil
 }

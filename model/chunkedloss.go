@@ -19,8 +19,8 @@ import (
 //   - backward, chunk by chunk: the logits recomputed, their gradient
 //     (dce_c + dlse_c)·softmax − dce_c·onehot(y_c) formed from the saved
 //     lse, cast to the logits' dtype, and from it h_c's gradient (·head)
-//     and head's (ᵀ·h_c, accumulated over the chunks in float32 by one
-//     multiply-add per chunk).
+//     and head's (ᵀ·h_c in the compute dtype, accumulated over the chunks
+//     in float32).
 //
 // Nothing in the graph would otherwise order the chunks: MLX may run
 // every chunk's projection before any chunk's reduction and hold all the
@@ -152,10 +152,13 @@ func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx
 		onehot := mlx.AsType(mlx.Equal(ids, mlx.ExpandDims(rowsOf(y, start, end), -1)), mlx.Float32)
 		g := mlx.AsType(mlx.Subtract(mlx.Multiply(softmax, scale), mlx.Multiply(onehot, dceC)), computed.Dtype())
 		dh := castTo(mlx.Matmul(g, head), h.Dtype())
-		if dhead == nil {
+		switch {
+		case dhead == nil:
 			dhead = castTo(mlx.Matmul(mlx.Transpose(g), hc), mlx.Float32)
-		} else {
-			dhead = mlx.AddMM(dhead, castTo(mlx.Transpose(g), mlx.Float32), castTo(hc, mlx.Float32), 1, 1)
+		case g.Dtype() == mlx.Float32:
+			dhead = mlx.AddMM(dhead, mlx.Transpose(g), hc, 1, 1)
+		default: // the product in the compute dtype, added in float32
+			dhead = mlx.Add(dhead, mlx.AsType(mlx.Matmul(mlx.Transpose(g), hc), mlx.Float32))
 		}
 		dhs = append(dhs, dh)
 		deps = []*mlx.Array{dh}

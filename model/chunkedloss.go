@@ -28,12 +28,15 @@ import (
 // results (forward: ce_c and lse_c; backward: h_c's gradient), and the
 // first backward chunk waits for the cotangents, which also keeps MLX's
 // compiler from merging the backward recomputation with the forward
-// projection. Head's gradient is left out of that chain: where head is
-// frozen (adapter fine-tunes) nothing reads it and MLX never computes
-// it, where head is trained MLX computes each chunk's share as it goes
-// (TestChunkedLossBoundsPeakMemory measures both). Forcing it into the
-// chain would cost a frozen head a [V, D] float32 accumulator and a
-// multiply per chunk for nothing. The cotangents arrive per
+// projection. With trainedHead chunk c+1 also waits for head's gradient
+// accumulated over chunks 0…c; without it head's gradient stays out of
+// the chain, so that where head is frozen nothing reads it and MLX never
+// computes it (a [V, D] float32 accumulator and a multiply per chunk
+// saved), and where it is trained after all MLX computes it later,
+// holding more chunks' gradients meanwhile. The model sets trainedHead
+// unless Linears replace projections (adapter fine-tunes, whose head is
+// frozen); either way the gradients are the same
+// (TestChunkedLossBoundsPeakMemory measures both). The cotangents arrive per
 // row, so a weighted cross-entropy and a z-loss on lse differentiate as
 // they do through the whole logits.
 //
@@ -48,6 +51,8 @@ import (
 type chunkedLoss struct {
 	chunk     int // rows per chunk
 	vocab, pv int // real and padded vocabulary: rows vocab…pv of head are padding
+	// trainedHead orders head's gradient with the chunks too (see above).
+	trainedHead bool
 }
 
 // terms returns ce and lse [R] float32 of rows h [R, D] for targets y [R].
@@ -162,6 +167,9 @@ func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx
 		}
 		dhs = append(dhs, dh)
 		deps = []*mlx.Array{dh}
+		if c.trainedHead {
+			deps = append(deps, dhead)
+		}
 	})
 	return []*mlx.Array{join(dhs), castTo(dhead, head.Dtype()), mlx.ZerosLike(y)}, nil
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -24,8 +25,23 @@ func wideVocabConfig(vocab int) Config {
 // row, as a prompt mask) plus a z-loss on the logsumexp, so that both
 // terms' cotangents arrive per row.
 func weightedObjective(m *TinyGPT, w *mlx.Array) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+	return adapterObjective(m, w, false)
+}
+
+// adapterObjective is weightedObjective, with adapted set through
+// LossTermsWith as an adapter fine-tune computes it: the first block
+// projection by a Linear (that multiplies by the parameter itself, so the
+// loss and gradients stay those of the model).
+func adapterObjective(m *TinyGPT, w *mlx.Array, adapted bool) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	return func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-		ce, lse := m.LossTerms(p, x, y)
+		var ce, lse *mlx.Array
+		if adapted {
+			i := slices.IndexFunc(m.Specs, func(s ParamSpec) bool { return s.Kind == Matrix && isBlockProjection(s.Name) })
+			apply := func(x *mlx.Array, a []*mlx.Array) *mlx.Array { return mlx.Matmul(x, mlx.Transpose(a[0])) }
+			ce, lse = m.LossTermsWith(p, Linears{i: {Arrays: []*mlx.Array{p[i]}, Apply: apply}}, x, y)
+		} else {
+			ce, lse = m.LossTerms(p, x, y)
+		}
 		weighted := mlx.Divide(mlx.Sum(mlx.Multiply(ce, w)), mlx.Sum(w))
 		return mlx.Add(weighted, mlx.MulScalar(mlx.Mean(mlx.Square(lse)), 1e-3))
 	}
@@ -110,8 +126,8 @@ func compiledPeak(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.
 // padded to 32,768), chunks of 32 positions peak at least the logits'
 // size below the whole logits, with the same loss and gradients, for a
 // weighted cross-entropy with a z-loss and a padded vocabulary, with the
-// output projection trained and frozen (an adapter fine-tune, whose
-// chunks then skip its gradient). The 32 chunks are more than MLX runs
+// output projection trained and frozen (an adapter fine-tune through
+// LossTermsWith, whose chunks then skip its gradient). The 32 chunks are more than MLX runs
 // ahead of the computation (about 100 operations, each allocating its
 // output when it is queued): with each chunk in mlx.Checkpoint instead,
 // unordered, they all coexisted and the step peaked within 15% of the
@@ -136,8 +152,8 @@ func TestChunkedLossBoundsPeakMemory(t *testing.T) {
 		chunked.Memory = Memory{LossChunk: 32}
 		for _, frozen := range []bool{false, true} {
 			argnums := trainable(m, frozen)
-			wholePeak, wantLoss, wantGrads := compiledPeak(t, weightedObjective(m, w), params, argnums, x, y)
-			peak, loss, grads := compiledPeak(t, weightedObjective(&chunked, w), params, argnums, x, y)
+			wholePeak, wantLoss, wantGrads := compiledPeak(t, adapterObjective(m, w, frozen), params, argnums, x, y)
+			peak, loss, grads := compiledPeak(t, adapterObjective(&chunked, w, frozen), params, argnums, x, y)
 			label := fmt.Sprintf("chunks of 32, frozen head %v", frozen)
 			t.Logf("%s: peak %.0f MiB whole, %.0f MiB chunked (float32 logits %.0f MiB)",
 				label, float64(wholePeak)/(1<<20), float64(peak)/(1<<20), float64(logitsBytes)/(1<<20))
@@ -184,7 +200,7 @@ func BenchmarkChunkedLoss(b *testing.B) {
 				x, y := tokens(t, B, T, c.VocabSize, 2), tokens(t, B, T, c.VocabSize, 9)
 				w := mlx.Ones([]int{B, T}, mlx.Float32)
 				defer mlx.Free(x, y, w)
-				step, free := compiledStep(t, weightedObjective(m, w), len(params), trainable(m, bc.frozen))
+				step, free := compiledStep(t, adapterObjective(m, w, bc.frozen), len(params), trainable(m, bc.frozen))
 				defer free()
 				in := append(append([]*mlx.Array{}, params...), x, y)
 				out, _ := peakOf(t, step, in) // traces

@@ -24,11 +24,12 @@ const (
 // (docs/finetuning.md, BenchmarkChunkedLoss: 4 × 512 positions, vocabulary
 // 65,536, width 64, so that the logits are nearly all of the step), one
 // compiled value and gradient peaked at 1,623 MiB with the 512 MiB of
-// float32 logits whole, 571–616 MiB in chunks of 256 positions and 280 MiB
-// in chunks of 64, for 0.94–1.25× its CPU time over two rounds (the whole
-// logits' own moved by 1.2×): chunking adds one more output projection,
-// nearly all of that step and a fraction of a model's. Above 1 GiB of
-// logits that is gigabytes of memory for a fraction of the step's time.
+// float32 logits whole, 616 MiB in chunks of 256 positions and 296 MiB in
+// chunks of 64 (199 MiB with the head frozen, as adapter fine-tunes
+// have it), for 0.69–1.03× its CPU time over two rounds, within their
+// spread: chunking adds one more output projection, nearly all of that
+// step and a fraction of a model's. Above 1 GiB of logits that is
+// gigabytes of memory for at most a fraction of the step's time.
 // On a GPU the automatic setting computes the logits whole: the chunked
 // loss's time cost there has not been measured since its chunks were
 // ordered, and before that it made the huge preset's step 1.7× slower.

@@ -36,9 +36,9 @@ import (
 // holding more chunks' gradients meanwhile. The model sets trainedHead
 // unless Linears replace projections (adapter fine-tunes, whose head is
 // frozen); either way the gradients are the same
-// (TestChunkedLossBoundsPeakMemory measures both). The cotangents arrive per
-// row, so a weighted cross-entropy and a z-loss on lse differentiate as
-// they do through the whole logits.
+// (TestChunkedLossBoundsPeakMemory measures both). The cotangents arrive
+// per row, so a weighted cross-entropy and a z-loss on lse differentiate
+// as they do through the whole logits.
 //
 // The ordering bounds what is computed at once, not what is queued: MLX
 // queues about 100 operations ahead of the computation and allocates each

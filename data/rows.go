@@ -22,8 +22,14 @@ type Rows struct {
 	Seg []int32
 	// Truncated counts examples longer than the context, cut to its
 	// length (their tail is not trained on); NoTargets counts rows in
-	// which no target counts, such as a prompt that fills the context.
+	// which no target counts, such as a prompt that fills the context
+	// (for Pairs, the pairs left out for it).
 	Truncated, NoTargets int
+	// Pairs says the rows are preference pairs (BuildPairRows): row 2i
+	// the chosen answer of pair i, row 2i+1 its rejected one. Samplers
+	// then draw whole pairs, so both rows of a pair sit side by side in
+	// one microbatch.
+	Pairs bool
 }
 
 // Len is the number of rows.
@@ -147,6 +153,10 @@ type WeightedBatch struct {
 	// State is the sampler state after the batch (RowSampler.SetState
 	// resumes with the next one).
 	State []byte
+	// Index holds the index in the sampled Rows of each of the batch's
+	// N·B rows (FillBatch sets it), for inputs kept per row beside the
+	// rows, such as a preference fine-tune's reference log-probabilities.
+	Index []int
 }
 
 // NewWeightedBatch allocates a batch of n microbatches of b rows of t
@@ -180,32 +190,53 @@ func NewRowSampler(rows *Rows, seed uint64) (*RowSampler, error) {
 	return s, nil
 }
 
-// shuffle draws the permutation of the current epoch.
+// unit is the number of consecutive rows drawn together: 2 for
+// preference pairs, else 1.
+func (s *RowSampler) unit() int {
+	if s.rows.Pairs {
+		return 2
+	}
+	return 1
+}
+
+// shuffle draws the permutation of the current epoch, over pairs of rows
+// for preference pairs.
 func (s *RowSampler) shuffle() {
-	s.perm = rand.New(rand.NewPCG(s.seed, uint64(s.epoch))).Perm(s.rows.Len())
+	s.perm = rand.New(rand.NewPCG(s.seed, uint64(s.epoch))).Perm(s.rows.Len() / s.unit())
 }
 
 // Epoch returns the number of completed passes over the rows.
 func (s *RowSampler) Epoch() int { return s.epoch }
 
 // FillBatch copies the next batch.N·batch.B rows into batch and records
-// the state after them in batch.State.
+// the state after them in batch.State and their indices in batch.Index.
+// Preference pairs are drawn whole, which needs an even batch.B.
 func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 	T := s.rows.T
 	if batch.T != T {
 		return fmt.Errorf("row batch T = %d, want the rows' context %d", batch.T, T)
+	}
+	u := s.unit()
+	if batch.B%u != 0 {
+		return fmt.Errorf("row batch of %d rows per microbatch over preference pairs, want an even number (chosen and rejected side by side)", batch.B)
+	}
+	if len(batch.Index) != batch.N*batch.B {
+		batch.Index = make([]int, batch.N*batch.B)
 	}
 	if size := batch.N * batch.B * T; len(batch.X) != size || len(batch.Y) != size || len(batch.W) != size {
 		return fmt.Errorf("row batch [N=%d, B=%d, T=%d] has buffers of %d, %d and %d, want %d",
 			batch.N, batch.B, T, len(batch.X), len(batch.Y), len(batch.W), size)
 	}
 	for k := 0; k < batch.N*batch.B; k++ {
-		if s.pos == len(s.perm) {
-			s.epoch, s.pos = s.epoch+1, 0
-			s.shuffle()
+		if k%u == 0 {
+			if s.pos == len(s.perm) {
+				s.epoch, s.pos = s.epoch+1, 0
+				s.shuffle()
+			}
+			s.pos++
 		}
-		r := s.perm[s.pos]
-		s.pos++
+		r := s.perm[s.pos-1]*u + k%u
+		batch.Index[k] = r
 		copy(batch.X[k*T:(k+1)*T], s.rows.X[r*T:(r+1)*T])
 		copy(batch.Y[k*T:(k+1)*T], s.rows.Y[r*T:(r+1)*T])
 		copy(batch.W[k*T:(k+1)*T], s.rows.W[r*T:(r+1)*T])
@@ -243,7 +274,7 @@ func (s *RowSampler) SetState(b []byte) error {
 	if n != uint64(s.rows.Len()) {
 		return fmt.Errorf("row sampler state: saved over %d rows, the data has %d", n, s.rows.Len())
 	}
-	if pos > n || epoch > 1<<40 {
+	if pos > n/uint64(s.unit()) || epoch > 1<<40 {
 		return fmt.Errorf("row sampler state: epoch %d position %d over %d rows is not valid", epoch, pos, n)
 	}
 	s.epoch, s.pos = int(epoch), int(pos)

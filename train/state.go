@@ -28,8 +28,18 @@ type Batch struct {
 	// Σ W·loss / WeightSum. Zero means the sum of W, this update's own
 	// token count. A data-parallel loop passes the sum over all ranks, so
 	// every rank divides by the global count. An update whose weights are
-	// all zero has loss 0 and zero gradients, not 0/0.
+	// all zero has loss 0 and zero gradients, not 0/0. For a row step
+	// (NewRowStep) it normalises RowW instead, and W is passed as it is.
 	WeightSum float64
+	// RowW weighs each row's loss, N·B values, for a row step only
+	// (NewRowStep), which needs it: a preference loss puts 1 on the chosen
+	// row of each pair and 0 on the rejected one, so the update's loss is
+	// the mean over its pairs (Σ RowW·loss / WeightSum). W then is the
+	// token mask the loss sums log-probabilities under, not normalised.
+	RowW []float32
+	// RowInputs are a row step's per-row inputs after RowW, N·B values
+	// each, laid out [N, B] (NewRowStep's nRowInputs of them).
+	RowInputs [][]float32
 	// Seg numbers, for packed rows, the example each input position
 	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
 	// (NewPackedStep) reads it, and needs it.
@@ -67,6 +77,14 @@ func (b Batch) check(accum int) error {
 	if b.Seg != nil && len(b.Seg) != len(b.X) {
 		return fmt.Errorf("train: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
 	}
+	if b.RowW != nil && len(b.RowW) != b.N*b.B {
+		return fmt.Errorf("train: batch holds %d row weights for %d rows, want one per row", len(b.RowW), b.N*b.B)
+	}
+	for k, r := range b.RowInputs {
+		if len(r) != b.N*b.B {
+			return fmt.Errorf("train: batch row input %d holds %d values for %d rows, want one per row", k, len(r), b.N*b.B)
+		}
+	}
 	return nil
 }
 
@@ -98,25 +116,31 @@ func (b Batch) checkWindows() error {
 // (WeightSum, or the sum of W when that is 0), the weights a weighted
 // step takes, and that total. All-zero weights stay zero.
 func (b Batch) NormalizedWeights() ([]float32, float64, error) {
-	total := b.WeightSum
+	return normalize(b.W, b.WeightSum, "loss weight")
+}
+
+// normalize returns w divided by total (by the sum of w when total is
+// 0) and that total, refusing weights that are negative or not finite;
+// what names them in errors.
+func normalize(w []float32, total float64, what string) ([]float32, float64, error) {
 	if total == 0 {
-		for _, w := range b.W {
-			total += float64(w)
+		for _, v := range w {
+			total += float64(v)
 		}
 	}
 	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
-		return nil, 0, fmt.Errorf("train: loss weights sum to %g, want a finite value >= 0", total)
+		return nil, 0, fmt.Errorf("train: %ss sum to %g, want a finite value >= 0", what, total)
 	}
-	out := make([]float32, len(b.W))
-	if total == 0 {
-		return out, 0, nil
+	out := make([]float32, len(w))
+	inv := 0.0
+	if total > 0 {
+		inv = 1 / total
 	}
-	inv := 1 / total
-	for i, w := range b.W {
-		if w < 0 || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
-			return nil, 0, fmt.Errorf("train: loss weight %d is %g, want a finite value >= 0", i, w)
+	for i, v := range w {
+		if v < 0 || math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, 0, fmt.Errorf("train: %s %d is %g, want a finite value >= 0", what, i, v)
 		}
-		out[i] = float32(float64(w) * inv)
+		out[i] = float32(float64(v) * inv)
 	}
 	return out, total, nil
 }
@@ -125,6 +149,9 @@ func (b Batch) NormalizedWeights() ([]float32, float64, error) {
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
 	GradNorm float64 // global norm of the averaged gradients, before clipping
+	// Aux are a row step's auxiliary sums over the update (NewRowStep):
+	// means over its weighted rows, like Loss. nil for other steps.
+	Aux []float64
 }
 
 // State is what training carries from one update to the next: the
@@ -152,10 +179,12 @@ type State struct {
 	frozen         []*mlx.Array // a weighted step's frozen inputs
 	copies         []*mlx.Array // nil without ComputeCopies
 	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
+	aux            []*mlx.Array // a row step's auxiliary sums, as loss
 	stats          StepStats
 	updated, read  bool // an update ran; stats holds its values
 	freed          bool
 	interval       lossInterval // the losses since the last IntervalLoss
+	intervalAux    []float64    // the auxiliary means of the interval IntervalLoss last closed
 }
 
 // NewState returns the state of step over params and optState (in the
@@ -273,7 +302,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -308,7 +337,7 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 			return err
 		}
 		defer prev.Free()
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		if prev != nil {
@@ -344,7 +373,15 @@ func (s *State) apply(lr float64, b Batch) error {
 	if s.step.weighted && b.Stream != nil {
 		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
-	if s.step.weighted {
+	rows, total, err := s.rowInputs(b)
+	if err != nil {
+		return err
+	}
+	if s.step.nRows > 0 {
+		if w, _, err = normalize(b.W, 1, "token mask value"); err != nil {
+			return err
+		}
+	} else if s.step.weighted {
 		if b.W == nil {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
 		}
@@ -365,6 +402,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		if b.Seg != nil {
 			batch = append(batch, mlx.FromSlice(b.Seg, b.N, b.B, b.T))
 		}
+		for _, r := range rows {
+			batch = append(batch, mlx.FromSlice(r, b.N, b.B))
+		}
 		made = batch
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
@@ -375,23 +415,46 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	s.release()
-	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
+	s.params, s.copies, s.opt, s.loss, s.gradNorm, s.aux = out.params, out.copies, out.state, out.loss, out.gradNorm, out.aux
 	s.updated, s.read = true, false
-	s.interval.add(s.loss, updateTokens(b, s.step.weighted, total))
+	s.interval.add(s.loss, s.aux, updateTokens(b, s.step.weighted, total))
 	return nil
+}
+
+// rowInputs returns a row step's per-row inputs of b, the row weights
+// normalised by the update's total (Batch.RowW, Batch.WeightSum) first,
+// and that total; nothing for other steps, which must get no row inputs.
+func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
+	if s.step.nRows == 0 {
+		if b.RowW != nil || b.RowInputs != nil {
+			return nil, 0, errors.New("train: batch with row weights or row inputs for a step that takes none (NewRowStep)")
+		}
+		return nil, 0, nil
+	}
+	if b.RowW == nil || b.W == nil {
+		return nil, 0, errors.New("train: a row step's batch needs the token mask (Batch.W) and row weights (Batch.RowW)")
+	}
+	if len(b.RowInputs) != s.step.nRows-1 {
+		return nil, 0, fmt.Errorf("train: batch with %d row inputs for a row step of %d", len(b.RowInputs), s.step.nRows-1)
+	}
+	rw, total, err := normalize(b.RowW, b.WeightSum, "row weight")
+	if err != nil {
+		return nil, 0, err
+	}
+	return append([][]float32{rw}, b.RowInputs...), total, nil
 }
 
 // arrays lists every array the state holds: the last update's loss and
 // gradient norm only until Stats has read them.
 func (s *State) arrays() []*mlx.Array {
-	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm, aux: s.aux}.all()
 	return slices.DeleteFunc(all, func(a *mlx.Array) bool { return a == nil })
 }
 
 // release frees every array the state holds.
 func (s *State) release() {
 	mlx.Free(s.arrays()...)
-	s.loss, s.gradNorm = nil, nil
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
 	s.views.free()
 }
 
@@ -417,10 +480,7 @@ func (s *State) Eval() error {
 		if s.freed {
 			return errors.New("train: evaluation of a freed state")
 		}
-		if s.interval.sum != nil {
-			return mlx.Eval(append(s.arrays(), s.interval.sum)...)
-		}
-		return mlx.Eval(s.arrays()...)
+		return mlx.Eval(append(s.arrays(), s.interval.arrays()...)...)
 	})
 }
 
@@ -454,9 +514,18 @@ func (s *State) readStats() (StepStats, error) {
 	if err != nil {
 		return StepStats{}, fmt.Errorf("train: update: %w", err)
 	}
+	var aux []float64
+	for _, a := range s.aux {
+		v, err := a.Item()
+		if err != nil {
+			return StepStats{}, fmt.Errorf("train: update: %w", err)
+		}
+		aux = append(aux, v)
+	}
 	mlx.Free(s.loss, s.gradNorm)
-	s.loss, s.gradNorm = nil, nil
-	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm}, true
+	mlx.Free(s.aux...)
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
+	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm, Aux: aux}, true
 	return s.stats, nil
 }
 

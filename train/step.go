@@ -129,14 +129,20 @@ type Step struct {
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
 	weighted bool
 	packed   bool // weighted, with segments as a fourth batch input (NewPackedStep)
+	// nRows is the number of per-row [N, B] float32 inputs after x, y
+	// and w of a row step (NewRowStep), the first the row weights; nAux
+	// the scalars its loss returns beside the loss, summed like it.
+	nRows, nAux int
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
 	flat *optim.Flat
 	// loss reads the flat list (params, frozen arrays, x, y and, when
-	// weighted, w); vag differentiates it with respect to units, the
-	// arrays the step passes for the parameters (gradient), in order.
-	loss     func(in []*mlx.Array) *mlx.Array
+	// weighted, w, then a row step's row inputs) and returns the loss and
+	// a row step's auxiliary sums; vag differentiates the loss with
+	// respect to units, the arrays the step passes for the parameters
+	// (gradient), in order.
+	loss     func(in []*mlx.Array) []*mlx.Array
 	units    [][]int
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
@@ -147,25 +153,30 @@ type Step struct {
 type StepResult struct {
 	Params, State  []*mlx.Array
 	Loss, GradNorm *mlx.Array
+	// Aux are a row step's auxiliary sums over the update (NewRowStep),
+	// nil for other steps.
+	Aux []*mlx.Array
 }
 
 // stepOutputs are everything one update emits, copies included.
 type stepOutputs struct {
 	params, copies, state []*mlx.Array
 	loss, gradNorm        *mlx.Array
+	aux                   []*mlx.Array
 }
 
 // all lists the outputs, for evaluating or freeing them together.
 func (o stepOutputs) all() []*mlx.Array {
-	out := make([]*mlx.Array, 0, len(o.params)+len(o.copies)+len(o.state)+2)
-	return append(append(append(append(out, o.params...), o.copies...), o.state...), o.loss, o.gradNorm)
+	out := make([]*mlx.Array, 0, len(o.params)+len(o.copies)+len(o.state)+2+len(o.aux))
+	out = append(append(append(append(out, o.params...), o.copies...), o.state...), o.loss, o.gradNorm)
+	return append(out, o.aux...)
 }
 
 // NewStep builds the step for a loss over nParams parameters and an
 // optimizer whose state has nState arrays (len(opt.StateNames())).
 func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
-	return newStep(func(in []*mlx.Array) *mlx.Array {
-		return loss(in[:nParams], in[nParams], in[nParams+1])
+	return newStep(func(in []*mlx.Array) []*mlx.Array {
+		return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}
 	}, opt, nParams, 0, nState, false, opts)
 }
 
@@ -192,14 +203,14 @@ func NewWeightedStep(loss WeightedLossFunc, opt optim.Optimizer, nTrainable, nFr
 		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
 	}
 	P, F := nTrainable, nFrozen
-	return newStep(func(in []*mlx.Array) *mlx.Array {
-		return loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])
+	return newStep(func(in []*mlx.Array) []*mlx.Array {
+		return []*mlx.Array{loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])}
 	}, opt, nTrainable, nFrozen, nState, true, opts)
 }
 
 // newStep builds a step whose loss reads the flat list (trainable params,
-// frozen arrays, x, y and, when weighted, w).
-func newStep(loss func(in []*mlx.Array) *mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
+// frozen arrays, x, y and, when weighted, w) and returns the loss first.
+func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
 	if opts.Accum < 1 {
 		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
 	}
@@ -265,7 +276,7 @@ func (s *Step) gradient() (*mlx.ValueAndGradFunc, error) {
 		for u, unit := range units {
 			full[unit[0]] = in[u] // a stacked run's other slots stay nil
 		}
-		return []*mlx.Array{s.loss(append(full, in[U:]...))}, nil
+		return s.loss(append(full, in[U:]...)), nil
 	}, argnums...)
 	if err != nil {
 		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
@@ -299,10 +310,12 @@ func (s *Step) Free() {
 	})
 }
 
-// microbatch returns a[i] of an [N, B, T] array as [B, T].
+// microbatch returns a[i] of an [N, …] array as […]: [B, T] of a batch
+// array, [B] of a row input.
 func microbatch(a *mlx.Array, i int) *mlx.Array {
-	b, t := a.Dim(1), a.Dim(2)
-	return mlx.Squeeze(mlx.Slice(a, []int{i, 0, 0}, []int{i + 1, b, t}), 0)
+	start, stop := make([]int, a.Ndim()), a.Shape()
+	start[0], stop[0] = i, i+1
+	return mlx.Squeeze(mlx.Slice(a, start, stop), 0)
 }
 
 // windowInputs is the number of batch inputs of the window form
@@ -378,7 +391,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := s.opts.Accum
 	// acc holds the float32 gradient sums: one per parameter, or with a
 	// flat layout one per group.
-	var acc []*mlx.Array
+	var acc, auxSum []*mlx.Array
 	var lossSum *mlx.Array
 	U := len(lossParams)
 	nb := len(batch)
@@ -392,7 +405,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	for i := 0; i < n; i++ {
 		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
-			deps := append(slices.Clip(acc), lossSum)
+			deps := append(append(slices.Clip(acc), lossSum), auxSum...)
 			if s.opts.dependsOn != nil {
 				deps = s.opts.dependsOn(deps)
 			}
@@ -404,11 +417,14 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(vals) != 1+s.nAux {
+			return nil, fmt.Errorf("train: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
+		}
 		if s.flat != nil {
 			g = s.concatGrads(g)
 		}
 		if i == 0 {
-			lossSum = vals[0]
+			lossSum, auxSum = vals[0], slices.Clone(vals[1:])
 			acc = make([]*mlx.Array, len(g))
 			for j := range g {
 				acc[j] = mlx.AsType(g[j], mlx.Float32)
@@ -416,27 +432,31 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			continue
 		}
 		lossSum = mlx.Add(lossSum, vals[0])
+		for j, a := range vals[1:] {
+			auxSum[j] = mlx.Add(auxSum[j], a)
+		}
 		for j := range g {
 			acc[j] = mlx.Add(acc[j], mlx.AsType(g[j], mlx.Float32))
 		}
 	}
-	var newParams, newState []*mlx.Array
-	var loss, norm *mlx.Array
+	var newParams, newState, sums []*mlx.Array
+	var norm *mlx.Array
+	sums = append([]*mlx.Array{lossSum}, auxSum...) // the loss, then the auxiliary sums
 	if s.flat != nil {
-		newParams, newState, loss, norm, err = s.flatUpdate(params, acc, state, lr, lossSum)
+		newParams, newState, sums, norm, err = s.flatUpdate(params, acc, state, lr, sums)
 	} else {
-		newParams, newState, loss, norm, err = s.update(params, acc, state, lr, lossSum)
+		newParams, newState, sums, norm, err = s.update(params, acc, state, lr, sums)
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*mlx.Array, 0, P+C+S+2)
+	out := make([]*mlx.Array, 0, P+C+S+2+s.nAux)
 	out = append(out, newParams...)
 	for i := 0; i < C; i++ {
 		out = append(out, mlx.AsType(newParams[i], s.opts.ComputeDtype))
 	}
-	out = append(append(out, newState...), loss, norm)
-	return out, nil
+	out = append(append(out, newState...), sums[0], norm)
+	return append(out, sums[1:]...), nil
 }
 
 // meanFactor is what the summed microbatch losses and gradients are
@@ -450,22 +470,27 @@ func (s *Step) meanFactor() float64 {
 }
 
 // update averages, all-reduces and clips the per-parameter gradients and
-// runs the optimizer on each parameter.
-func (s *Step) update(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
+// runs the optimizer on each parameter. sums are the loss summed over the
+// microbatches and a row step's auxiliary sums, averaged and reduced like
+// the gradients.
+func (s *Step) update(params, grads, state []*mlx.Array, lr *mlx.Array, sums []*mlx.Array) (newParams, newState, means []*mlx.Array, norm *mlx.Array, err error) {
 	// (A data-parallel step all-reduces the summed gradients and loss here,
 	// before clipping; with weights normalised by the global token count,
 	// Batch.WeightSum, the sum over ranks is the global mean.)
-	loss = lossSum
+	means = sums
 	if k := s.meanFactor(); k != 1 {
-		loss = mlx.MulScalar(lossSum, k)
+		means = make([]*mlx.Array, len(sums))
+		for j, a := range sums {
+			means[j] = mlx.MulScalar(a, k)
+		}
 		for j := range grads {
 			grads[j] = mlx.MulScalar(grads[j], k)
 		}
 	}
-	grads, loss = reduceAcrossRanks(s.opts.Group, grads, loss, !s.weighted)
+	grads, means = reduceAcrossRanks(s.opts.Group, grads, means, !s.weighted)
 	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
 	newParams, newState, err = s.opt.Update(params, clipped, state, lr)
-	return newParams, newState, loss, norm, err
+	return newParams, newState, means, norm, err
 }
 
 // Run applies one update. x and y are [Accum, B, T] int32; lr is a 0-D
@@ -553,7 +578,7 @@ func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, 
 	if err != nil {
 		return stepOutputs{}, err
 	}
-	views := stepOutputs{params: flat.Unpack(out.params), state: flat.UnpackState(out.state), loss: out.loss, gradNorm: out.gradNorm}
+	views := stepOutputs{params: flat.Unpack(out.params), state: flat.UnpackState(out.state), loss: out.loss, gradNorm: out.gradNorm, aux: out.aux}
 	if len(out.copies) > 0 {
 		views.copies = flat.Unpack(out.copies)
 	}

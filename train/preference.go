@@ -146,7 +146,8 @@ func negLogSigmoid(z *mlx.Array) *mlx.Array {
 // answer lengths count ([B] each), the reference's log-probabilities ref
 // ([B]; read by DPO and IPO only) and the row weights w ([B]: the pair's
 // weight on its chosen row, 0 on the rejected one). It returns Σ weight·
-// loss over the pairs and the weighted sums of PreferenceAux. The rewards
+// loss over the pairs and the weighted sums of PreferenceAux (a tie
+// counts as half a pair won in the accuracy). The rewards
 // are β·(π − π_ref) for DPO and IPO, β·π/|y| for SimPO and λ·π/|y| for
 // ORPO (as TRL logs them).
 func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx.Array) {
@@ -179,9 +180,12 @@ func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx
 			rc, rr = mlx.MulScalar(ac, p.Beta), mlx.MulScalar(ar, p.Beta)
 		} else {
 			// log odds(p) = log p − log(1 − p) with log p the mean
-			// log-probability per token.
-			logOdds := mlx.Subtract(mlx.Subtract(ac, ar),
-				mlx.Subtract(mlx.Log1p(mlx.Negative(mlx.Exp(ac))), mlx.Log1p(mlx.Negative(mlx.Exp(ar)))))
+			// log-probability per token, kept below 0 so that a certain
+			// answer gives a large finite log odds, not log 0.
+			log1mp := func(a *mlx.Array) *mlx.Array {
+				return mlx.Log1p(mlx.Negative(mlx.Exp(mlx.Minimum(a, mlx.Scalar(-1e-6, mlx.Float32)))))
+			}
+			logOdds := mlx.Subtract(mlx.Subtract(ac, ar), mlx.Subtract(log1mp(ac), log1mp(ar)))
 			loss = mlx.Add(mlx.Negative(ac), mlx.MulScalar(negLogSigmoid(logOdds), p.Lambda))
 			rc, rr = mlx.MulScalar(ac, p.Lambda), mlx.MulScalar(ar, p.Lambda)
 		}
@@ -189,7 +193,9 @@ func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx
 		return mlx.ErrorArray(p.Validate()), nil
 	}
 	margin := mlx.Subtract(rc, rr)
-	acc := mlx.AsType(mlx.Greater(rc, rr), mlx.Float32)
+	// 1 for a pair won, ½ for a tie (a fresh adapter ties every pair), 0
+	// for a pair lost.
+	acc := mlx.MulScalar(mlx.Add(mlx.AsType(mlx.Greater(rc, rr), mlx.Float32), mlx.AsType(mlx.GreaterEqual(rc, rr), mlx.Float32)), 0.5)
 	sum := func(a *mlx.Array) *mlx.Array { return mlx.Sum(mlx.Multiply(a, wc)) }
 	return sum(loss), []*mlx.Array{sum(rc), sum(rr), sum(margin), sum(acc)}
 }

@@ -79,7 +79,7 @@ func rowBatch(xs, ys []int32, mask []float32, n int, ref []float32) Batch {
 }
 
 // A fresh adapter is the base model, so DPO starts at loss ln 2 with
-// every reward and margin exactly 0 and no pair counted as won; training
+// every reward and margin exactly 0 and every pair tied; training
 // moves the rewards apart, tracing the step once.
 func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 	m, xs, ys, mask := prefFixture(t)
@@ -119,8 +119,8 @@ func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 				t.Errorf("%s: first DPO loss %.8g, want ln 2 = %.8g", method, loss, math.Ln2)
 			}
 			stats, _ := st.Stats()
-			if !slices.Equal(stats.Aux, []float64{0, 0, 0, 0}) {
-				t.Errorf("%s: first update's %v = %v, want all 0", method, PreferenceAux, stats.Aux)
+			if !slices.Equal(stats.Aux, []float64{0, 0, 0, 0.5}) {
+				t.Errorf("%s: first update's %v = %v, want 0, 0, 0 and every pair tied (accuracy ½)", method, PreferenceAux, stats.Aux)
 			}
 			// The gradient at margin 0 is −β/2·∇(πc − πr), not zero.
 			if stats.GradNorm == 0 {

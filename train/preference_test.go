@@ -41,6 +41,8 @@ func hostPairLoss(p Preference, logp, count, ref, w []float64) (float64, []float
 		acc := 0.0
 		if rc > rr {
 			acc = 1
+		} else if rc == rr {
+			acc = 0.5
 		}
 		loss += w[i] * l
 		for k, v := range []float64{rc, rr, rc - rr, acc} {

@@ -3,6 +3,7 @@ package train
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
@@ -231,4 +232,43 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A fine-tune's objective settings are checked: unknown objectives,
+// hyperparameters of another objective or out of range, packing with
+// pairs; unset ones take the objective's defaults.
+func TestFineTuneObjectiveConfig(t *testing.T) {
+	ok := FineTuneConfig{Base: "b", Train: "t.jsonl", Method: MethodFull}
+	for _, c := range []struct {
+		obj                 Objective
+		beta, lambda, gamma float64
+		pack                bool
+		want                string // "" for valid
+	}{
+		{"", 0, 0, 0, false, ""},
+		{SFT, 0, 0, 0, true, ""},
+		{DPO, 0, 0, 0, false, ""},
+		{SimPO, 2.5, 0, 0.3, false, ""},
+		{ORPO, 0, 0.2, 0, false, ""},
+		{"kto", 0, 0, 0, false, `objective "kto"`},
+		{SFT, 0.1, 0, 0, false, "preference objectives only"},
+		{DPO, -1, 0, 0, false, "beta = -1"},
+		{DPO, 0, 0, 0.5, false, "gamma = 0.5 for dpo"},
+		{IPO, 0, 0.5, 0, false, "lambda = 0.5 for ipo"},
+		{ORPO, 0, -0.1, 0, false, "lambda = -0.1"},
+		{DPO, 0, 0, 0, true, "packing"},
+	} {
+		ft := ok
+		ft.Objective, ft.Beta, ft.Lambda, ft.Gamma, ft.Pack = c.obj, c.beta, c.lambda, c.gamma, c.pack
+		err := ft.Validate()
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s β %g λ %g γ %g pack %v: %v, want %q", c.obj, c.beta, c.lambda, c.gamma, c.pack, err, c.want)
+		}
+	}
+	if p := (FineTuneConfig{Objective: SimPO, Beta: 3}).Preference(); p.Beta != 3 || p.Gamma != 1 {
+		t.Errorf("SimPO with β 3: %+v, want β 3 and the default γ 1", p)
+	}
+	if p := (FineTuneConfig{Objective: DPO}).Preference(); p.Beta != 0.1 || !p.NeedsReference() {
+		t.Errorf("DPO defaults: %+v, want β 0.1 and a reference", p)
+	}
 }

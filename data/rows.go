@@ -150,6 +150,11 @@ type WeightedBatch struct {
 	// Seg holds the rows' Seg when they are packed (FillBatch sets it),
 	// nil otherwise.
 	Seg []int32
+	// WeightSum is the total of the update's loss weights: of W itself,
+	// or, from a sharded sampler (RowSampler.Shard), of the rows of every
+	// rank, so that each rank normalises its loss by the global count of
+	// counted targets, as one process with all the rows would.
+	WeightSum float64
 	// State is the sampler state after the batch (RowSampler.SetState
 	// resumes with the next one).
 	State []byte
@@ -178,6 +183,8 @@ type RowSampler struct {
 	seed       uint64
 	epoch, pos int
 	perm       []int
+	shard      shard // the zero value keeps every row
+	half       int   // for pairs: 1 between a pair's chosen and rejected row
 }
 
 // NewRowSampler returns a sampler over rows seeded with seed.
@@ -208,47 +215,69 @@ func (s *RowSampler) shuffle() {
 // Epoch returns the number of completed passes over the rows.
 func (s *RowSampler) Epoch() int { return s.epoch }
 
-// FillBatch copies the next batch.N·batch.B rows into batch and records
-// the state after them in batch.State and their indices in batch.Index.
-// Preference pairs are drawn whole, which needs an even batch.B.
+// FillBatch copies the next batch.N·batch.B rows into batch, sets
+// batch.WeightSum, records the state after them in batch.State and their
+// indices in batch.Index. On a shard (Shard) it draws the rows of every
+// rank and copies its own. Preference pairs (Rows.Pairs) are drawn whole,
+// which needs an even batch.B and, on a shard, an even share per rank.
 func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 	T := s.rows.T
 	if batch.T != T {
 		return fmt.Errorf("row batch T = %d, want the rows' context %d", batch.T, T)
 	}
-	u := s.unit()
-	if batch.B%u != 0 {
-		return fmt.Errorf("row batch of %d rows per microbatch over preference pairs, want an even number (chosen and rejected side by side)", batch.B)
-	}
-	if len(batch.Index) != batch.N*batch.B {
-		batch.Index = make([]int, batch.N*batch.B)
-	}
-	if size := batch.N * batch.B * T; len(batch.X) != size || len(batch.Y) != size || len(batch.W) != size {
+	n := batch.N * batch.B
+	if size := n * T; len(batch.X) != size || len(batch.Y) != size || len(batch.W) != size {
 		return fmt.Errorf("row batch [N=%d, B=%d, T=%d] has buffers of %d, %d and %d, want %d",
 			batch.N, batch.B, T, len(batch.X), len(batch.Y), len(batch.W), size)
 	}
-	for k := 0; k < batch.N*batch.B; k++ {
-		if k%u == 0 {
-			if s.pos == len(s.perm) {
-				s.epoch, s.pos = s.epoch+1, 0
-				s.shuffle()
-			}
-			s.pos++
+	if sh := s.shard; sh.size > 1 && n%sh.rows != 0 {
+		return fmt.Errorf("row batch of %d rows on a shard of %d rows per microbatch, want a multiple", n, sh.rows)
+	}
+	if u := s.unit(); batch.B%u != 0 || (s.shard.size > 1 && s.shard.rows%u != 0) {
+		return fmt.Errorf("row batch of %d rows per microbatch (%d per rank) over preference pairs, want even numbers (chosen and rejected side by side)", batch.B, s.shard.rows)
+	}
+	if s.rows.Seg != nil && len(batch.Seg) != len(batch.X) {
+		batch.Seg = make([]int32, len(batch.X))
+	}
+	if len(batch.Index) != n {
+		batch.Index = make([]int, n)
+	}
+	total := 0.0
+	keepDraws(s.shard, n, func() int {
+		r := s.nextRow()
+		for _, w := range s.rows.W[r*T : (r+1)*T] {
+			total += float64(w)
 		}
-		r := s.perm[s.pos-1]*u + k%u
+		return r
+	}, func(k, r int) {
 		batch.Index[k] = r
 		copy(batch.X[k*T:(k+1)*T], s.rows.X[r*T:(r+1)*T])
 		copy(batch.Y[k*T:(k+1)*T], s.rows.Y[r*T:(r+1)*T])
 		copy(batch.W[k*T:(k+1)*T], s.rows.W[r*T:(r+1)*T])
 		if s.rows.Seg != nil {
-			if len(batch.Seg) != len(batch.X) {
-				batch.Seg = make([]int32, len(batch.X))
-			}
 			copy(batch.Seg[k*T:(k+1)*T], s.rows.Seg[r*T:(r+1)*T])
 		}
-	}
+	})
+	batch.WeightSum = total
 	batch.State = s.AppendState(batch.State[:0])
 	return nil
+}
+
+// nextRow returns the index of the next row, starting a new epoch after
+// the last: for preference pairs, the chosen row of the next pair, then
+// its rejected row.
+func (s *RowSampler) nextRow() int {
+	u := s.unit()
+	if s.half == 0 {
+		if s.pos == len(s.perm) {
+			s.epoch, s.pos = s.epoch+1, 0
+			s.shuffle()
+		}
+		s.pos++
+	}
+	r := s.perm[s.pos-1]*u + s.half
+	s.half = (s.half + 1) % u
+	return r
 }
 
 // rowStateMagic starts a RowSampler state.
@@ -277,7 +306,7 @@ func (s *RowSampler) SetState(b []byte) error {
 	if pos > n/uint64(s.unit()) || epoch > 1<<40 {
 		return fmt.Errorf("row sampler state: epoch %d position %d over %d rows is not valid", epoch, pos, n)
 	}
-	s.epoch, s.pos = int(epoch), int(pos)
+	s.epoch, s.pos, s.half = int(epoch), int(pos), 0
 	s.shuffle()
 	return nil
 }

@@ -76,7 +76,6 @@ func groupRun(t testing.TB, cfg Config, ds *Dataset, g *mlx.Group) (losses []flo
 // Two ranks over a loopback ring, batch B each, end k steps with the
 // parameters of one process with batch 2B (float tolerance: the sums run
 // in another order), report its losses, and agree with each other exactly.
-// The context bounds a hang, it measures no speed.
 func TestDataParallelMatchesDoubledBatch(t *testing.T) {
 	cfg := dataParallelConfig()
 	ds := memoryDataset(t, syntheticText(30_000), cfg.Model.Context)
@@ -85,29 +84,7 @@ func TestDataParallelMatchesDoubledBatch(t *testing.T) {
 	wantLosses, _, wantParams := groupRun(t, single, ds, nil)
 
 	dir := t.TempDir()
-	hostfile := filepath.Join(dir, "hosts.json")
-	if err := distenv.LoopbackRing(hostfile, 2); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, 2)
-	logs := make([]*bytes.Buffer, 2)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperDataParallelRank$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), rankOutEnv+"="+dir), distenv.Ring(r, hostfile)...)
-		logs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
-		}
-	}
+	runRanks(t, 2, "TestHelperDataParallelRank", rankOutEnv+"="+dir)
 	var ranks [2][]float32
 	for r := range ranks {
 		losses, params := readRankResult(t, dir, r)
@@ -136,6 +113,37 @@ func TestDataParallelMatchesDoubledBatch(t *testing.T) {
 	for i := range ranks[0] {
 		if ranks[0][i] != ranks[1][i] {
 			t.Fatalf("parameter %d: rank 0 has %g, rank 1 %g; the ranks must apply the same update", i, ranks[0][i], ranks[1][i])
+		}
+	}
+}
+
+// runRanks runs the test helper named helper as n processes, the ranks
+// of a loopback ring, each with the environment variable env set, and
+// fails the test with a rank's output if it fails. The context bounds a
+// hang, it measures no speed.
+func runRanks(t *testing.T, n int, helper, env string) {
+	t.Helper()
+	hostfile := filepath.Join(t.TempDir(), "hosts.json")
+	if err := distenv.LoopbackRing(hostfile, n); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmds := make([]*exec.Cmd, n)
+	logs := make([]*bytes.Buffer, n)
+	for r := range cmds {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
+		cmd.Env = append(append(os.Environ(), env), distenv.Ring(r, hostfile)...)
+		logs[r] = new(bytes.Buffer)
+		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[r] = cmd
+	}
+	for r, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
 		}
 	}
 }

@@ -296,3 +296,32 @@ func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch i
 	})
 	return res, err
 }
+
+// evaluateRows is the loss of params over the counted targets of the
+// first rows of rows, as many as cover tokens positions (all of them when
+// fewer), in batches of batch rows (the last padded with rows that count
+// nothing). The same rows every time, so successive values compare.
+func evaluateRows(fn *evalFunc, params []*mlx.Array, rows *data.Rows, batch, tokens int) (EvalResult, error) {
+	T := rows.T
+	n := min(rows.Len(), max(1, (tokens+T-1)/T))
+	batches := (n + batch - 1) / batch
+	sc := mlx.NewScope()
+	defer sc.Close()
+	return fn.run(params, batch, T, batches, func(i int, x, y []int32, w []float32) int {
+		clear(x)
+		clear(y)
+		clear(w)
+		lo := i * batch * T
+		hi := min(lo+batch*T, n*T)
+		copy(x, rows.X[lo:hi])
+		copy(y, rows.Y[lo:hi])
+		copy(w, rows.W[lo:hi])
+		n := 0
+		for _, v := range w {
+			if v > 0 {
+				n++
+			}
+		}
+		return n
+	})
+}

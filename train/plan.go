@@ -111,6 +111,29 @@ func (p Plan) StepOptions(cfg Config) StepOptions {
 // plan ProbePlan finds within cfg's memory budget. It runs on the MLX
 // thread and selects cfg's device.
 func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
+	return choosePlan(cfg, modelProbe(m))
+}
+
+// planProbe measures the candidates of a probed plan for one kind of
+// step: lowerBound is the memory a run of c needs at least, without
+// running anything (a candidate over the budget is skipped), and peak
+// runs two updates of a throwaway state of c's step, as training runs
+// them, and returns the peak memory over them.
+type planProbe struct {
+	lowerBound func(c Config) float64
+	peak       func(c Config) (uint64, error)
+}
+
+// modelProbe is the probe of the pretraining step of m (probeStep).
+func modelProbe(m *model.TinyGPT) planProbe {
+	return planProbe{
+		lowerBound: func(c Config) float64 { need := c.MinMemory(); return need.Weights + need.Logits },
+		peak:       func(c Config) (uint64, error) { return probeStep(c, m) },
+	}
+}
+
+// choosePlan is ChoosePlan for the step that probe measures.
+func choosePlan(cfg Config, probe planProbe) (Plan, error) {
 	var p Plan
 	err := mlx.Do(func() error {
 		if err := mlx.UseDevice(cfg.Device); err != nil {
@@ -130,7 +153,7 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 			return fmt.Errorf("memory_budget %q is a fraction of the device's memory, which MLX does not report here; give it in bytes (80GiB) or set micro_batch",
 				cfg.MemoryBudget)
 		default:
-			p, err = ProbePlan(cfg, m, budget)
+			p, err = probePlan(cfg, budget, probe)
 		}
 		return err
 	})
@@ -159,6 +182,11 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 // the budget within the machine's memory. It runs on the MLX thread; call
 // it with nothing else of the run allocated.
 func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
+	return probePlan(cfg, budget, modelProbe(m))
+}
+
+// probePlan is ProbePlan for the step that probe measures.
+func probePlan(cfg Config, budget uint64, probe planProbe) (Plan, error) {
 	seqs := cfg.Batch * cfg.Accum
 	p := Plan{How: PlanProbed, BudgetBytes: budget}
 	err := mlx.Do(func() error {
@@ -167,22 +195,22 @@ func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
 		}
 		for _, mb := range divisorsDown(seqs) {
 			c := withPlan(cfg, Plan{MicroBatch: mb, Steps: seqs / mb})
-			probe := PlanProbe{MicroBatch: mb}
+			candidate := PlanProbe{MicroBatch: mb}
 			if mb > maxDim {
-				probe.Skipped = fmt.Sprintf("over MLX's %d-sequence dimension limit", maxDim)
-			} else if need := c.MinMemory(); need.Weights+need.Logits > float64(budget) {
-				probe.Skipped = fmt.Sprintf("needs at least %s", gib(need.Weights+need.Logits))
+				candidate.Skipped = fmt.Sprintf("over MLX's %d-sequence dimension limit", maxDim)
+			} else if need := probe.lowerBound(c); need > float64(budget) {
+				candidate.Skipped = fmt.Sprintf("needs at least %s", gib(need))
 			} else {
-				peak, err := probeStep(c, m)
+				peak, err := probe.peak(c)
 				if err != nil {
-					probe.Skipped = err.Error()
+					candidate.Skipped = err.Error()
 				} else {
-					probe.PeakBytes, probe.Fits = peak, peak <= budget
+					candidate.PeakBytes, candidate.Fits = peak, peak <= budget
 				}
 			}
-			p.Probes = append(p.Probes, probe)
-			if probe.Fits {
-				p.MicroBatch, p.Steps, p.PeakBytes = mb, seqs/mb, probe.PeakBytes
+			p.Probes = append(p.Probes, candidate)
+			if candidate.Fits {
+				p.MicroBatch, p.Steps, p.PeakBytes = mb, seqs/mb, candidate.PeakBytes
 				return nil
 			}
 		}
@@ -222,19 +250,25 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 		return 0, err
 	}
 	defer st.Free()
-	if err := st.Eval(); err != nil {
-		return 0, err
-	}
 	b, stream, err := probeBatch(cfg)
 	if err != nil {
 		return 0, err
 	}
 	defer stream.Free()
+	return probeUpdates(st, b)
+}
+
+// probeUpdates returns the peak memory of two updates of st on b, with
+// learning rate 0, scheduled as a training run schedules them
+// (State.UpdateAsync): the second's buffers are allocated while the first
+// still holds its own, and a run's peak is that overlap's. The state's
+// arrays are computed first and counted in the peak.
+func probeUpdates(st *State, b Batch) (uint64, error) {
+	if err := st.Eval(); err != nil {
+		return 0, err
+	}
 	mlx.ClearCache()
 	mlx.ResetPeakMemory()
-	// Two updates as a training run schedules them (State.UpdateAsync):
-	// the second's buffers are allocated while the first still holds its
-	// own, and a run's peak is that overlap's.
 	for range 2 {
 		if err := st.UpdateAsync(0, b); err != nil {
 			return 0, err

@@ -25,17 +25,17 @@ type finetuneOptions struct {
 	quantize, qGroupSize      int
 	out, resume               string
 	overwrite, noProgress     bool
-	context                   int
+	context, nproc            int
 	epochs                    float64
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
-// model, tokenizer and corpus are the base checkpoint's, and a fine-tune
-// runs its batch as given. Token shards and BPE-dropout feed pretraining;
-// GaLore's and Sophia's refreshes run beside the pretraining step only.
+// model, tokenizer and corpus are the base checkpoint's. Token shards,
+// their prefetching and BPE-dropout feed pretraining; GaLore's and
+// Sophia's refreshes run beside the pretraining step only.
 var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "heads", "context", "mlp-ratio",
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
-	"gelu", "tokenizer", "corpus", "val-fraction", "micro-batch", "memory-budget", "prefetch-depth",
+	"gelu", "tokenizer", "corpus", "val-fraction", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
 // finetuneOwnFlags are the flags that define a fine-tune and that a
@@ -66,6 +66,10 @@ trains every weight and writes ordinary checkpoints. --quantize 4 (or 8)
 holds the frozen base quantized and trains the adapters over it (QLoRA);
 --grad-checkpoint recomputes each block's activations in the backward
 pass, and --loss-chunk bounds the loss's logits (docs/finetuning.md).
+--micro-batch runs each update's rows in smaller forward passes: auto
+(the default) takes the batch as given on the CPU and, on a GPU, the
+largest micro-batch whose fine-tune step a probe measured within
+--memory-budget; the update is the same whatever the plan.
 
 Fine-tunes have settings of their own, not the base run's: 200 steps
 (--epochs N instead runs N passes over the training sequences), batch 4,
@@ -78,12 +82,20 @@ checkpoints/, loss.png; with --valid, the held-out loss over its counted
 tokens is logged every --eval-every updates, over its first --eval-tokens
 positions. --resume continues a fine-tune exactly, and accepts the flags
 that started it; Ctrl-C writes a checkpoint first. Sample with
-posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
+posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.
+
+--nproc N runs N data-parallel ranks on this machine as train does (see
+posttrainllm train --help): rank r takes rows r·B … (r+1)·B−1 of each
+microbatch that one process with --batch N·B would draw, and the loss of
+an update is the mean over the counted targets of all ranks' rows, so N
+ranks × --batch B fine-tune as one process with --batch N·B. --epochs
+counts the rows of all ranks. Pass the same --nproc to --resume.`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
   posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
   posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
+  posttrainllm finetune --from runs/tiny --data train.jsonl --batch 4 --nproc 2 --out runs/tiny-lora-dp
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}
@@ -104,6 +116,7 @@ posttrainllm sample --adapter RUN, or merge with posttrainllm fuse.`,
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
+	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
@@ -249,19 +262,30 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 }
 
 func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error {
+	if err := checkNproc(opts.nproc); err != nil {
+		return err
+	}
 	p, err := planFinetune(cmd, opts, ov)
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
+	if opts.nproc > 1 {
+		return launchRanks(cmd.OutOrStdout(), cmd.ErrOrStderr(), opts.nproc, p.cfg.Device)
+	}
+	group, err := joinGroup()
+	if err != nil {
+		return err
+	}
+	out := rankOutput(group, cmd.OutOrStdout())
 	p.ft.Tokenizers = openTokenizer
 	f, err := train.NewFineTuner(p.cfg, p.ft, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
+	f.Group = group
 	var notes []string
 	if cmd.Flags().Changed("epochs") {
-		note, err := setEpochSteps(f, opts.epochs, ov)
+		note, err := setEpochSteps(f, opts.epochs, ov, group.Size())
 		if err != nil {
 			return err
 		}
@@ -276,6 +300,10 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	shown := cfg // the header's context is the rows'
 	shown.Model.Context = f.Train.T
 	fmt.Fprintln(out, describe(label, shown))
+	if group.Size() > 1 {
+		fmt.Fprintf(out, "%*s  data-parallel: %d ranks (%s) × %d tokens = %d tokens per update\n",
+			len(label), "", group.Size(), group.Backend(), f.TokensPerStep(), f.TokensPerStep()*group.Size())
+	}
 	for _, n := range notes {
 		fmt.Fprintln(out, n)
 	}
@@ -287,7 +315,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	if f.Valid != nil {
 		printRows(out, "valid", p.ft.Valid, f.Valid)
 	}
-	if opts.overwrite {
+	if opts.overwrite && group.Rank() == 0 {
 		if err := clearRun(p.out); err != nil {
 			return err
 		}
@@ -308,7 +336,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	sum, runErr := f.Run(ctx, p.checkpoint)
 	plot.wait()
 	prog.finish()
-	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps, "posttrainllm finetune --resume "+p.out,
+	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps, "posttrainllm finetune --resume "+p.out+nprocArg(group),
 		"fine-tuning diverged", "try a lower --lr"); err != nil {
 		return err
 	}
@@ -332,11 +360,12 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 }
 
 // setEpochSteps sets the fine-tune's steps to epochs passes over its
-// training sequences (train.EpochSteps), shrinking a warm-up the user did
-// not set to fit, and returns the header line that says so.
-func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides) (string, error) {
+// training sequences (train.EpochSteps), an update taking batch × accum
+// of them on each of ranks ranks, shrinking a warm-up the user did not
+// set to fit, and returns the header line that says so.
+func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int) (string, error) {
 	c := f.Config
-	steps, err := train.EpochSteps(epochs, f.Train.Len(), c.Batch, c.Accum)
+	steps, err := train.EpochSteps(epochs, f.Train.Len(), c.Batch*ranks, c.Accum)
 	if err != nil {
 		return "", usageError("invalid --epochs %g: %v", epochs, err)
 	}
@@ -348,8 +377,12 @@ func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides) (string, e
 		return "", usageError("invalid --epochs %g: %d steps: %v", epochs, steps, err)
 	}
 	f.Config = c
-	return fmt.Sprintf("steps %d: %g epochs of %d sequences, %d per update (batch %d × accum %d)",
-		steps, epochs, f.Train.Len(), c.Batch*c.Accum, c.Batch, c.Accum), nil
+	perUpdate := fmt.Sprintf("batch %d × accum %d", c.Batch, c.Accum)
+	if ranks > 1 {
+		perUpdate += fmt.Sprintf(" × %d ranks", ranks)
+	}
+	return fmt.Sprintf("steps %d: %g epochs of %d sequences, %d per update (%s)",
+		steps, epochs, f.Train.Len(), c.Batch*c.Accum*ranks, perUpdate), nil
 }
 
 // printRows describes the rows a records file became.

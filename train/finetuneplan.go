@@ -1,0 +1,60 @@
+package train
+
+import (
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// probe is the plan probe of the fine-tune's step (choosePlan): each
+// candidate micro-batch runs the step the fine-tune will run, over
+// freshly initialised base weights (quantized, with adapters, or trained
+// in full as the fine-tune says) and synthetic rows of the fine-tune's
+// row length in which every target counts.
+func (k *fineTuneTask) probe() planProbe {
+	T := k.f.Train.T
+	return planProbe{
+		lowerBound: func(c Config) float64 { return fineTuneMinMemory(c, k.f.FineTune, T) },
+		peak: func(c Config) (uint64, error) {
+			base, err := k.f.Model.Init(c.Seed)
+			if err != nil {
+				return 0, err
+			}
+			// Deferred calls run last first: the buffers go back to the
+			// system once the state and the step have released them.
+			defer mlx.ClearCache()
+			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, "")
+			if err != nil {
+				return 0, err
+			}
+			defer b.free()
+			return probeUpdates(b.state, probeRows(c, T, k.f.FineTune.Pack))
+		},
+	}
+}
+
+// fineTuneMinMemory is a lower bound on the memory a fine-tune of c with
+// rows of T tokens needs: the float32 logits of a microbatch's rows and,
+// unless the base is quantized, the base weights in their dtype. It is
+// computed in float64, so absurd sizes cannot overflow.
+func fineTuneMinMemory(c Config, ft FineTuneConfig, T int) float64 {
+	m := c.Model
+	need := float64(c.forwardBatch()) * float64(T) * float64(m.PaddedVocab()) * float64(mlx.Float32.Size())
+	if ft.Quantize == 0 {
+		need += m.ParamCount() * float64(m.ParamDtype().Size())
+	}
+	return need
+}
+
+// probeRows is the synthetic batch of a fine-tune probe: c.Accum
+// microbatches of c.Batch rows of T tokens, every target counting, with
+// segments when the rows are packed (one example a row).
+func probeRows(c Config, T int, packed bool) Batch {
+	n := c.Accum * c.Batch * T
+	b := Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
+	for i := range b.X {
+		b.X[i], b.Y[i], b.W[i] = int32(i%c.Model.VocabSize), int32((i+1)%c.Model.VocabSize), 1
+	}
+	if packed {
+		b.Seg = make([]int32, n)
+	}
+	return b
+}

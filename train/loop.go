@@ -1,0 +1,354 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
+)
+
+// task is one kind of run: what it trains, what it feeds the step, what
+// it evaluates and what its checkpoints hold. Pretraining (pretrainTask)
+// feeds windows of a token corpus to the model's step and saves whole
+// checkpoints; a fine-tune (fineTuneTask) feeds weighted rows to a step
+// over frozen base weights and saves its trainable arrays with
+// finetune.json. Everything else, the same for every kind, is the loop's
+// (run): counting updates, cancellation, logging, metrics sinks, hooks,
+// divergence checks, checkpoint pruning and the summary.
+type task interface {
+	// open builds the run's step and state, fresh or resumed from the
+	// checkpoint directory env.resumeFrom, and its data source, positioned
+	// after the resumed checkpoint's last batch. On the lead rank it also
+	// puts what the run folder needs beside the checkpoints (the
+	// tokenizer). What it returns the loop only reads; close frees it.
+	open(env taskEnv) (taskParts, error)
+	// next returns the next update's batch. It may update the state
+	// itself first (GaLore's and Sophia's refreshes read the batch).
+	next(step int) (Batch, error)
+	// release appends the data source's state after the batch next
+	// returned (what a checkpoint resumes from) to b and lets the batch's
+	// buffers go; the loop calls it once the update is scheduled.
+	release(b []byte) []byte
+	// evaluates says whether the task has held-out data to evaluate.
+	evaluates() bool
+	// evaluate measures the held-out loss of the current state, writes it
+	// (and what else it measured) into m and returns it. Lead rank only.
+	evaluate(m *Metrics) (float64, error)
+	// save writes a checkpoint of the current state under root with run
+	// state rs and returns its directory. Lead rank only.
+	save(root string, rs RunState) (string, error)
+	// close frees what open built. It runs after a failed open too.
+	close()
+}
+
+// taskEnv is what a task's open is given.
+type taskEnv struct {
+	cfg        Config
+	runDir     string
+	resumeFrom string // "" for a fresh run
+	group      *mlx.Group
+}
+
+// lead reports whether this process writes the run folder: rank 0.
+func (e taskEnv) lead() bool { return e.group.Rank() == 0 }
+
+// taskParts are what a task's open hands the loop.
+type taskParts struct {
+	step     *Step
+	state    *State
+	schedule optim.Schedule
+	plan     Plan
+	// specs and stateNames name the state's trainable arrays and
+	// optimizer state, for the message of a divergence.
+	specs      []model.ParamSpec
+	stateNames []string
+	// resumed is the run state of the checkpoint resumed, nil for a fresh
+	// run.
+	resumed *RunState
+	// tokensPerStep is the token positions of one rank's update; start and
+	// settings describe the run (Hooks.OnStart, the metrics sinks).
+	tokensPerStep int
+	start         Start
+	settings      []Setting
+}
+
+// runLoop runs task under cfg into runDir until cfg.Steps updates are done
+// or ctx is cancelled, on the MLX thread (mlx.Do), and so are the hooks.
+// The Trainer's and the FineTuner's Run are this loop.
+func runLoop(ctx context.Context, tk task, env taskEnv, hooks Hooks) (Summary, error) {
+	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
+	err := mlx.Do(func() error {
+		r := &run{task: tk, env: env, cfg: env.cfg, hooks: hooks, sum: &sum}
+		defer r.close()
+		if err := r.open(); err != nil {
+			return err
+		}
+		return r.train(ctx)
+	})
+	return sum, err
+}
+
+// run is one run in progress: its task and what the loop carries from
+// step to step.
+type run struct {
+	task  task
+	env   taskEnv
+	cfg   Config
+	hooks Hooks
+	parts taskParts // what the task's open built
+	sink  sinks     // metrics.jsonl and TensorBoard; rank 0 only
+	sum   *Summary
+
+	step         int // updates completed
+	samplerState []byte
+	tokensSeen   int64
+	before       time.Duration // training time of the run before it was resumed
+	start        time.Time     // this process's first update
+	lastLog      time.Time
+	lastLogStep  int
+}
+
+// lead reports whether this process writes the run's output: rank 0.
+func (r *run) lead() bool { return r.env.lead() }
+
+// tokensPerUpdate is the tokens one update covers across the whole group.
+func (r *run) tokensPerUpdate() int { return r.parts.tokensPerStep * r.env.group.Size() }
+
+// open prepares the run: the run folder, the task (fresh or resumed) and
+// the metrics log; then it calls Hooks.OnStart.
+func (r *run) open() error {
+	if r.lead() { // rank 0 owns the run folder
+		if err := os.MkdirAll(r.env.runDir, 0o755); err != nil {
+			return fmt.Errorf("run folder: %w", err)
+		}
+	}
+	var err error
+	if r.parts, err = r.task.open(r.env); err != nil {
+		return err
+	}
+	if rs := r.parts.resumed; rs != nil {
+		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
+		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
+	}
+	r.sum.StartStep, r.sum.Step, r.sum.Plan = r.step, r.step, r.parts.plan
+	if !r.lead() {
+		return nil
+	}
+	if r.sink, err = openSinks(r.env.runDir, r.step, r.env.resumeFrom != "", r.parts.settings...); err != nil {
+		return err
+	}
+	if r.hooks.OnStart != nil {
+		s := r.parts.start
+		s.Step, s.Steps, s.TokensPerStep, s.Resumed, s.Plan = r.step, r.cfg.Steps, r.tokensPerUpdate(), r.env.resumeFrom, r.parts.plan
+		r.hooks.OnStart(s)
+	}
+	return nil
+}
+
+// close releases what open set up.
+func (r *run) close() {
+	r.sink.Close()
+	r.task.close()
+}
+
+// train runs the updates, logging, evaluating and checkpointing as the
+// config says, until the last step or until ctx is cancelled.
+func (r *run) train(ctx context.Context) error {
+	mlx.ResetPeakMemory()
+	if err := r.initialEval(); err != nil {
+		return err
+	}
+	r.start = time.Now()
+	r.lastLog, r.lastLogStep = r.start, r.step
+	for r.step < r.cfg.Steps {
+		if ctx.Err() != nil {
+			if err := r.checkpoint(); err != nil {
+				return err
+			}
+			r.sum.Elapsed = time.Since(r.start)
+			return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
+		}
+		lr, err := r.update()
+		if err != nil {
+			return err
+		}
+		logNow, evalNow, ckptNow := r.cfg.due(r.step)
+		evalNow = evalNow && r.task.evaluates()
+		if logNow || evalNow || ckptNow {
+			if err := r.log(lr, evalNow); err != nil {
+				return err
+			}
+		}
+		if ckptNow {
+			if err := r.checkpoint(); err != nil {
+				return err
+			}
+		}
+		r.sum.Step = r.step
+	}
+	r.sum.finish(r.step, r.parts.step.Traces(), r.start, r.tokensPerUpdate())
+	return nil
+}
+
+// initialEval measures and logs the held-out loss of a fresh run's initial
+// parameters, as step 0.
+func (r *run) initialEval() error {
+	if r.cfg.EvalEvery == 0 || r.step != 0 || !r.lead() || !r.task.evaluates() {
+		return nil
+	}
+	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.parts.schedule.LR(0)}
+	v, err := r.task.evaluate(&m)
+	if err != nil {
+		return err
+	}
+	r.sum.InitialValLoss, r.sum.ValLoss = v, v
+	return r.sink.Log(m)
+}
+
+// update schedules the next optimizer update on the task's next batch and
+// returns its learning rate; it does not wait for the device.
+func (r *run) update() (float64, error) {
+	b, err := r.task.next(r.step)
+	if err != nil {
+		return 0, err
+	}
+	lr := r.parts.schedule.LR(r.step)
+	err = r.parts.state.UpdateAsync(lr, b)
+	r.samplerState = r.task.release(r.samplerState[:0])
+	if err != nil {
+		return 0, err
+	}
+	r.step++
+	r.tokensSeen += int64(r.tokensPerUpdate())
+	return lr, nil
+}
+
+// due says whether a run of c, having just completed step, logs,
+// evaluates and checkpoints: every LogEvery, EvalEvery (0: never) and
+// CheckpointEvery (0: never) steps, and all three at the last step.
+func (c Config) due(step int) (log, eval, checkpoint bool) {
+	last := step == c.Steps
+	log = step%c.LogEvery == 0 || last
+	eval = c.EvalEvery > 0 && (step%c.EvalEvery == 0 || last)
+	checkpoint = (c.CheckpointEvery > 0 && step%c.CheckpointEvery == 0) || last
+	return log, eval, checkpoint
+}
+
+// log reads back the step's loss and gradient norm and the mean loss since
+// the last line, stops on a value that is not finite, evaluates when
+// asked, and writes the metrics line. Every rank checks the values, so
+// every rank stops at the same step; rank 0 alone evaluates and writes.
+func (r *run) log(lr float64, eval bool) error {
+	st, err := r.parts.state.Stats()
+	if err != nil {
+		return err
+	}
+	mean, counted, _, err := r.parts.state.IntervalLoss()
+	if err != nil {
+		return err
+	}
+	if bad := logNonFinite(st, mean); bad != "" {
+		r.sum.Elapsed = time.Since(r.start)
+		return fmt.Errorf("step %d: %s (lr %.3g); stopping without a checkpoint, the last good one is %s: %w",
+			r.step, bad, lr, r.lastGood(), ErrNonFinite)
+	}
+	if math.IsNaN(r.sum.FirstLoss) {
+		r.sum.FirstLoss = mean
+	}
+	r.sum.Loss = mean
+	now := time.Now()
+	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
+		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
+		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
+	if r.parts.step.Weighted() { // the loss averages the counted targets alone
+		m.CountedTokens = counted
+	}
+	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
+		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
+		m.TokensPerS = m.StepsPerS * float64(r.tokensPerUpdate())
+	}
+	r.lastLog, r.lastLogStep = now, r.step
+	r.sum.TokensPerS = m.TokensPerS
+	if !r.lead() {
+		return nil
+	}
+	if eval {
+		v, err := r.task.evaluate(&m)
+		if err != nil {
+			return err
+		}
+		r.sum.ValLoss = v
+	}
+	m.PeakMemoryBytes = mlx.Memory().Peak
+	if err := r.sink.Log(m); err != nil {
+		return err
+	}
+	if r.hooks.OnLog != nil {
+		r.hooks.OnLog(m)
+	}
+	return nil
+}
+
+// checkpoint saves the state after checking that it is finite: the loss
+// checked so far was computed before the last update, and an update that
+// overflowed shows only in the arrays about to be saved. Every rank
+// checks; rank 0 alone saves.
+func (r *run) checkpoint() error {
+	bad, err := nonFiniteArrays(r.parts.specs, r.parts.stateNames, r.parts.state.Params(), r.parts.state.OptState())
+	if err != nil {
+		return err
+	}
+	if bad != "" {
+		r.sum.Elapsed = time.Since(r.start)
+		return fmt.Errorf("step %d: %s is not finite; stopping without a checkpoint, the last good one is %s: %w",
+			r.step, bad, r.lastGood(), ErrNonFinite)
+	}
+	if !r.lead() {
+		return nil
+	}
+	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
+		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
+	root := CheckpointRoot(r.env.runDir)
+	dir, err := r.task.save(root, rs)
+	if err != nil {
+		return err
+	}
+	if err := PruneCheckpoints(root, r.cfg.KeepCheckpoints); err != nil {
+		return fmt.Errorf("checkpoint: pruning: %w", err)
+	}
+	r.sum.LastCheckpoint = dir
+	if r.hooks.OnCheckpoint != nil {
+		r.hooks.OnCheckpoint(dir, r.step)
+	}
+	return nil
+}
+
+// lastGood names the checkpoint a diverged run falls back to.
+func (r *run) lastGood() string {
+	switch {
+	case r.sum.LastCheckpoint != "":
+		return r.sum.LastCheckpoint
+	case r.env.resumeFrom != "":
+		return r.env.resumeFrom
+	}
+	return "(none written yet)"
+}
+
+// finish completes a summary at step of a run that started at start:
+// traces, elapsed time, peak and active memory, and tokens per second
+// unless already set.
+func (sum *Summary) finish(step, traces int, start time.Time, tokensPerStep int) {
+	sum.Step = step
+	sum.Traces = traces
+	sum.Elapsed = time.Since(start)
+	mem := mlx.Memory()
+	sum.PeakMemoryBytes, sum.ActiveMemoryBytes = mem.Peak, mem.Active
+	if elapsed := sum.Elapsed.Seconds(); elapsed > 0 && sum.TokensPerS == 0 {
+		sum.TokensPerS = float64(int64(step-sum.StartStep)*int64(tokensPerStep)) / elapsed
+	}
+}

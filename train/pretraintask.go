@@ -1,0 +1,167 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/data"
+)
+
+// pretrainTask is the task of a Trainer: windows of a token corpus fed to
+// the model's step (from the host, or gathered on the device from a token
+// stream), GaLore's and Sophia's refreshes beside it, the held-out loss on
+// the corpus's validation windows, and whole checkpoints (model and
+// optimizer state).
+type pretrainTask struct {
+	t        *Trainer
+	cfg      Config
+	setup    *Setup
+	eval     *Evaluator // rank 0 only
+	prefetch *data.Prefetcher
+	batch    *data.Batch      // the batch next returned, until release
+	stream   *TokenStream     // the training view on the device, or nil (WindowSource)
+	galore   *GaLoreRefresher // nil unless the optimizer is galore
+	sophia   *SophiaEstimator // nil unless the optimizer is sophia
+}
+
+// open builds the setup (fresh or resumed), the refreshers, the evaluator
+// and the prefetched, sharded stream of windows.
+func (p *pretrainTask) open(env taskEnv) (taskParts, error) {
+	t, cfg := p.t, env.cfg
+	p.cfg = cfg
+	var parts taskParts
+	if env.lead() && env.resumeFrom != "" {
+		if err := copyTokenizerDir(RunDirOf(env.resumeFrom), env.runDir); err != nil {
+			return parts, err
+		}
+	}
+	var err error
+	if p.setup, err = NewGroupSetup(cfg, t.Model, env.resumeFrom, env.group); err != nil {
+		return parts, err
+	}
+	if g := env.group; g.Size() > 1 && (cfg.Optimizer == "galore" || cfg.Optimizer == "sophia") {
+		return parts, fmt.Errorf("train: optimizer %q on %d data-parallel ranks: its refresh reads one rank's batch and the ranks would diverge; use it in one process", cfg.Optimizer, g.Size())
+	}
+	if p.galore, err = NewGaLoreRefresher(p.setup.Optimizer, t.Model); err != nil {
+		return parts, err
+	}
+	if p.sophia, err = NewSophiaEstimator(p.setup.Optimizer, t.Model, cfg.Seed, cfg.Compile); err != nil {
+		return parts, err
+	}
+	if env.lead() {
+		p.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
+		if err != nil {
+			return parts, err
+		}
+	}
+	if err := p.openWindows(env); err != nil {
+		return parts, err
+	}
+	s := p.setup
+	return taskParts{step: s.Step, state: s.State, schedule: s.Schedule, plan: s.Plan,
+		specs: t.Model.Specs, stateNames: s.Optimizer.StateNames(), resumed: s.Resumed,
+		tokensPerStep: cfg.TokensPerStep(),
+		start:         Start{Params: cfg.Model.NumParams(), Windows: DescribeWindows(cfg, t.Data.Train.Len())},
+		settings:      []Setting{{"config", cfg}}}, nil
+}
+
+// openWindows starts the prefetcher of the training windows: this rank's
+// shard of one seeded stream, from the resumed sampler state.
+func (p *pretrainTask) openWindows(env taskEnv) error {
+	cfg, train := env.cfg, p.t.Data.Train
+	sampler, err := data.NewSampler(train, cfg.Model.Context, cfg.Seed)
+	if err != nil {
+		return err
+	}
+	if g := env.group; g.Size() > 1 {
+		if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
+			return err
+		}
+	}
+	if err := SetBPEDropout(sampler, cfg); err != nil {
+		return err
+	}
+	if rs := p.setup.Resumed; rs != nil && rs.SamplerState != nil {
+		if err := sampler.SetState(rs.SamplerState); err != nil {
+			return fmt.Errorf("resume: sampler state: %w", err)
+		}
+	}
+	// Batches come in the plan's shape; the sampler draws the same windows
+	// in the same order whatever the plan (Plan.NewBatch).
+	plan := p.setup.Plan
+	if device, _ := WindowSource(cfg, train.Len()); device {
+		if p.stream, err = NewTokenStream(train, cfg.Model.Context); err != nil {
+			return err
+		}
+		p.prefetch, err = data.NewStartsPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
+	} else {
+		p.prefetch, err = data.NewPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
+	}
+	return err
+}
+
+// next takes the next prefetched batch, refreshing GaLore's projections
+// and Sophia's Hessian estimate on it when due.
+func (p *pretrainTask) next(step int) (Batch, error) {
+	batch, err := p.prefetch.Next()
+	if err != nil {
+		return Batch{}, err
+	}
+	p.batch = batch
+	if p.galore.Due(step) {
+		if err := p.galore.Refresh(p.setup.State, BatchOf(batch)); err != nil {
+			return Batch{}, err
+		}
+	}
+	if p.sophia.Due(step) {
+		if err := p.sophia.Estimate(p.setup.State, BatchOf(batch), step); err != nil {
+			return Batch{}, err
+		}
+	}
+	if p.stream != nil {
+		return p.stream.Batch(batch), nil
+	}
+	return BatchOf(batch), nil
+}
+
+// release appends the sampler state after the batch and hands the batch
+// back to the prefetcher.
+func (p *pretrainTask) release(b []byte) []byte {
+	if p.batch == nil {
+		return b
+	}
+	b = append(b, p.batch.State...)
+	p.prefetch.Release(p.batch)
+	p.batch = nil
+	return b
+}
+
+// evaluates is true: the corpus always has validation windows.
+func (p *pretrainTask) evaluates() bool { return true }
+
+// evaluate measures the held-out loss on the validation windows.
+func (p *pretrainTask) evaluate(m *Metrics) (float64, error) {
+	return p.eval.record(p.setup.State.Params(), p.cfg.Model.ZLoss, m)
+}
+
+// save writes a whole checkpoint: the model and the optimizer state.
+func (p *pretrainTask) save(root string, rs RunState) (string, error) {
+	specs := p.t.Model.Specs
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	st := p.setup.State
+	return SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
+}
+
+// close releases what open built.
+func (p *pretrainTask) close() {
+	if p.prefetch != nil {
+		p.prefetch.Stop()
+	}
+	p.stream.Free()
+	p.eval.Free()
+	p.galore.Free()
+	p.sophia.Free()
+	p.setup.Free()
+}

@@ -48,6 +48,10 @@ type Summary struct {
 	FirstLoss, Loss   float64
 	InitialValLoss    float64 // NaN when not measured
 	ValLoss           float64 // NaN when not measured
+	// InitialValPreference and ValPreference are a preference
+	// fine-tune's held-out rewards, margin and accuracy (with the loss)
+	// at the first and the last evaluation; nil when not measured.
+	InitialValPreference, ValPreference *PreferenceEval
 	Traces            int     // how often the step was traced (compiled) or run (interpreted)
 	Elapsed           time.Duration
 	LastCheckpoint    string

@@ -189,4 +189,3 @@ func TestPreferenceFineTuneRefusals(t *testing.T) {
 		t.Errorf("resuming a DPO checkpoint as IPO: %v", err)
 	}
 }
-

@@ -45,20 +45,20 @@ type Summary struct {
 	StartStep, Step int // first update run, updates completed
 	// FirstLoss and Loss are the first and the last logged loss: each the
 	// token-weighted mean over its log interval (Metrics.Loss).
-	FirstLoss, Loss float64
-	InitialValLoss  float64 // NaN when not measured
-	ValLoss         float64 // NaN when not measured
+	FirstLoss, Loss   float64
+	InitialValLoss    float64 // NaN when not measured
+	ValLoss           float64 // NaN when not measured
+	Traces            int     // how often the step was traced (compiled) or run (interpreted)
+	Elapsed           time.Duration
+	LastCheckpoint    string
+	TokensPerS        float64
+	PeakMemoryBytes   uint64
+	ActiveMemoryBytes uint64
+	Plan              Plan
 	// InitialValPreference and ValPreference are a preference
 	// fine-tune's held-out rewards, margin and accuracy (with the loss)
 	// at the first and the last evaluation; nil when not measured.
 	InitialValPreference, ValPreference *PreferenceEval
-	Traces                              int // how often the step was traced (compiled) or run (interpreted)
-	Elapsed                             time.Duration
-	LastCheckpoint                      string
-	TokensPerS                          float64
-	PeakMemoryBytes                     uint64
-	ActiveMemoryBytes                   uint64
-	Plan                                Plan
 }
 
 // Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints

@@ -85,9 +85,9 @@ func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options,
 }
 
 // printObjectiveRatios writes, for each preference preset (its label
-// ending in suffix, "/dpo") and compile mode, the medians over rounds of
-// its time and peak memory relative to the supervised step of the same
-// method, shape, round and compile mode.
+// ending in suffix, "/dpo") and compile mode, the medians over rounds (and
+// ranges) of its time and peak memory relative to the supervised step of
+// the same method, shape, round and compile mode.
 func printObjectiveRatios(w io.Writer, results []bench.Result, suffix string) error {
 	type key struct {
 		round   int
@@ -123,9 +123,17 @@ func printObjectiveRatios(w io.Writer, results []bench.Result, suffix string) er
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "objective step\tcompile\trounds\tms vs sft\tpeak mem vs sft\t")
+	// the median of v, with its range when there are several.
+	median := func(v []float64) string {
+		s := fmt.Sprintf("%.2fx", bench.Quantile(v, 0.5))
+		if len(v) > 1 {
+			s += fmt.Sprintf(" (%.2fx–%.2fx)", slices.Min(v), slices.Max(v))
+		}
+		return s
+	}
 	for _, c := range cells {
 		v := ratios[c]
-		fmt.Fprintf(tw, "%s\t%t\t%d\t%.2fx\t%.2fx\t\n", c.preset, c.compile, len(v[0]), bench.Quantile(v[0], 0.5), bench.Quantile(v[1], 0.5))
+		fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\t\n", c.preset, c.compile, len(v[0]), median(v[0]), median(v[1]))
 	}
 	return tw.Flush()
 }

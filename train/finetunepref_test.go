@@ -189,3 +189,63 @@ func TestPreferenceFineTuneRefusals(t *testing.T) {
 		t.Errorf("resuming a DPO checkpoint as IPO: %v", err)
 	}
 }
+
+// Two ranks of a full DPO fine-tune (precomputed reference) over a
+// loopback ring, batch B each, log the losses, gradient norms and
+// training and held-out preference metrics of one process with batch 2B:
+// each rank draws whole pairs and normalises by the pairs of both.
+func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
+	cfg := fineTuneConfig(4)
+	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery, cfg.LR = 8, 2, 0.5, 2, 1e-3
+	ft := FineTuneConfig{Base: writeBase(t), Method: MethodFull, Objective: DPO,
+		Train: writePairs(t, "train.jsonl", 1, 24), Valid: writePairs(t, "valid.jsonl", 2, 6)}
+	single := filepath.Join(t.TempDir(), "single")
+	runFineTune(t, cfg, ft, single, "")
+
+	dir := t.TempDir()
+	job := ftRankJob{Config: cfg, FineTune: ft, RunDir: filepath.Join(dir, "ranks")}
+	job.Config.Batch /= 2
+	spec, _ := json.Marshal(job)
+	jobFile := filepath.Join(dir, "job.json")
+	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
+	want, err := ReadMetrics(filepath.Join(single, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadMetrics(filepath.Join(job.RunDir, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(want) || len(got) != cfg.Steps+1 {
+		t.Fatalf("the ranks logged %d lines, the single process %d; want %d", len(got), len(want), cfg.Steps+1)
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(1, math.Abs(b)) }
+	pref := func(p *PreferenceEval) []float64 {
+		if p == nil {
+			return nil
+		}
+		return []float64{p.Loss, p.RewardChosen, p.RewardRejected, p.Margin, p.Accuracy, float64(p.Pairs)}
+	}
+	for i, m := range got {
+		w := want[i]
+		if !near(m.Loss, w.Loss) || !near(m.GradNorm, w.GradNorm) {
+			t.Errorf("step %d: loss %.7f, grad norm %.7f; the doubled batch's %.7f, %.7f", m.Step, m.Loss, m.GradNorm, w.Loss, w.GradNorm)
+		}
+		for _, p := range [][2]*PreferenceEval{{m.Preference, w.Preference}, {m.ValPreference, w.ValPreference}} {
+			a, b := pref(p[0]), pref(p[1])
+			if len(a) != len(b) {
+				t.Errorf("step %d: preference metrics %v, the doubled batch's %v", m.Step, a, b)
+				continue
+			}
+			for k := range a {
+				if !near(a[k], b[k]) {
+					t.Errorf("step %d: preference metrics %v, the doubled batch's %v", m.Step, a, b)
+					break
+				}
+			}
+		}
+	}
+}

@@ -249,3 +249,39 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 		}
 	}
 }
+
+// The micro-batch probe of a preference fine-tune runs its row step on
+// pairs, and refuses an odd micro-batch, which would split a pair, so that
+// --micro-batch auto only picks even ones.
+func TestPreferenceProbe(t *testing.T) {
+	base := writeBase(t)
+	for _, method := range []string{MethodLoRA, MethodFull} {
+		ft := FineTuneConfig{Base: base, Method: method, Objective: DPO, Train: writePairs(t, "train.jsonl", 1, 8)}
+		if method == MethodLoRA {
+			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn"}
+		}
+		cfg := fineTuneConfig(2)
+		cfg.Warmup = 1
+		f, err := NewFineTuner(cfg, ft, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe := (&fineTuneTask{f: f}).probe()
+		var peak uint64
+		err = mlx.Do(func() error {
+			c := f.Config
+			var err error
+			if peak, err = probe.peak(c); err != nil {
+				return err
+			}
+			c.Batch = 3
+			if _, err := probe.peak(c); err == nil || !strings.Contains(err.Error(), "odd micro-batch") {
+				t.Errorf("%s: probing an odd micro-batch: %v", method, err)
+			}
+			return nil
+		})
+		if err != nil || peak == 0 {
+			t.Errorf("%s: probe peak %d, %v", method, peak, err)
+		}
+	}
+}

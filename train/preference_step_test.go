@@ -312,3 +312,51 @@ func TestPrecomputedReferenceMatchesOnTheFly(t *testing.T) {
 		}
 	})
 }
+
+// Over a quantized base (QLoRA), the adapter-off reference is the
+// quantized base: fresh adapters compute its log-probabilities bit for
+// bit (DPO starts at ln 2 there too), trained ones do not.
+func TestQuantizedAdapterReferenceIsQuantizedBase(t *testing.T) {
+	_, xs, ys, mask := prefFixture(t)
+	m, err := model.New(model.Config{VocabSize: 32, DModel: 64, Layers: 1, Heads: 2, Context: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mlxtest.Run(t, func(t testing.TB) {
+		base, _ := m.Init(1)
+		q, frozen, err := peft.QuantizeBase(m.Specs, base, 32, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, y, mk := mlx.FromSlice(xs, 8, 6), mlx.FromSlice(ys, 8, 6), mlx.FromSlice(mask, 8, 6)
+		for _, method := range []peft.Method{peft.LoRA, peft.DoRA} {
+			a, err := peft.New(peft.Config{Method: method, Rank: 2, Alpha: 4, Targets: []string{"all"}}, m.Specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.Quant = q
+			ref, err := AdapterReferenceLogProbs(m, a, frozen, x, y, mk).Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fresh, err := a.Init(2, frozen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ce, _ := AdapterTerms(m, a, fresh, frozen, x, y)
+			lp, _ := SequenceLogProbs(ce, mk)
+			policy, err := lp.Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(policy, ref) {
+				t.Errorf("%s over a 4-bit base: fresh adapters' log-probabilities %v, the adapter-off reference's %v", method, policy, ref)
+			}
+			ce, _ = AdapterTerms(m, a, randomAdapter(t, a, frozen), frozen, x, y)
+			lp, _ = SequenceLogProbs(ce, mk)
+			if trained, _ := lp.Float32s(); slices.Equal(trained, ref) {
+				t.Errorf("%s: trained adapters give the reference's log-probabilities", method)
+			}
+		}
+	})
+}

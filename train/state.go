@@ -119,32 +119,6 @@ func (b Batch) NormalizedWeights() ([]float32, float64, error) {
 	return normalize(b.W, b.WeightSum, "loss weight")
 }
 
-// normalize returns w divided by total (by the sum of w when total is
-// 0) and that total, refusing weights that are negative or not finite;
-// what names them in errors.
-func normalize(w []float32, total float64, what string) ([]float32, float64, error) {
-	if total == 0 {
-		for _, v := range w {
-			total += float64(v)
-		}
-	}
-	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
-		return nil, 0, fmt.Errorf("train: %ss sum to %g, want a finite value >= 0", what, total)
-	}
-	out := make([]float32, len(w))
-	inv := 0.0
-	if total > 0 {
-		inv = 1 / total
-	}
-	for i, v := range w {
-		if v < 0 || math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, 0, fmt.Errorf("train: %s %d is %g, want a finite value >= 0", what, i, v)
-		}
-		out[i] = float32(float64(v) * inv)
-	}
-	return out, total, nil
-}
-
 // StepStats are what one update measured.
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
@@ -419,29 +393,6 @@ func (s *State) apply(lr float64, b Batch) error {
 	s.updated, s.read = true, false
 	s.interval.add(s.loss, s.aux, updateTokens(b, s.step.weighted, total))
 	return nil
-}
-
-// rowInputs returns a row step's per-row inputs of b, the row weights
-// normalised by the update's total (Batch.RowW, Batch.WeightSum) first,
-// and that total; nothing for other steps, which must get no row inputs.
-func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
-	if s.step.nRows == 0 {
-		if b.RowW != nil || b.RowInputs != nil {
-			return nil, 0, errors.New("train: batch with row weights or row inputs for a step that takes none (NewRowStep)")
-		}
-		return nil, 0, nil
-	}
-	if b.RowW == nil || b.W == nil {
-		return nil, 0, errors.New("train: a row step's batch needs the token mask (Batch.W) and row weights (Batch.RowW)")
-	}
-	if len(b.RowInputs) != s.step.nRows-1 {
-		return nil, 0, fmt.Errorf("train: batch with %d row inputs for a row step of %d", len(b.RowInputs), s.step.nRows-1)
-	}
-	rw, total, err := normalize(b.RowW, b.WeightSum, "row weight")
-	if err != nil {
-		return nil, 0, err
-	}
-	return append([][]float32{rw}, b.RowInputs...), total, nil
 }
 
 // arrays lists every array the state holds: the last update's loss and

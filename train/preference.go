@@ -97,6 +97,9 @@ func (p Preference) Validate() error {
 		if !finite(p.Lambda) || p.Lambda < 0 {
 			return fmt.Errorf("preference: lambda = %g for orpo, want a finite value >= 0", p.Lambda)
 		}
+		if p.Beta != 0 || p.Gamma != 0 {
+			return fmt.Errorf("preference: beta = %g, gamma = %g for orpo, want them unset (orpo's weight is lambda)", p.Beta, p.Gamma)
+		}
 	default:
 		names := make([]string, 0, 4)
 		for _, o := range Objectives()[1:] {

@@ -256,6 +256,7 @@ func TestFineTuneObjectiveConfig(t *testing.T) {
 		{DPO, 0, 0, 0.5, false, "gamma = 0.5 for dpo"},
 		{IPO, 0, 0.5, 0, false, "lambda = 0.5 for ipo"},
 		{ORPO, 0, -0.1, 0, false, "lambda = -0.1"},
+		{ORPO, 0.5, 0, 0, false, "beta = 0.5, gamma = 0 for orpo"},
 		{DPO, 0, 0, 0, true, "packing"},
 	} {
 		ft := ok

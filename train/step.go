@@ -112,6 +112,11 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
 //
+// A row step (NewRowStep) takes per-row inputs after the token mask w,
+// the row weights first, and emits its loss's auxiliary sums last:
+//
+//	(params, frozen, state, lr, x, y, w, rows…[N,B]) → (params', state', weighted loss, grad norm, aux…)
+//
 // In place of x and y an unweighted step also takes its windows' starts
 // in a token stream on the device (TokenStream, Batch.Starts): the stream,
 // its view one token further, the offsets 0 … T-1 and starts[N,B]; it

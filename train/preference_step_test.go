@@ -360,3 +360,58 @@ func TestQuantizedAdapterReferenceIsQuantizedBase(t *testing.T) {
 		}
 	})
 }
+
+// The memory tools leave a preference step's numbers as they are:
+// gradient checkpointing and the chunked loss give the losses, metrics
+// and updated adapters of the plain step, the reference pass included.
+func TestPreferenceStepWithMemoryTools(t *testing.T) {
+	m, xs, ys, mask := prefFixture(t)
+	mlxtest.Run(t, func(t testing.TB) {
+		run := func(mem model.Memory) ([]float64, []float32) {
+			m.Memory = mem
+			defer func() { m.Memory = model.Memory{} }()
+			a, _ := peft.New(peft.Config{Method: peft.LoRA, Rank: 2, Alpha: 4, Targets: []string{"attn", "mlp"}}, m.Specs)
+			opt, _ := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
+			base, _ := m.Init(1)
+			ad, _ := a.Init(2, base)
+			optState, _ := opt.Init()
+			s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
+				len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Free()
+			st, err := NewFrozenState(s, ad, base, optState)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Free()
+			var vals []float64
+			for i := 0; i < 3; i++ {
+				loss, err := st.Update(1e-2, rowBatch(xs, ys, mask, 2, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stats, _ := st.Stats()
+				vals = append(append(vals, loss), stats.Aux...)
+			}
+			b, err := st.Params()[1].Float32s()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return vals, b
+		}
+		want, wantB := run(model.Memory{})
+		got, gotB := run(model.Memory{Checkpoint: true, LossChunk: 5})
+		for i := range want {
+			if math.Abs(got[i]-want[i]) > 1e-5*math.Max(1, math.Abs(want[i])) {
+				t.Errorf("value %d with checkpointing and a chunked loss: %.7g, plain %.7g", i, got[i], want[i])
+			}
+		}
+		for i := range wantB {
+			if math.Abs(float64(gotB[i]-wantB[i])) > 1e-5 {
+				t.Fatalf("adapter value %d with the memory tools %g, plain %g", i, gotB[i], wantB[i])
+			}
+		}
+	})
+}

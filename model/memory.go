@@ -25,11 +25,6 @@ type Memory struct {
 	LossChunk int
 }
 
-// LossChunkRows is the chunk size the trainers use when the chunked loss
-// is on: 1,024 positions of Qwen2.5's 151,936-entry vocabulary are 0.6 GB
-// of float32 logits, against 2.5 GB for a 4 × 1,024 batch.
-const LossChunkRows = 1024
-
 // fields lists pointers to the block's arrays that are set, every
 // *mlx.Array field in declaration order (found by reflection, so a field
 // added to block is a checkpoint input without further code): a copy of

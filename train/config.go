@@ -91,8 +91,8 @@ type Config struct {
 	// inside the one compiled step.
 	GradCheckpoint bool `json:"grad_checkpoint,omitempty"`
 	// LossChunk is how many positions the loss's logits are computed for
-	// at a time (model.Memory.LossChunk): 0 is automatic (ModelMemory),
-	// -1 computes them whole.
+	// at a time (model.Memory.LossChunk): 0 is automatic (ModelMemory:
+	// whole, today), -1 computes them whole.
 	LossChunk int `json:"loss_chunk,omitempty"`
 }
 

@@ -194,15 +194,16 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 			return b, nil, err
 		}
 		frozen = base
+		if err := CastFrozenBase(cfg, base); err != nil {
+			return b, nil, err
+		}
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
 				return b, nil, err
 			}
 			owned = frozen // the float weights of the quantized slots are freed
 		}
-		// The float32 adapters feed their products in float32
-		// (peft.Adapter.Linears): no compute-dtype copies.
-		opts.ComputeCopies, opts.ComputeDtype = false, 0
+		opts = AdapterStepOptions(opts, cfg.Model)
 	} else {
 		b.trainNames = make([]string, len(f.Model.Specs))
 		for i, s := range f.Model.Specs {

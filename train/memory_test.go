@@ -48,14 +48,18 @@ func TestGradCheckpointAndChunkedLossTrainLikeThePlainStep(t *testing.T) {
 	}
 }
 
-func TestModelMemoryChunksOnlyLargeMicrobatches(t *testing.T) {
+func TestModelMemoryChunksOnlyOnRequest(t *testing.T) {
 	cfg := tinyConfig() // 4 × 32 positions
 	if m := cfg.ModelMemory(); m.LossChunk != 0 || m.Checkpoint {
 		t.Errorf("a 128-position microbatch: %+v, want the plain loss", m)
 	}
 	cfg.Batch, cfg.Model.Context = 4, 1024
-	if m := cfg.ModelMemory(); m.LossChunk != model.LossChunkRows {
-		t.Errorf("a 4096-position microbatch: chunk %d, want %d", m.LossChunk, model.LossChunkRows)
+	if m := cfg.ModelMemory(); m.LossChunk != 0 {
+		t.Errorf("a 4096-position microbatch, loss_chunk 0: chunk %d, want none", m.LossChunk)
+	}
+	cfg.LossChunk = 256
+	if m := cfg.ModelMemory(); m.LossChunk != 256 {
+		t.Errorf("loss_chunk 256: chunk %d, want 256", m.LossChunk)
 	}
 	cfg.LossChunk = -1
 	if m := cfg.ModelMemory(); m.LossChunk != 0 {

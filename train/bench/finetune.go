@@ -115,13 +115,16 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 			opt, err = train.NewOptimizerFor(cfg, train.AdapterOptimizerParams(a))
 		}
 		if err == nil {
+			err = train.CastFrozenBase(cfg, base)
+		}
+		if err == nil {
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		if err == nil {
 			loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
 			rowLoss = train.AdapterPreferenceLoss(m, a, ft.Objective)
 		}
-		opts.ComputeCopies, opts.ComputeDtype = false, 0
+		opts = train.AdapterStepOptions(opts, cfg.Model)
 	default:
 		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
 	}

@@ -1,7 +1,6 @@
 package data
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -55,33 +54,11 @@ func ReadPreferenceRecords(path string) ([]PreferenceRecord, error) {
 // ParsePreferenceRecords reads jsonl preference records from r; name
 // labels errors. An input with no record is an error.
 func ParsePreferenceRecords(r io.Reader, name string) ([]PreferenceRecord, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxRecordLine)
-	var out []PreferenceRecord
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
+	return parseJSONL(r, name, `"chosen" and "rejected"`, func(b []byte, line int) (PreferenceRecord, error) {
 		rec, err := parsePreference(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
-		}
 		rec.Line, rec.Chosen.Line, rec.Rejected.Line = line, line, line
-		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%s:%d: line longer than %d MiB", name, line+1, maxRecordLine>>20)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf(`%s: no records; want one JSON object per line with "chosen" and "rejected"`, name)
-	}
-	return out, nil
+		return rec, err
+	})
 }
 
 // parsePreference decodes and validates one line.

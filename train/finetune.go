@@ -196,7 +196,7 @@ func (r *ftRun) open() error {
 	if ck.State.Config.Model != cfg.Model {
 		return fmt.Errorf("base checkpoint %s is of another model shape (%+v), the fine-tune needs %+v", f.FineTune.Base, ck.State.Config.Model, cfg.Model)
 	}
-	base, err := orderParams(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model)
+	base, quant, err := orderBase(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model, f.FineTune)
 	if err != nil {
 		return err
 	}
@@ -217,6 +217,7 @@ func (r *ftRun) open() error {
 			return err
 		}
 		loss, packedLoss, frozen = AdapterLoss(f.Model, r.adapter), PackedAdapterLoss(f.Model, r.adapter), base
+		r.adapter.Quant = quant // a quantized base checkpoint's layout; nil for a float one
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(r.adapter, f.Model, base, f.FineTune); err != nil {
 				return err

@@ -89,7 +89,7 @@ func orderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]
 		if err != nil {
 			return nil, err
 		}
-		return nil, errQuantizedBase(file, q, "training the whole model")
+		return nil, errQuantizedBase(file, q, "a whole-model run (train --resume, a full fine-tune)")
 	}
 	names := make([]string, len(m.Specs))
 	shapes := make([][]int, len(m.Specs))

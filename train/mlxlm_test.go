@@ -11,6 +11,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/realmodel"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -265,5 +266,30 @@ func TestExportOfQuantizedRunLoadsInMLXLM(t *testing.T) {
 	}
 	if d := maxAbsDiff(t, mlxlmLogits(t, export(ck), quantTokens), mlxlmLogits(t, quant, quantTokens)); d > 1e-4 {
 		t.Errorf("the quantized base exported as imported computes up to %.3g from mlx-lm's quantized folder in mlx-lm", d)
+	}
+}
+
+// The real SmolLM2-135M-Instruct, quantized by mlx-lm (4-bit, groups of
+// 64) and imported, gives mlx-lm's logits on the quantized folder.
+func TestRealMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
+	quant := filepath.Join(t.TempDir(), "smollm2-q4")
+	runMLXLM(t, "quantize", realmodel.Folder(t), quant, "64", "4")
+	ck, _, err := ImportHF(quant, filepath.Join(t.TempDir(), "run"), tinyConfig(), ImportOptions{Context: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := CheckpointQuantization(ck); err != nil || q != "4-bit, groups of 64" {
+		t.Fatalf("the imported checkpoint's quantization: %q, %v", q, err)
+	}
+	tokens := []int32{1, 504, 3575, 282, 4649, 314, 253, 2, 28, 10, 49151, 100}
+	ours, ref := checkpointLogits(t, ck, tokens), mlxlmLogits(t, quant, tokens)
+	scale := 0.0
+	for _, v := range ref {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	d := maxAbsDiff(t, ours, ref)
+	t.Logf("max |ours - mlx-lm| %.3g at logit scale %.3g", d, scale)
+	if d > 1e-4*scale {
+		t.Errorf("the imported SmolLM2 4-bit model's logits differ from mlx-lm's by up to %.3g (scale %.3g), want float rounding", d, scale)
 	}
 }

@@ -117,7 +117,6 @@ func LoadQuantized(dir, dtype string) (*Model, error) {
 // quantGroup is one quantized tensor of a folder: its packed weight,
 // scales and biases, and the bits and group size its shapes give.
 type quantGroup struct {
-	name                   string
 	packed, scales, biases *mlx.Array
 	groupSize, bits        int
 }
@@ -147,7 +146,7 @@ func dequantizeTensors(src string, t tensors, q Quantization) (map[*mlx.Array]qu
 			return nil, fmt.Errorf("%s: %q: packed %v and scales %v are not an MLX-quantized matrix", src, stem, ps, ss)
 		}
 		// in = groups × groupSize = packed × 32 / bits: try each group size.
-		g := quantGroup{name: stem, packed: w, scales: sc, biases: b}
+		g := quantGroup{packed: w, scales: sc, biases: b}
 		for _, gs := range append([]int{q.GroupSize}, mlx.QuantGroupSizes...) {
 			in := ss[1] * gs
 			if (ps[1]*32)%in == 0 && mlx.CheckQuantization(gs, ps[1]*32/in) == nil {
@@ -172,12 +171,13 @@ func dequantizeTensors(src string, t tensors, q Quantization) (map[*mlx.Array]qu
 	return groups, nil
 }
 
-// keepQuantized picks, among m's parameters named from groups' dequantized
-// arrays, those that stay quantized: transformer-block projections that
-// are a folder tensor as it is (not split, fused or transposed), quantized
-// with q's bits and group size. params holds the mapped arrays in Specs
-// order; the picked ones are replaced by their packed weights, cast
-// scales and biases returned beside them.
+// keepQuantized picks, among m's parameters mapped from groups'
+// dequantized arrays, those that stay quantized: transformer-block
+// projections that are a folder tensor as it is (not split, fused or
+// transposed), quantized with q's bits and group size. named holds the
+// mapped arrays in Specs order; the picked ones are replaced there by
+// their packed weights, and returned with their scales and biases cast to
+// the parameter dtype; nil when none is picked.
 func keepQuantized(m *model.TinyGPT, named []*mlx.Array, groups map[*mlx.Array]quantGroup, q Quantization) *QuantizedParams {
 	out := &QuantizedParams{Quantization: q}
 	for i, spec := range m.Specs {

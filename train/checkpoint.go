@@ -15,6 +15,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/peft"
 )
 
 // CheckpointFormat is the version of the checkpoint layout written here.
@@ -83,6 +84,13 @@ func (c *Checkpoint) OrderedParams(m *model.TinyGPT) ([]*mlx.Array, error) {
 // orderParams picks m's parameters by name from the arrays of file,
 // checking their shapes and dtype.
 func orderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]*mlx.Array, error) {
+	if peft.IsQuantizedNamed(m.Specs, named) {
+		q, _, err := peft.QuantizedFromNamed(file, m.Specs, named)
+		if err != nil {
+			return nil, err
+		}
+		return nil, errQuantizedBase(file, q, "a whole-model run (train --resume, a full fine-tune)")
+	}
 	names := make([]string, len(m.Specs))
 	shapes := make([][]int, len(m.Specs))
 	for i, s := range m.Specs {

@@ -23,7 +23,8 @@ func (k *fineTuneTask) probe() planProbe {
 			// Deferred calls run last first: the buffers go back to the
 			// system once the state and the step have released them.
 			defer mlx.ClearCache()
-			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, "")
+			// A base stored quantized is probed in float: an upper bound.
+			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, nil, "")
 			if err != nil {
 				return 0, err
 			}

@@ -156,7 +156,7 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if ck.State.Config.Model != cfg.Model {
 		return nil, fmt.Errorf("base checkpoint %s is of another model shape (%+v), the fine-tune needs %+v", f.FineTune.Base, ck.State.Config.Model, cfg.Model)
 	}
-	base, err := orderParams(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model)
+	base, quant, err := orderBase(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model, f.FineTune)
 	if err != nil {
 		return nil, err
 	}
@@ -170,15 +170,17 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	}
 	ck.Params = nil // build owns base now
 	var resumed *RunState
-	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, env.resumeFrom)
+	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, quant, env.resumeFrom)
 	return resumed, err
 }
 
 // build makes the adapters (unless the fine-tune is full), the optimizer,
 // the step of plan on group g and its state over the base weights base,
 // which it takes: fresh, or the trainable arrays and optimizer state of
-// the checkpoint resumeFrom, whose run state it returns.
-func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
+// the checkpoint resumeFrom, whose run state it returns. quant is the
+// layout of a base checkpoint stored quantized (base is then its frozen
+// list), nil for a float one.
+func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, quant *peft.Quantized, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
 	f := k.f
 	owned := base
 	defer func() { mlx.Free(owned...) }() // until the state takes them
@@ -194,8 +196,11 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 			return b, nil, err
 		}
 		frozen = base
-		if err := CastFrozenBase(cfg, base); err != nil {
-			return b, nil, err
+		b.adapter.Quant = quant
+		if quant == nil {
+			if err := CastFrozenBase(cfg, base); err != nil {
+				return b, nil, err
+			}
 		}
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {

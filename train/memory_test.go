@@ -110,7 +110,7 @@ func TestQLoRAFineTune(t *testing.T) {
 	if _, err := SampleAdapted(run, "", "the", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
 		t.Errorf("sampling the QLoRA fine-tune: %v", err)
 	}
-	fusedDir, err := Fuse(run, "", filepath.Join(t.TempDir(), "fused"))
+	fusedDir, err := Fuse(run, "", filepath.Join(t.TempDir(), "fused"), FuseOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,37 +107,19 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 }
 
 // loadModel reads the run state and the parameters of checkpoint directory
-// dir, in the model's order; free releases the parameters.
+// dir, in the model's order; free releases the parameters. A quantized
+// model (loadModelQuant) is dequantized.
 func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
-	st, err = ReadRunState(filepath.Join(dir, StateFile))
+	st, m, params, q, free, err := loadModelQuant(dir)
+	if err != nil || q == nil {
+		return st, m, params, free, err
+	}
+	params, deqFree, err := dequantizedParams(q, params, free)
 	if err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if err := checkModelMemory(st.Config.Model); err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if m, err = model.New(st.Config.Model); err != nil {
-		return st, nil, nil, nil, err
-	}
-	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
-	if err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	free = func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}
-	names := make([]string, len(m.Specs))
-	shapes := make([][]int, len(m.Specs))
-	for i, s := range m.Specs {
-		names[i], shapes[i] = s.Name, s.Shape
-	}
-	if params, err = ordered(filepath.Join(dir, ModelFile), arrays, names, shapes); err != nil {
 		free()
-		return st, nil, nil, nil, err
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	return st, m, params, free, nil
+	return st, m, params, deqFree, nil
 }
 
 // ResolveCheckpoint is the one rule for what a --from or --resume path may

@@ -227,6 +227,18 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if dir, err = filepath.Abs(dir); err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
+		if opts.method == train.MethodFull || opts.quantize != 0 {
+			quant, err := train.CheckpointQuantization(dir)
+			if err != nil {
+				return p, usageError("invalid --from %s: %v", opts.from, err)
+			}
+			if quant != "" && opts.method == train.MethodFull {
+				return p, usageError("invalid --method full: the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use --method lora or dora over it, or import float weights", opts.from, quant)
+			}
+			if quant != "" {
+				return p, usageError("invalid --quantize %d: the base %s is quantized already (%s); leave --quantize out to train the adapters over it as it is", opts.quantize, opts.from, quant)
+			}
+		}
 		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
 			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
@@ -468,6 +480,7 @@ func printRows(w io.Writer, what, path string, r *data.Rows) {
 func newFuseCmd() *cobra.Command {
 	var adapter, from, out string
 	var overwrite bool
+	var fuseOpts train.FuseOptions
 	cmd := &cobra.Command{
 		Use:   "fuse",
 		Short: "Merge a fine-tune's adapters into its base as an ordinary checkpoint",
@@ -476,9 +489,17 @@ or checkpoint directory) to its base, the checkpoint recorded in its
 finetune.json or --from, and writes the merged weights as an ordinary
 checkpoint (step 0, fresh optimizer state) in the run folder --out. The
 merged model computes exactly the logits of base + adapters, so sample,
-eval and train --resume use it like any checkpoint.`,
+eval and train --resume use it like any checkpoint. A base the adapters
+trained over quantized (--quantize, or an MLX-quantized folder) is
+dequantized before the merge. --quantize 4 (or 8; 2, 3, 5, 6) quantizes the
+merged transformer-block projections again (MLX's affine mode, groups of
+--q-group-size): the checkpoint then holds a quantized model, which sample,
+eval, export (as an MLX-quantized folder mlx-lm loads) and adapter
+fine-tunes read, and a full fine-tune refuses.`,
 		Example: `  posttrainllm fuse --adapter runs/tiny-lora --out runs/tiny-fused
-  posttrainllm sample --from runs/tiny-fused --prompt "ROMEO:"`,
+  posttrainllm sample --from runs/tiny-fused --prompt "ROMEO:"
+  posttrainllm fuse --adapter runs/smollm2-qlora --out runs/smollm2-q4 --quantize 4
+  posttrainllm export runs/smollm2-q4 exported/smollm2-q4`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if adapter == "" {
@@ -494,6 +515,9 @@ eval and train --resume use it like any checkpoint.`,
 			if _, err := train.ReadFineTuneConfig(dir); err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}
+			if err := fuseOpts.Validate(); err != nil {
+				return usageError("invalid --quantize/--q-group-size: %v", err)
+			}
 			if err := checkOut(out, false, overwrite); err != nil {
 				return err
 			}
@@ -502,7 +526,7 @@ eval and train --resume use it like any checkpoint.`,
 					return err
 				}
 			}
-			ck, err := train.Fuse(dir, from, out)
+			ck, err := train.Fuse(dir, from, out, fuseOpts)
 			if err != nil {
 				return err
 			}
@@ -515,5 +539,7 @@ eval and train --resume use it like any checkpoint.`,
 	fs.StringVar(&from, "from", "", "base checkpoint (default: the one the fine-tune recorded)")
 	fs.StringVar(&out, "out", "", "run folder for the merged checkpoint")
 	fs.BoolVar(&overwrite, "overwrite", false, "replace the run in --out")
+	fs.IntVar(&fuseOpts.Quantize, "quantize", 0, "quantize the merged projections to 4 or 8 bits (2, 3, 5, 6 too); 0 writes float weights")
+	fs.IntVar(&fuseOpts.QGroupSize, "q-group-size", 0, "values per quantization scale with --quantize: 32, 64 or 128 (default 64)")
 	return cmd
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 // writeRecords writes "continue this line" records, one per line of the
@@ -48,16 +48,16 @@ func TestFinetuneResumeSampleFuse(t *testing.T) {
 			t.Errorf("finetune output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{train.AdapterFile, train.FineTuneFile, train.OptimizerFile, train.StateFile} {
+	for _, f := range []string{checkpoint.AdapterFile, checkpoint.FineTuneFile, checkpoint.OptimizerFile, checkpoint.StateFile} {
 		if _, err := os.Stat(filepath.Join(ck, f)); err != nil {
 			t.Errorf("adapter checkpoint lacks %s: %v", f, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(ck, train.ModelFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.ModelFile)); err == nil {
 		t.Errorf("adapter checkpoint %s holds a whole model", ck)
 	}
 	checkPNG(t, filepath.Join(out, plotFile))

@@ -3,7 +3,6 @@ package train
 import (
 	"errors"
 	"fmt"
-	"math"
 
 	"github.com/posttrainllm/posttrainllm/data"
 )
@@ -24,8 +23,18 @@ type Batch struct {
 	// Σ W·loss / WeightSum. Zero means the sum of W, this update's own
 	// token count. A data-parallel loop passes the sum over all ranks, so
 	// every rank divides by the global count. An update whose weights are
-	// all zero has loss 0 and zero gradients, not 0/0.
+	// all zero has loss 0 and zero gradients, not 0/0. For a row step
+	// (NewRowStep) it normalises RowW instead, and W is passed as it is.
 	WeightSum float64
+	// RowW weighs each row's loss, N·B values, for a row step only
+	// (NewRowStep), which needs it: a preference loss puts 1 on the chosen
+	// row of each pair and 0 on the rejected one, so the update's loss is
+	// the mean over its pairs (Σ RowW·loss / WeightSum). W then is the
+	// token mask the loss sums log-probabilities under, not normalised.
+	RowW []float32
+	// RowInputs are a row step's per-row inputs after RowW, N·B values
+	// each, laid out [N, B] (NewRowStep's nRowInputs of them).
+	RowInputs [][]float32
 	// Seg numbers, for packed rows, the example each input position
 	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
 	// (NewPackedStep) reads it, and needs it.
@@ -63,6 +72,14 @@ func (b Batch) check(accum int) error {
 	if b.Seg != nil && len(b.Seg) != len(b.X) {
 		return fmt.Errorf("train: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
 	}
+	if b.RowW != nil && len(b.RowW) != b.N*b.B {
+		return fmt.Errorf("train: batch holds %d row weights for %d rows, want one per row", len(b.RowW), b.N*b.B)
+	}
+	for k, r := range b.RowInputs {
+		if len(r) != b.N*b.B {
+			return fmt.Errorf("train: batch row input %d holds %d values for %d rows, want one per row", k, len(r), b.N*b.B)
+		}
+	}
 	return nil
 }
 
@@ -94,25 +111,5 @@ func (b Batch) checkWindows() error {
 // (WeightSum, or the sum of W when that is 0), the weights a weighted
 // step takes, and that total. All-zero weights stay zero.
 func (b Batch) NormalizedWeights() ([]float32, float64, error) {
-	total := b.WeightSum
-	if total == 0 {
-		for _, w := range b.W {
-			total += float64(w)
-		}
-	}
-	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
-		return nil, 0, fmt.Errorf("train: loss weights sum to %g, want a finite value >= 0", total)
-	}
-	out := make([]float32, len(b.W))
-	if total == 0 {
-		return out, 0, nil
-	}
-	inv := 1 / total
-	for i, w := range b.W {
-		if w < 0 || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
-			return nil, 0, fmt.Errorf("train: loss weight %d is %g, want a finite value >= 0", i, w)
-		}
-		out[i] = float32(float64(w) * inv)
-	}
-	return out, total, nil
+	return normalize(b.W, b.WeightSum, "loss weight")
 }

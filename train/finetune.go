@@ -90,6 +90,12 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
+	if ft.Prefers() {
+		if err := f.loadPairs(tok, tmpl, rowLen); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	if f.Train, err = LoadTemplateRows(ft.Train, tok, tmpl, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 		return nil, err
 	}

@@ -56,9 +56,30 @@ type FineTuneConfig struct {
 	// adapters only.
 	Quantize   int `json:"quantize,omitempty"`
 	QGroupSize int `json:"q_group_size,omitempty"`
+	// Objective is what the fine-tune minimises: SFT (or empty) the
+	// cross-entropy of the counted targets of Train's records, or a
+	// preference objective (DPO, IPO, ORPO, SimPO) over Train's
+	// preference pairs (data.ReadPreferenceRecords).
+	Objective Objective `json:"objective,omitempty"`
+	// Beta, Lambda and Gamma are the preference objective's β (DPO, IPO,
+	// SimPO), ORPO's λ and SimPO's γ; 0 takes the objective's default
+	// (Preference.WithDefaults).
+	Beta   float64 `json:"beta,omitempty"`
+	Lambda float64 `json:"orpo_lambda,omitempty"`
+	Gamma  float64 `json:"simpo_gamma,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers TokenizerOpener `json:"-"`
+}
+
+// Prefers reports whether the fine-tune optimises a preference objective
+// (anything but SFT).
+func (c FineTuneConfig) Prefers() bool { return c.Objective != "" && c.Objective != SFT }
+
+// Preference returns the fine-tune's preference objective, its unset
+// hyperparameters at their defaults.
+func (c FineTuneConfig) Preference() Preference {
+	return Preference{Objective: c.Objective, Beta: c.Beta, Lambda: c.Lambda, Gamma: c.Gamma}.WithDefaults()
 }
 
 // Adapter returns the adapter settings of a LoRA or DoRA fine-tune.
@@ -82,6 +103,19 @@ func (c FineTuneConfig) Validate() error {
 	}
 	if c.Context < 0 {
 		return fmt.Errorf("context = %d, want >= 1 (or 0: the base model's)", c.Context)
+	}
+	if c.Objective != "" && !slices.Contains(Objectives(), c.Objective) {
+		return fmt.Errorf("objective %q, want one of %v", c.Objective, Objectives())
+	}
+	if c.Prefers() {
+		if err := c.Preference().Validate(); err != nil {
+			return err
+		}
+		if c.Pack {
+			return fmt.Errorf("objective %s with packing: a preference pair's answers are compared whole, one row each; leave pack out", c.Objective)
+		}
+	} else if c.Beta != 0 || c.Lambda != 0 || c.Gamma != 0 {
+		return fmt.Errorf("beta %g, orpo_lambda %g, simpo_gamma %g with objective sft: they shape preference objectives only", c.Beta, c.Lambda, c.Gamma)
 	}
 	if c.UsesAdapter() {
 		if err := c.Adapter().Validate(); err != nil {

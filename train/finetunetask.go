@@ -23,8 +23,10 @@ type fineTuneTask struct {
 	f   *FineTuner
 	cfg Config
 	ftBuilt
-	feed batchFeed
-	eval *evalFunc // rank 0 only
+	feed     batchFeed
+	eval     *evalFunc      // rank 0 only
+	pairEval *PairEvaluator // a preference objective's, rank 0 only
+	refs     References     // a full DPO or IPO fine-tune's reference log-probabilities
 }
 
 // ftBuilt is a fine-tune's step over its state, with what they were
@@ -59,6 +61,11 @@ type fineTuneObjective struct {
 	loss       WeightedLossFunc
 	packedLoss PackedLossFunc
 	evalTerms  TokenLossFunc
+	// rowLoss, for a preference objective (preferenceObjective), replaces
+	// the others: the loss of a row step (NewRowStep) taking rowInputs
+	// row inputs after the row weights.
+	rowLoss   RowLossFunc
+	rowInputs int
 }
 
 // sftObjective is supervised fine-tuning's: the cross-entropy of the
@@ -102,7 +109,11 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if err != nil {
 		return parts, err
 	}
-	if env.lead() {
+	if env.lead() && k.objective.rowLoss != nil {
+		if k.pairEval, err = NewPairEvaluator(k.objective.rowLoss, len(k.state.Params()), len(k.state.Frozen()), cfg.Compile); err != nil {
+			return parts, err
+		}
+	} else if env.lead() {
 		if k.eval, err = newEvalFunc(k.objective.evalTerms, cfg.Compile); err != nil {
 			return parts, err
 		}
@@ -111,8 +122,16 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if resumed != nil {
 		samplerState = resumed.SamplerState
 	}
-	if k.feed, err = newRowFeed(f.Train, cfg, plan, env.group, samplerState); err != nil {
+	rows, err := newRowFeed(f.Train, cfg, plan, env.group, samplerState)
+	if err != nil {
 		return parts, err
+	}
+	k.feed = rows
+	if f.FineTune.Prefers() {
+		if plan.MicroBatch%2 != 0 {
+			return parts, fmt.Errorf("micro-batch %d for objective %s, want an even number of rows (each pair's answers side by side)", plan.MicroBatch, f.FineTune.Objective)
+		}
+		k.feed = &pairFeed{rows: rows, refs: k.refs.Train, ranks: env.group.Size()}
 	}
 	specs := f.Model.Specs
 	params := cfg.Model.NumParams()
@@ -141,6 +160,14 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	base, err := orderParams(filepath.Join(f.FineTune.Base, checkpoint.ModelFile), ck.Params, f.Model)
 	if err != nil {
 		return nil, err
+	}
+	if f.FineTune.Prefers() && !f.FineTune.UsesAdapter() && f.FineTune.Preference().NeedsReference() {
+		// The reference is the base model: its log-probabilities are
+		// computed (or read) before the base weights start to change.
+		if k.refs, err = k.fineTuneReferences(env, base); err != nil {
+			mlx.Free(base...)
+			return nil, fmt.Errorf("reference: %w", err)
+		}
 	}
 	ck.Params = nil // build owns base now
 	var resumed *RunState
@@ -203,7 +230,12 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 		owned = nil
 	}
 	b.objective = sftObjective(f.Model, b.adapter)
-	if f.FineTune.Pack {
+	if f.FineTune.Prefers() {
+		b.objective = preferenceObjective(f.Model, b.adapter, f.FineTune.Preference())
+	}
+	if b.objective.rowLoss != nil {
+		b.step, err = NewRowStep(b.objective.rowLoss, b.opt, len(trainable), len(frozen), len(optState), b.objective.rowInputs, len(PreferenceAux), opts)
+	} else if f.FineTune.Pack {
 		b.step, err = NewPackedStep(b.objective.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	} else {
 		b.step, err = NewWeightedStep(b.objective.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
@@ -255,6 +287,9 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	saved, err := ReadFineTuneConfig(dir)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("resume: %w", err)
+	}
+	if ft := k.f.FineTune; saved.Prefers() != ft.Prefers() || ft.Prefers() && saved.Preference() != ft.Preference() {
+		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s optimises %+v, this run %+v; resume with the same objective", dir, saved.Preference(), ft.Preference())
 	}
 	if ft := k.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
 		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
@@ -313,6 +348,9 @@ func (k *fineTuneTask) evaluates() bool { return k.f.Valid != nil }
 // evaluate measures the held-out loss over the counted targets of the
 // validation rows.
 func (k *fineTuneTask) evaluate(m *Metrics) (float64, error) {
+	if k.pairEval != nil {
+		return k.evaluatePairs(m)
+	}
 	params := append(append([]*mlx.Array{}, k.state.Params()...), k.state.Frozen()...)
 	v, err := evaluateRows(k.eval, params, k.f.Valid, k.cfg.Batch, k.cfg.EvalTokens)
 	if err != nil {
@@ -343,5 +381,6 @@ func (k *fineTuneTask) close() {
 	if k.eval != nil {
 		k.eval.free()
 	}
+	k.pairEval.Free()
 	k.ftBuilt.free()
 }

@@ -208,6 +208,7 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
+	r.sum.InitialValPreference, r.sum.ValPreference = m.ValPreference, m.ValPreference
 	return r.sink.Log(m)
 }
 
@@ -266,7 +267,9 @@ func (r *run) log(lr float64, eval bool) error {
 	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
-	if r.parts.step.Weighted() { // the loss averages the counted targets alone
+	if m.Preference = intervalPreference(r.parts.step, r.parts.state, counted); m.Preference != nil {
+		m.Preference.Loss = mean // the loss averages the pairs
+	} else if r.parts.step.Weighted() { // the loss averages the counted targets alone
 		m.CountedTokens = counted
 	}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
@@ -283,7 +286,7 @@ func (r *run) log(lr float64, eval bool) error {
 		if err != nil {
 			return err
 		}
-		r.sum.ValLoss = v
+		r.sum.ValLoss, r.sum.ValPreference = v, m.ValPreference
 	}
 	m.PeakMemoryBytes = mlx.Memory().Peak
 	if err := r.sink.Log(m); err != nil {

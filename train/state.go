@@ -15,6 +15,9 @@ import (
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
 	GradNorm float64 // global norm of the averaged gradients, before clipping
+	// Aux are a row step's auxiliary sums over the update (NewRowStep):
+	// means over its weighted rows, like Loss. nil for other steps.
+	Aux []float64
 }
 
 // State is what training carries from one update to the next: the
@@ -42,10 +45,12 @@ type State struct {
 	frozen         []*mlx.Array // a weighted step's frozen inputs
 	copies         []*mlx.Array // nil without ComputeCopies
 	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
+	aux            []*mlx.Array // a row step's auxiliary sums, as loss
 	stats          StepStats
 	updated, read  bool // an update ran; stats holds its values
 	freed          bool
 	interval       lossInterval // the losses since the last IntervalLoss
+	intervalAux    []float64    // the auxiliary means of the interval IntervalLoss last closed
 }
 
 // NewState returns the state of step over params and optState (in the
@@ -163,7 +168,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -198,7 +203,7 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 			return err
 		}
 		defer prev.Free()
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		if prev != nil {
@@ -234,7 +239,15 @@ func (s *State) apply(lr float64, b Batch) error {
 	if s.step.weighted && b.Stream != nil {
 		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
-	if s.step.weighted {
+	rows, total, err := s.rowInputs(b)
+	if err != nil {
+		return err
+	}
+	if s.step.nRows > 0 {
+		if w, _, err = normalize(b.W, 1, "token mask value"); err != nil {
+			return err
+		}
+	} else if s.step.weighted {
 		if b.W == nil {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
 		}
@@ -255,6 +268,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		if b.Seg != nil {
 			batch = append(batch, mlx.FromSlice(b.Seg, b.N, b.B, b.T))
 		}
+		for _, r := range rows {
+			batch = append(batch, mlx.FromSlice(r, b.N, b.B))
+		}
 		made = batch
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
@@ -265,23 +281,23 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	s.release()
-	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
+	s.params, s.copies, s.opt, s.loss, s.gradNorm, s.aux = out.params, out.copies, out.state, out.loss, out.gradNorm, out.aux
 	s.updated, s.read = true, false
-	s.interval.add(s.loss, updateTokens(b, s.step.weighted, total))
+	s.interval.add(s.loss, s.aux, updateTokens(b, s.step.weighted, total))
 	return nil
 }
 
 // arrays lists every array the state holds: the last update's loss and
 // gradient norm only until Stats has read them.
 func (s *State) arrays() []*mlx.Array {
-	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm, aux: s.aux}.all()
 	return slices.DeleteFunc(all, func(a *mlx.Array) bool { return a == nil })
 }
 
 // release frees every array the state holds.
 func (s *State) release() {
 	mlx.Free(s.arrays()...)
-	s.loss, s.gradNorm = nil, nil
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
 	s.views.free()
 }
 
@@ -307,10 +323,7 @@ func (s *State) Eval() error {
 		if s.freed {
 			return errors.New("train: evaluation of a freed state")
 		}
-		if s.interval.sum != nil {
-			return mlx.Eval(append(s.arrays(), s.interval.sum)...)
-		}
-		return mlx.Eval(s.arrays()...)
+		return mlx.Eval(append(s.arrays(), s.interval.arrays()...)...)
 	})
 }
 
@@ -344,9 +357,18 @@ func (s *State) readStats() (StepStats, error) {
 	if err != nil {
 		return StepStats{}, fmt.Errorf("train: update: %w", err)
 	}
+	var aux []float64
+	for _, a := range s.aux {
+		v, err := a.Item()
+		if err != nil {
+			return StepStats{}, fmt.Errorf("train: update: %w", err)
+		}
+		aux = append(aux, v)
+	}
 	mlx.Free(s.loss, s.gradNorm)
-	s.loss, s.gradNorm = nil, nil
-	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm}, true
+	mlx.Free(s.aux...)
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
+	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm, Aux: aux}, true
 	return s.stats, nil
 }
 

@@ -28,6 +28,9 @@ type finetuneOptions struct {
 	overwrite, noProgress     bool
 	context, nproc            int
 	epochs                    float64
+	// objective and its hyperparameters (train.Preference)
+	objective                    string
+	beta, orpoLambda, simpoGamma float64
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
@@ -42,7 +45,7 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
 var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
-	"quantize", "q-group-size"}
+	"quantize", "q-group-size", "objective", "beta", "orpo-lambda", "simpo-gamma"}
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -90,13 +93,28 @@ posttrainllm train --help): rank r takes rows r·B … (r+1)·B−1 of each
 microbatch that one process with --batch N·B would draw, and the loss of
 an update is the mean over the counted targets of all ranks' rows, so N
 ranks × --batch B fine-tune as one process with --batch N·B. --epochs
-counts the rows of all ranks. Pass the same --nproc to --resume.`,
+counts the rows of all ranks. Pass the same --nproc to --resume.
+
+--objective dpo, ipo, orpo or simpo optimises a preference objective
+instead of the supervised loss (sft, the default): --data and --valid
+then hold preference records, {"prompt": …, "chosen": …, "rejected": …}
+or {"chosen": [messages…], "rejected": [messages…]}, each pair's answers
+two rows of one microbatch (so --batch must be even), their prompts
+masked. --beta sets DPO's and IPO's β (default 0.1) and SimPO's (2),
+--simpo-gamma SimPO's target margin (1), --orpo-lambda ORPO's weight (0.1).
+DPO and IPO compare with the base model: with adapters it is the same
+forward pass with the adapters switched off, inside the step; a full
+fine-tune computes its log-probabilities once before training and keeps
+them in the run folder (reference_logprobs.json). The metrics add the
+rewards of the chosen and rejected answers, their margin and the share of
+pairs won, on training batches and on --valid (docs/finetuning.md).`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
   posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
   posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --batch 4 --nproc 2 --out runs/tiny-lora-dp
+  posttrainllm finetune --from runs/tiny-sft --data pairs.jsonl --valid pairs-valid.jsonl --objective dpo --beta 0.1 --out runs/tiny-dpo
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}
@@ -119,6 +137,10 @@ counts the rows of all ranks. Pass the same --nproc to --resume.`,
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
+	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise: sft, or a preference objective over pairs: dpo, ipo, orpo, simpo")
+	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo)")
+	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
+	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
@@ -207,7 +229,11 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
 		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
-			Quantize: opts.quantize, QGroupSize: opts.qGroupSize}
+			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
+			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
+		if opts.objective != string(train.SFT) {
+			p.ft.Objective = train.Objective(opts.objective)
+		}
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
 		}
@@ -312,6 +338,9 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	if p.ft.Method != train.MethodFull {
 		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
 	}
+	if p.ft.Prefers() {
+		fmt.Fprintln(out, describeObjective(p.ft))
+	}
 	printRows(out, "train", p.ft.Train, f.Train)
 	if f.Valid != nil {
 		printRows(out, "valid", p.ft.Valid, f.Valid)
@@ -350,6 +379,13 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
 		}
 	}
+	if v := sum.ValPreference; v != nil {
+		if i := sum.InitialValPreference; i != nil {
+			fmt.Fprintf(out, ", held-out preference accuracy %.3f -> %.3f (margin %.3f -> %.3f)", i.Accuracy, v.Accuracy, i.Margin, v.Margin)
+		} else {
+			fmt.Fprintf(out, ", held-out preference accuracy %.3f (margin %.3f)", v.Accuracy, v.Margin)
+		}
+	}
 	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
 	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
@@ -386,8 +422,40 @@ func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int)
 		steps, epochs, f.Train.Len(), c.Batch*c.Accum*ranks, perUpdate), nil
 }
 
+// describeObjective is the header line of a preference fine-tune: the
+// objective, its hyperparameters and where its reference comes from.
+func describeObjective(ft train.FineTuneConfig) string {
+	p := ft.Preference()
+	line := "objective: " + string(p.Objective)
+	switch p.Objective {
+	case train.DPO, train.IPO:
+		line += fmt.Sprintf(", beta %g, reference: ", p.Beta)
+		if ft.UsesAdapter() {
+			line += "the base (adapters off, in the step)"
+		} else {
+			line += "the base's log-probabilities, computed once (" + train.ReferenceFile + ")"
+		}
+	case train.SimPO:
+		line += fmt.Sprintf(", beta %g, gamma %g, no reference", p.Beta, p.Gamma)
+	case train.ORPO:
+		line += fmt.Sprintf(", lambda %g, no reference", p.Lambda)
+	}
+	return line
+}
+
 // printRows describes the rows a records file became.
 func printRows(w io.Writer, what, path string, r *data.Rows) {
+	if r.Pairs {
+		fmt.Fprintf(w, "%s: %s: %d preference pairs, rows of %d, %d counted targets", what, path, r.Len()/2, r.T, r.Targets())
+		if r.Truncated > 0 {
+			fmt.Fprintf(w, ", %d answers cut at the context", r.Truncated)
+		}
+		if r.NoTargets > 0 {
+			fmt.Fprintf(w, ", %d pairs left out (an answer with no counted target within the context)", r.NoTargets)
+		}
+		fmt.Fprintln(w)
+		return
+	}
 	fmt.Fprintf(w, "%s: %s: %d sequences of %d, %d counted targets", what, path, r.Len(), r.T, r.Targets())
 	if r.Truncated > 0 {
 		fmt.Fprintf(w, ", %d examples cut at the context", r.Truncated)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -41,7 +42,7 @@ func LoadAdapted(path, base string) (*Adapted, error) {
 
 // loadAdapted is LoadAdapted on the MLX thread.
 func loadAdapted(path, base string) (_ *Adapted, err error) {
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return nil, err
 	}
@@ -66,11 +67,11 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if base == "" {
 		base = ft.Base
 	}
-	baseDir, err := ResolveCheckpoint(base)
+	baseDir, err := checkpoint.Resolve(base)
 	if err != nil {
 		return nil, fmt.Errorf("base of %s: %w", dir, err)
 	}
-	if a.State, err = ReadRunState(filepath.Join(dir, StateFile)); err != nil {
+	if a.State, err = ReadRunState(filepath.Join(dir, checkpoint.StateFile)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	st, m, params, quant, free, err := loadModelQuant(baseDir)
@@ -100,7 +101,7 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 		frozen := a.Base
 		a.free = append(a.free, func() { mlx.Free(frozen[len(m.Specs):]...); freeAt(frozen, a.Adapter.Quant.Indices) })
 	}
-	if a.Adapters, err = loadNamed(filepath.Join(dir, AdapterFile), a.Adapter.Names(), a.Adapter.Specs); err != nil {
+	if a.Adapters, err = checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Adapter.Names(), specShapes(a.Adapter.Specs)); err != nil {
 		return nil, err
 	}
 	eff := a.Adapter.Effective(a.Base, a.Adapters)
@@ -148,7 +149,7 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 			return err
 		}
 		defer a.Free()
-		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, RunDirOf(a.Dir))
+		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, checkpoint.RunDirOf(a.Dir))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", a.Dir, err)
 		}
@@ -235,10 +236,10 @@ func Fuse(path, base, out string, opts FuseOptions) (string, error) {
 			}
 			defer freeAt(frozen, q.Indices)
 			defer mlx.Free(frozen[len(q.Base):]...)
-			if dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Config: cfg}, q.Names(), frozen, nil, nil); err != nil {
+			if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, q.Names(), frozen, nil, nil); err != nil {
 				return err
 			}
-			return copyTokenizerDir(RunDirOf(a.Dir), out)
+			return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
 		}
 		opt, err := NewOptimizer(cfg, a.Model.Specs)
 		if err != nil {
@@ -249,10 +250,10 @@ func Fuse(path, base, out string, opts FuseOptions) (string, error) {
 			return err
 		}
 		defer mlx.Free(state...)
-		if dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
+		if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
 			return err
 		}
-		return copyTokenizerDir(RunDirOf(a.Dir), out)
+		return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
 	})
 	return dir, err
 }

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/peft"
 )
@@ -23,14 +23,6 @@ const (
 
 // FineTuneMethods lists the methods a fine-tune accepts.
 func FineTuneMethods() []string { return []string{MethodLoRA, MethodDoRA, MethodFull} }
-
-// Files a fine-tune's checkpoints hold besides state.json and
-// optimizer.safetensors: the adapters (LoRA, DoRA) or model.safetensors
-// (full), and the fine-tune's settings.
-const (
-	AdapterFile  = "adapters.safetensors"
-	FineTuneFile = "finetune.json"
-)
 
 // FineTuneConfig is what a fine-tune adds to a run's Config, whose model
 // and tokenizer come from the base checkpoint. Checkpoints store it as
@@ -159,38 +151,31 @@ func (c FineTuneConfig) QuantGroupSize() int {
 // ReadFineTuneConfig reads a fine-tune checkpoint's finetune.json.
 func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
 	var c FineTuneConfig
-	f, err := os.Open(filepath.Join(dir, FineTuneFile))
+	f, err := os.Open(filepath.Join(dir, checkpoint.FineTuneFile))
 	if err != nil {
 		return c, fmt.Errorf("checkpoint %s is no fine-tune checkpoint: %w", dir, err)
 	}
 	defer f.Close()
-	dec := json.NewDecoder(f)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, FineTuneFile), err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("%s: not valid: data after the JSON object", filepath.Join(dir, FineTuneFile))
+	if err := checkpoint.DecodeJSON(f, &c); err != nil {
+		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: %w", filepath.Join(dir, FineTuneFile), err)
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
 	return c, nil
 }
 
 // fineTuneFiles are the extra checkpoint files of a fine-tune: its
 // settings and, with adapters, the adapter arrays.
-func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpointFile, error) {
+func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpoint.File, error) {
 	js, err := json.MarshalIndent(ft, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	files := []checkpointFile{{FineTuneFile, func(path string) error { return writeFileSync(path, append(js, '\n')) }}}
+	files := []checkpoint.File{checkpoint.Bytes(checkpoint.FineTuneFile, append(js, '\n'))}
 	if ft.UsesAdapter() {
 		meta := map[string]string{"peft": string(js), "format": "mlx"}
-		files = append(files, checkpointFile{AdapterFile, func(path string) error {
-			return saveArrays(path, adapterNames, adapters, meta)
-		}})
+		files = append(files, checkpoint.Arrays(checkpoint.AdapterFile, adapterNames, adapters, meta))
 	}
 	return files, nil
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -34,9 +35,9 @@ func writePairs(t testing.TB, name string, seed uint64, n int) string {
 // checkpointArrays reads the trainable arrays of a fine-tune checkpoint.
 func checkpointArrays(t testing.TB, dir string, adapter bool) map[string][]float32 {
 	t.Helper()
-	file := filepath.Join(dir, ModelFile)
+	file := filepath.Join(dir, checkpoint.ModelFile)
 	if adapter {
-		file = filepath.Join(dir, AdapterFile)
+		file = filepath.Join(dir, checkpoint.AdapterFile)
 	}
 	out := map[string][]float32{}
 	mlxtest.Run(t, func(t testing.TB) {

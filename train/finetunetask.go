@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -88,7 +89,7 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	k.cfg = cfg
 	var parts taskParts
 	if env.lead() {
-		if err := copyTokenizerDir(RunDirOf(f.FineTune.Base), env.runDir); err != nil {
+		if err := copyTokenizerDir(checkpoint.RunDirOf(f.FineTune.Base), env.runDir); err != nil {
 			return parts, err
 		}
 	}
@@ -156,7 +157,7 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if ck.State.Config.Model != cfg.Model {
 		return nil, fmt.Errorf("base checkpoint %s is of another model shape (%+v), the fine-tune needs %+v", f.FineTune.Base, ck.State.Config.Model, cfg.Model)
 	}
-	base, quant, err := orderBase(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model, f.FineTune)
+	base, quant, err := orderBase(filepath.Join(f.FineTune.Base, checkpoint.ModelFile), ck.Params, f.Model, f.FineTune)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +285,7 @@ func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Arra
 // of the checkpoint dir for b, checking that it is a fine-tune of this
 // kind.
 func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.Array, *RunState, error) {
-	st, err := ReadRunState(filepath.Join(dir, StateFile))
+	st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
 	}
@@ -303,12 +304,12 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	if st.Config.Model != k.cfg.Model {
 		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)
 	}
-	file := filepath.Join(dir, ModelFile)
+	file := filepath.Join(dir, checkpoint.ModelFile)
 	specs := k.f.Model.Specs
 	if b.adapter != nil {
-		file, specs = filepath.Join(dir, AdapterFile), b.adapter.Specs
+		file, specs = filepath.Join(dir, checkpoint.AdapterFile), b.adapter.Specs
 	}
-	trainable, err := loadNamed(file, b.trainNames, specs)
+	trainable, err := checkpoint.LoadNamed(file, b.trainNames, specShapes(specs))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -322,13 +323,13 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	for i, a := range fresh {
 		shapes[i] = a.Shape()
 	}
-	optFile := filepath.Join(dir, OptimizerFile)
+	optFile := filepath.Join(dir, checkpoint.OptimizerFile)
 	arrays, _, err := mlx.LoadSafetensors(optFile)
 	if err != nil {
 		mlx.Free(trainable...)
 		return nil, nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	optState, err := ordered(optFile, arrays, b.opt.StateNames(), shapes)
+	optState, err := checkpoint.Ordered(optFile, arrays, b.opt.StateNames(), shapes)
 	if err != nil {
 		mlx.Free(trainable...)
 		for _, a := range arrays {
@@ -337,27 +338,6 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 		return nil, nil, nil, fmt.Errorf("resume: %w (optimizer %s)", err, k.cfg.Optimizer)
 	}
 	return trainable, optState, &st, nil
-}
-
-// loadNamed loads the arrays of a safetensors file in the order of names,
-// checking their shapes against specs.
-func loadNamed(file string, names []string, specs []model.ParamSpec) ([]*mlx.Array, error) {
-	arrays, _, err := mlx.LoadSafetensors(file)
-	if err != nil {
-		return nil, err
-	}
-	shapes := make([][]int, len(specs))
-	for i, s := range specs {
-		shapes[i] = s.Shape
-	}
-	out, err := ordered(file, arrays, names, shapes)
-	if err != nil {
-		for _, a := range arrays {
-			a.Free()
-		}
-		return nil, err
-	}
-	return out, nil
 }
 
 // next is the feed's next batch.

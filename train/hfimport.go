@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -128,7 +129,7 @@ func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, 
 			}
 		}
 		var err error
-		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
+		dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
 		return err
 	})
 	if err != nil {
@@ -147,13 +148,13 @@ func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, 
 	return dir, nil
 }
 
-// ExportHF writes the model of a checkpoint (path as ResolveCheckpoint
+// ExportHF writes the model of a checkpoint (path as checkpoint.Resolve
 // takes it) as a Hugging Face folder dst that transformers loads, with the
 // tokenizer files the run was imported with. A quantized model (imported
 // from an MLX-quantized folder, or fused with --quantize) is written in
 // the layout mlx-lm reads (hf.SaveQuantized). It returns the family.
 func ExportHF(path, dst string) (string, error) {
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -316,12 +317,12 @@ func (r *run) checkpoint() error {
 	}
 	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
 		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
-	root := CheckpointRoot(r.env.runDir)
+	root := checkpoint.Root(r.env.runDir)
 	dir, err := r.task.save(root, rs)
 	if err != nil {
 		return err
 	}
-	if err := PruneCheckpoints(root, r.cfg.KeepCheckpoints); err != nil {
+	if err := checkpoint.Prune(root, r.cfg.KeepCheckpoints); err != nil {
 		return fmt.Errorf("checkpoint: pruning: %w", err)
 	}
 	r.sum.LastCheckpoint = dir

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -32,7 +33,7 @@ func errQuantizedBase(file string, q *peft.Quantized, what string) error {
 func CheckpointQuantization(dir string) (string, error) {
 	var out string
 	err := mlx.Do(func() error {
-		st, err := ReadRunState(filepath.Join(dir, StateFile))
+		st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
@@ -40,7 +41,7 @@ func CheckpointQuantization(dir string) (string, error) {
 		if err != nil {
 			return err
 		}
-		file := filepath.Join(dir, ModelFile)
+		file := filepath.Join(dir, checkpoint.ModelFile)
 		arrays, _, err := mlx.LoadSafetensors(file)
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", dir, err)
@@ -84,7 +85,7 @@ func orderBase(file string, named map[string]*mlx.Array, m *model.TinyGPT, ft Fi
 // model: params is the frozen list of q's layout where q is not nil (the
 // float parameters otherwise); free releases them.
 func loadModelQuant(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, q *peft.Quantized, free func(), err error) {
-	st, err = ReadRunState(filepath.Join(dir, StateFile))
+	st, err = ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return st, nil, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -94,7 +95,7 @@ func loadModelQuant(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Ar
 	if m, err = model.New(st.Config.Model); err != nil {
 		return st, nil, nil, nil, nil, err
 	}
-	file := filepath.Join(dir, ModelFile)
+	file := filepath.Join(dir, checkpoint.ModelFile)
 	arrays, _, err := mlx.LoadSafetensors(file)
 	if err != nil {
 		return st, nil, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
@@ -107,7 +108,7 @@ func loadModelQuant(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Ar
 		for i, s := range m.Specs {
 			names[i], shapes[i] = s.Name, s.Shape
 		}
-		params, err = ordered(file, arrays, names, shapes)
+		params, err = checkpoint.Ordered(file, arrays, names, shapes)
 	}
 	if err != nil {
 		free()

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -31,11 +32,11 @@ func writeQuantizedBase(t testing.TB) string {
 		}
 		defer freeAt(frozen, q.Indices)
 		defer mlx.Free(frozen[len(q.Base):]...)
-		st, err := ReadRunState(filepath.Join(float, StateFile))
+		st, err := ReadRunState(filepath.Join(float, checkpoint.StateFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dir, err = saveCheckpoint(CheckpointRoot(filepath.Join(t.TempDir(), "qbase")), RunState{Config: st.Config}, q.Names(), frozen, nil, nil); err != nil {
+		if dir, err = saveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "qbase")), RunState{Config: st.Config}, q.Names(), frozen, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	})

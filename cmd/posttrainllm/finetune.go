@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -187,11 +188,11 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 	flags := cmd.Flags()
 	var base train.Config
 	if opts.resume != "" {
-		dir, err := train.ResolveCheckpoint(opts.resume)
+		dir, err := checkpoint.Resolve(opts.resume)
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
-		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
@@ -216,11 +217,11 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if opts.data == "" {
 			return p, usageError("finetune needs --data FILE.jsonl: the training records")
 		}
-		dir, err := train.ResolveCheckpoint(opts.from)
+		dir, err := checkpoint.Resolve(opts.from)
 		if err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
-		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
@@ -282,7 +283,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		return p, &exitError{code: exitUsage, err: err}
 	}
 	if p.checkpoint != "" {
-		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, train.StateFile))
+		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, checkpoint.StateFile))
 		if cfg.Steps <= st.Step {
 			return p, usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
 				p.checkpoint, st.Step, cfg.Steps, st.Step)
@@ -508,7 +509,7 @@ fine-tunes read, and a full fine-tune refuses.`,
 			if out == "" {
 				return usageError("fuse needs --out DIR: the run folder to write the merged checkpoint into")
 			}
-			dir, err := train.ResolveCheckpoint(adapter)
+			dir, err := checkpoint.Resolve(adapter)
 			if err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -48,16 +49,16 @@ func TestFinetuneResumeSampleFuse(t *testing.T) {
 			t.Errorf("finetune output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{train.AdapterFile, train.FineTuneFile, train.OptimizerFile, train.StateFile} {
+	for _, f := range []string{checkpoint.AdapterFile, checkpoint.FineTuneFile, checkpoint.OptimizerFile, checkpoint.StateFile} {
 		if _, err := os.Stat(filepath.Join(ck, f)); err != nil {
 			t.Errorf("adapter checkpoint lacks %s: %v", f, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(ck, train.ModelFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.ModelFile)); err == nil {
 		t.Errorf("adapter checkpoint %s holds a whole model", ck)
 	}
 	checkPNG(t, filepath.Join(out, plotFile))
@@ -138,7 +139,7 @@ func TestFuseQuantizeMakesAQuantizedBase(t *testing.T) {
 	mustRun(t, "finetune", "--from", base, "--data", data, "--out", lora, "--steps", "2", "--warmup", "1", "--no-progress")
 	fused := filepath.Join(dir, "fused-q4")
 	mustRun(t, "fuse", "--adapter", lora, "--out", fused, "--quantize", "4", "--q-group-size", "32")
-	ck, err := train.LatestCheckpoint(fused)
+	ck, err := checkpoint.Latest(fused)
 	if err != nil {
 		t.Fatal(err)
 	}

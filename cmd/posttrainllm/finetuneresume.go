@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -72,7 +73,7 @@ func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train
 // resolvedCheckpoint is the absolute checkpoint directory path names, as
 // finetune.json records a base, or path itself when it names none.
 func resolvedCheckpoint(path string) string {
-	dir, err := train.ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return path
 	}

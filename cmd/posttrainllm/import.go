@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/hf"
@@ -161,7 +162,7 @@ HF_FOLDER must not exist or be empty.
   posttrainllm export runs/smollm/checkpoints/step-00000200 exported/smollm`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := train.ResolveCheckpoint(args[0]); err != nil {
+			if _, err := checkpoint.Resolve(args[0]); err != nil {
 				return usageError("invalid checkpoint %s: %v", args[0], err)
 			}
 			family, err := train.ExportHF(args[0], args[1])

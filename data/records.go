@@ -1,8 +1,6 @@
 package data
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,40 +68,14 @@ func ReadRecords(path string) ([]Record, error) {
 	return ParseRecords(f, path)
 }
 
-// maxRecordLine bounds one jsonl line (64 MiB), so a file without line
-// breaks is refused rather than read whole into one buffer.
-const maxRecordLine = 64 << 20
-
 // ParseRecords reads jsonl records from r; name labels errors. An input
 // with no record is an error.
 func ParseRecords(r io.Reader, name string) ([]Record, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxRecordLine)
-	var out []Record
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
+	return parseJSONL(r, name, "text, prompt/completion or messages", func(b []byte, line int) (Record, error) {
 		rec, err := parseRecord(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
-		}
 		rec.Line = line
-		out = append(out, rec)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%s:%d: line longer than %d MiB", name, line+1, maxRecordLine>>20)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no records; want one JSON object per line with text, prompt/completion or messages", name)
-	}
-	return out, nil
+		return rec, err
+	})
 }
 
 // parseRecord decodes and validates one line.

@@ -22,8 +22,14 @@ type Rows struct {
 	Seg []int32
 	// Truncated counts examples longer than the context, cut to its
 	// length (their tail is not trained on); NoTargets counts rows in
-	// which no target counts, such as a prompt that fills the context.
+	// which no target counts, such as a prompt that fills the context
+	// (for Pairs, the pairs left out for it).
 	Truncated, NoTargets int
+	// Pairs says the rows are preference pairs (BuildPairRows): row 2i
+	// the chosen answer of pair i, row 2i+1 its rejected one. Samplers
+	// then draw whole pairs, so both rows of a pair sit side by side in
+	// one microbatch.
+	Pairs bool
 }
 
 // Len is the number of rows.
@@ -152,6 +158,10 @@ type WeightedBatch struct {
 	// State is the sampler state after the batch (RowSampler.SetState
 	// resumes with the next one).
 	State []byte
+	// Index holds the index in the sampled Rows of each of the batch's
+	// N·B rows (FillBatch sets it), for inputs kept per row beside the
+	// rows, such as a preference fine-tune's reference log-probabilities.
+	Index []int
 }
 
 // NewWeightedBatch allocates a batch of n microbatches of b rows of t
@@ -174,6 +184,7 @@ type RowSampler struct {
 	epoch, pos int
 	perm       []int
 	shard      shard // the zero value keeps every row
+	half       int   // for pairs: 1 between a pair's chosen and rejected row
 }
 
 // NewRowSampler returns a sampler over rows seeded with seed.
@@ -186,17 +197,29 @@ func NewRowSampler(rows *Rows, seed uint64) (*RowSampler, error) {
 	return s, nil
 }
 
-// shuffle draws the permutation of the current epoch.
+// unit is the number of consecutive rows drawn together: 2 for
+// preference pairs, else 1.
+func (s *RowSampler) unit() int {
+	if s.rows.Pairs {
+		return 2
+	}
+	return 1
+}
+
+// shuffle draws the permutation of the current epoch, over pairs of rows
+// for preference pairs.
 func (s *RowSampler) shuffle() {
-	s.perm = rand.New(rand.NewPCG(s.seed, uint64(s.epoch))).Perm(s.rows.Len())
+	s.perm = rand.New(rand.NewPCG(s.seed, uint64(s.epoch))).Perm(s.rows.Len() / s.unit())
 }
 
 // Epoch returns the number of completed passes over the rows.
 func (s *RowSampler) Epoch() int { return s.epoch }
 
 // FillBatch copies the next batch.N·batch.B rows into batch, sets
-// batch.WeightSum and records the state after them in batch.State. On a
-// shard (Shard) it draws the rows of every rank and copies its own.
+// batch.WeightSum, records the state after them in batch.State and their
+// indices in batch.Index. On a shard (Shard) it draws the rows of every
+// rank and copies its own. Preference pairs (Rows.Pairs) are drawn whole,
+// which needs an even batch.B and, on a shard, an even share per rank.
 func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 	T := s.rows.T
 	if batch.T != T {
@@ -210,8 +233,14 @@ func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 	if sh := s.shard; sh.size > 1 && n%sh.rows != 0 {
 		return fmt.Errorf("row batch of %d rows on a shard of %d rows per microbatch, want a multiple", n, sh.rows)
 	}
+	if u := s.unit(); batch.B%u != 0 || (s.shard.size > 1 && s.shard.rows%u != 0) {
+		return fmt.Errorf("row batch of %d rows per microbatch (%d per rank) over preference pairs, want even numbers (chosen and rejected side by side)", batch.B, s.shard.rows)
+	}
 	if s.rows.Seg != nil && len(batch.Seg) != len(batch.X) {
 		batch.Seg = make([]int32, len(batch.X))
+	}
+	if len(batch.Index) != n {
+		batch.Index = make([]int, n)
 	}
 	total := 0.0
 	keepDraws(s.shard, n, func() int {
@@ -221,6 +250,7 @@ func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 		}
 		return r
 	}, func(k, r int) {
+		batch.Index[k] = r
 		copy(batch.X[k*T:(k+1)*T], s.rows.X[r*T:(r+1)*T])
 		copy(batch.Y[k*T:(k+1)*T], s.rows.Y[r*T:(r+1)*T])
 		copy(batch.W[k*T:(k+1)*T], s.rows.W[r*T:(r+1)*T])
@@ -234,14 +264,19 @@ func (s *RowSampler) FillBatch(batch *WeightedBatch) error {
 }
 
 // nextRow returns the index of the next row, starting a new epoch after
-// the last.
+// the last: for preference pairs, the chosen row of the next pair, then
+// its rejected row.
 func (s *RowSampler) nextRow() int {
-	if s.pos == len(s.perm) {
-		s.epoch, s.pos = s.epoch+1, 0
-		s.shuffle()
+	u := s.unit()
+	if s.half == 0 {
+		if s.pos == len(s.perm) {
+			s.epoch, s.pos = s.epoch+1, 0
+			s.shuffle()
+		}
+		s.pos++
 	}
-	r := s.perm[s.pos]
-	s.pos++
+	r := s.perm[s.pos-1]*u + s.half
+	s.half = (s.half + 1) % u
 	return r
 }
 
@@ -268,10 +303,10 @@ func (s *RowSampler) SetState(b []byte) error {
 	if n != uint64(s.rows.Len()) {
 		return fmt.Errorf("row sampler state: saved over %d rows, the data has %d", n, s.rows.Len())
 	}
-	if pos > n || epoch > 1<<40 {
+	if pos > n/uint64(s.unit()) || epoch > 1<<40 {
 		return fmt.Errorf("row sampler state: epoch %d position %d over %d rows is not valid", epoch, pos, n)
 	}
-	s.epoch, s.pos = int(epoch), int(pos)
+	s.epoch, s.pos, s.half = int(epoch), int(pos), 0
 	s.shuffle()
 	return nil
 }

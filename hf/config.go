@@ -92,8 +92,10 @@ type ropeScaling struct {
 // Qwen2, Qwen3 or Phi3), which the config also records (model.Config's
 // Family) so that export writes the same architecture back. A field
 // that asks for something the model cannot compute (a quantized
-// checkpoint, an unknown model_type, a rope_scaling type other than
-// linear, …) is an error that names it.
+// checkpoint other than MLX's affine one, an unknown model_type, a
+// rope_scaling type other than linear, …) is an error that names it. An
+// MLX-quantized folder (ReadQuantization) maps to the same model.Config as
+// its float original.
 func ReadConfig(dir, dtype string) (model.Config, string, error) {
 	path := filepath.Join(dir, ConfigFile)
 	b, err := os.ReadFile(path)
@@ -114,17 +116,17 @@ func ParseConfig(b []byte, dtype string) (model.Config, string, error) {
 	if err := dec.Decode(&h); err != nil {
 		return model.Config{}, "", fmt.Errorf("not a valid config.json: %w", err)
 	}
-	if len(h.QuantizationConfig) > 0 && string(h.QuantizationConfig) != "null" {
-		return model.Config{}, "", fmt.Errorf("quantization_config: quantized checkpoints are not supported; use the unquantized (float32, float16 or bfloat16) weights")
+	quant, err := parseQuantization(h)
+	if err != nil {
+		return model.Config{}, "", err
 	}
-	if len(h.Quantization) > 0 && string(h.Quantization) != "null" {
-		return model.Config{}, "", fmt.Errorf("quantization: quantized checkpoints are not supported; use the unquantized (float32, float16 or bfloat16) weights")
+	if quant != nil && h.ModelType == GPT2 {
+		return model.Config{}, "", fmt.Errorf("quantization: MLX-quantized %s folders are not supported (only the Llama-shaped families); use the unquantized weights", GPT2)
 	}
 	if dtype == "" {
 		dtype = "float32"
 	}
 	var cfg model.Config
-	var err error
 	switch h.ModelType {
 	case GPT2:
 		cfg, err = gpt2Config(h)

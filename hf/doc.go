@@ -6,6 +6,9 @@
 // GPT-2's Conv1D weights, splitting its fused c_attn and Phi-3's fused
 // qkv_proj and gate_up_proj); export writes the reverse, a folder that
 // Hugging Face transformers loads as the class it was imported from.
+// MLX-quantized folders (mlx_lm.convert -q) load dequantized (Load) or
+// with their block projections kept packed (LoadQuantized), and
+// SaveQuantized writes that layout back for mlx-lm.
 //
 // It also reads llama.cpp GGUF files of the llama and qwen2 architectures
 // (LoadGGUF):

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -17,6 +18,30 @@ import (
 // so a failure leaves nothing half-written. The files named by extra (a
 // tokenizer's, say) are copied into the folder too. It returns the family.
 func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (string, error) {
+	return save(dir, m, params, nil, extra)
+}
+
+// SaveQuantized is Save for a model whose projections quant.Indices are
+// held quantized: params[i] is then the packed uint32 weight, quant's
+// Scales and Biases beside it. It writes the layout mlx-lm reads (as
+// mlx_lm.convert -q writes it): config.json's "quantization" (and
+// "quantization_config") with the group size and bits, and each quantized
+// projection as its packed "weight", "scales" and "biases". A quantized
+// projection the family stores fused or transposed (Phi-3's qkv_proj and
+// gate_up_proj) is written dequantized, which mlx-lm loads as a float
+// layer.
+func SaveQuantized(dir string, m *model.TinyGPT, params []*mlx.Array, quant *QuantizedParams, extra ...string) (string, error) {
+	if quant == nil || len(quant.Scales) != len(quant.Indices) || len(quant.Biases) != len(quant.Indices) {
+		return "", fmt.Errorf("export: the quantized projections need a scales and a biases array each")
+	}
+	if err := mlx.CheckQuantization(quant.GroupSize, quant.Bits); err != nil {
+		return "", fmt.Errorf("export: %w", err)
+	}
+	return save(dir, m, params, quant, extra)
+}
+
+// save is Save, or SaveQuantized when quant is not nil.
+func save(dir string, m *model.TinyGPT, params []*mlx.Array, quant *QuantizedParams, extra []string) (string, error) {
 	family, err := Family(m.Config)
 	if err != nil {
 		return "", fmt.Errorf("export: %w", err)
@@ -40,7 +65,15 @@ func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (s
 		return "", fmt.Errorf("export: %w", err)
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
-	cfgJSON, err := json.MarshalIndent(exportConfig(m.Config, family), "", "  ")
+	cfg := exportConfig(m.Config, family)
+	if quant != nil {
+		if family == GPT2 {
+			return "", fmt.Errorf("export: MLX-quantized %s folders are not supported; fuse without --quantize for float weights", GPT2)
+		}
+		q := map[string]any{"group_size": quant.GroupSize, "bits": quant.Bits, "mode": "affine"}
+		cfg["quantization"], cfg["quantization_config"] = q, q
+	}
+	cfgJSON, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return "", fmt.Errorf("export: %w", err)
 	}
@@ -59,8 +92,25 @@ func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (s
 		for i, spec := range m.Specs {
 			named[spec.Name] = params[i]
 		}
-		out := fromParams(family, m.Config, named)
-		for name, a := range out {
+		// A quantized projection maps through as its dequantized weight; the
+		// tensors that are that array as it is are written packed.
+		packed := map[*mlx.Array]int{}
+		if quant != nil {
+			for k, i := range quant.Indices {
+				d := mlx.Dequantize(params[i], quant.Scales[k], quant.Biases[k], quant.GroupSize, quant.Bits)
+				named[m.Specs[i].Name] = d
+				packed[d] = k
+			}
+		}
+		tensors := fromParams(family, m.Config, named)
+		out := make(map[string]*mlx.Array, len(tensors))
+		for name, a := range tensors {
+			if k, ok := packed[a]; ok {
+				stem := strings.TrimSuffix(name, ".weight")
+				out[name] = params[quant.Indices[k]]
+				out[stem+".scales"], out[stem+".biases"] = quant.Scales[k], quant.Biases[k]
+				continue
+			}
 			out[name] = mlx.Copy(a) // transposed and sliced views become contiguous
 		}
 		return mlx.SaveSafetensors(filepath.Join(tmp, WeightsFile), out, map[string]string{"format": "pt"})

@@ -27,10 +27,20 @@ type Model struct {
 	Family string
 	Model  *model.TinyGPT
 	Params []*mlx.Array
+	// Quant, set by LoadQuantized for an MLX-quantized folder, says which
+	// Params are packed quantized weights and holds their scales and
+	// biases; nil when every parameter is float.
+	Quant *QuantizedParams
 }
 
 // Free releases the parameters.
-func (m *Model) Free() { mlx.Free(m.Params...) }
+func (m *Model) Free() {
+	mlx.Free(m.Params...)
+	if m.Quant != nil {
+		mlx.Free(m.Quant.Scales...)
+		mlx.Free(m.Quant.Biases...)
+	}
+}
 
 // IsFolder reports whether dir looks like a Hugging Face model folder: it
 // holds config.json.
@@ -43,20 +53,25 @@ func IsFolder(dir string) bool {
 // model.safetensors, or the shards model.safetensors.index.json lists)
 // into a model whose compute dtype is dtype ("" for float32). float32,
 // float16 and bfloat16 weights are read and cast to the model's parameter
-// dtype.
+// dtype; the weights of an MLX-quantized folder (ReadQuantization) are
+// dequantized (LoadQuantized keeps them quantized).
 func Load(dir, dtype string) (*Model, error) {
 	var out *Model
 	err := mlx.Do(func() error {
 		var err error
-		out, err = load(dir, dtype)
+		out, err = loadFolder(dir, dtype, false)
 		return err
 	})
 	return out, err
 }
 
-// load is Load on the MLX thread.
-func load(dir, dtype string) (*Model, error) {
+// loadFolder is Load (keepQuant false) or LoadQuantized on the MLX thread.
+func loadFolder(dir, dtype string, keepQuant bool) (*Model, error) {
 	cfg, family, err := ReadConfig(dir, dtype)
+	if err != nil {
+		return nil, err
+	}
+	quant, err := ReadQuantization(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -66,31 +81,76 @@ func load(dir, dtype string) (*Model, error) {
 	}
 	s := mlx.NewScope()
 	defer s.Close()
-	t, err := readTensors(dir)
+	t, err := readTensors(dir, quant != nil)
 	if err != nil {
 		return nil, err
 	}
-	params, err := assemble(dir, family, m, t)
+	var groups map[*mlx.Array]quantGroup
+	if quant != nil {
+		if groups, err = dequantizeTensors(dir, t, *quant); err != nil {
+			return nil, err
+		}
+	}
+	named, err := mapTensors(dir, family, m, t)
 	if err != nil {
 		return nil, err
 	}
-	s.Keep(params...)
-	return &Model{Family: family, Model: m, Params: params}, nil
+	out := &Model{Family: family, Model: m}
+	var kept []*mlx.Array
+	if quant != nil && keepQuant {
+		if out.Quant = keepQuantized(m, named, groups, *quant); out.Quant != nil {
+			kept = append(append(kept, out.Quant.Scales...), out.Quant.Biases...)
+		}
+	}
+	if out.Params, err = castParams(dir, m, named, out.Quant); err != nil {
+		return nil, err
+	}
+	if err := mlx.Eval(kept...); err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	s.Keep(out.Params...)
+	s.Keep(kept...)
+	return out, nil
 }
 
 // assemble maps the tensors of src (a folder, or a GGUF file under
 // Hugging Face's names) onto m's parameters in its Specs order, checking
 // their shapes, in m's parameter dtype. It runs on the MLX thread.
 func assemble(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, error) {
-	named, err := toParams(family, m.Config, t)
+	named, err := mapTensors(src, family, m, t)
+	if err != nil {
+		return nil, err
+	}
+	return castParams(src, m, named, nil)
+}
+
+// mapTensors maps the tensors of src onto m's parameters in its Specs
+// order (toParams), checking their shapes.
+func mapTensors(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, error) {
+	byName, err := toParams(family, m.Config, t)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}
-	params := make([]*mlx.Array, len(m.Specs))
+	named := make([]*mlx.Array, len(m.Specs))
 	for i, spec := range m.Specs {
-		a := named[spec.Name]
+		a := byName[spec.Name]
 		if !slices.Equal(a.Shape(), spec.Shape) {
 			return nil, fmt.Errorf("%s: %s maps to %q of shape %v, the config needs %v", src, family, spec.Name, a.Shape(), spec.Shape)
+		}
+		named[i] = a
+	}
+	return named, nil
+}
+
+// castParams returns the mapped arrays as contiguous arrays of their own
+// in m's parameter dtype, evaluated; the packed weights of quant's slots
+// (nil for none) are kept as they are.
+func castParams(src string, m *model.TinyGPT, named []*mlx.Array, quant *QuantizedParams) ([]*mlx.Array, error) {
+	params := make([]*mlx.Array, len(named))
+	for i, a := range named {
+		if quant != nil && slices.Contains(quant.Indices, i) {
+			params[i] = a
+			continue
 		}
 		// The copy makes transposed and split weights contiguous arrays of
 		// their own, so the source's buffers are not held.
@@ -103,8 +163,9 @@ func assemble(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, er
 }
 
 // readTensors reads every tensor of dir's weight files, checking that each
-// is a float32, float16 or bfloat16 array.
-func readTensors(dir string) (tensors, error) {
+// is a float32, float16 or bfloat16 array, or with packed (an MLX-quantized
+// folder) a uint32 one, which dequantizeTensors checks.
+func readTensors(dir string, packed bool) (tensors, error) {
 	files := []string{WeightsFile}
 	index := filepath.Join(dir, IndexFile)
 	var weightMap map[string]string
@@ -148,7 +209,7 @@ func readTensors(dir string) (tensors, error) {
 			if weightMap != nil && weightMap[name] != f {
 				return nil, fmt.Errorf("%s: tensor %q is in %s, the index says %q", dir, name, f, weightMap[name])
 			}
-			if !isFloat(a.Dtype()) {
+			if !isFloat(a.Dtype()) && !(packed && a.Dtype() == mlx.Uint32) {
 				return nil, fmt.Errorf("%s: tensor %q is %v; want float32, float16 or bfloat16 weights (quantized checkpoints are not supported)", path, name, a.Dtype())
 			}
 			t[name] = a

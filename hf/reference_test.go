@@ -111,11 +111,11 @@ func closeLogits(t testing.TB, what string, got, want []float32) {
 func sameTensors(t *testing.T, got, want string) {
 	t.Helper()
 	mlx.Run(func() []*mlx.Array {
-		g, err := readTensors(got)
+		g, err := readTensors(got, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := readTensors(want)
+		w, err := readTensors(want, false)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -101,7 +101,11 @@ func Run(cfg Config) error {
 			return fmt.Errorf("--nproc: finding this program: %w", err)
 		}
 	}
-	stdout, stderr := orDiscard(cfg.Stdout), orDiscard(cfg.Stderr)
+	// Rank 0's stderr is copied into cfg.Stderr by a goroutine of exec
+	// while the supervisor writes its own lines there: one lock orders
+	// them. (Without it a *bytes.Buffer, whose ReadFrom holds its length
+	// across the blocking read, dropped the supervisor's lines.)
+	stdout, stderr := orDiscard(cfg.Stdout), &lockedWriter{w: orDiscard(cfg.Stderr)}
 	b := cfg.Bounds
 	if b == (Bounds{}) {
 		b = DefaultBounds
@@ -132,6 +136,21 @@ func Run(cfg Config) error {
 	}
 	fmt.Fprintf(stderr, "posttrainllm: started %d ranks (%s backend): %s\n", cfg.Nproc, backendOf(cfg.Device), strings.Join(pids, ", "))
 	return supervise(ranks, stderr, ready, exits, b)
+}
+
+// lockedWriter is a writer that several goroutines may write to: each
+// Write holds a lock. It has no ReadFrom, so io.Copy into it writes what
+// it reads piece by piece, under the lock.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+// Write writes p to the underlying writer under the lock.
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // orDiscard is w, or io.Discard when w is nil.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -41,7 +42,7 @@ func LoadAdapted(path, base string) (*Adapted, error) {
 
 // loadAdapted is LoadAdapted on the MLX thread.
 func loadAdapted(path, base string) (_ *Adapted, err error) {
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return nil, err
 	}
@@ -66,14 +67,14 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if base == "" {
 		base = ft.Base
 	}
-	baseDir, err := ResolveCheckpoint(base)
+	baseDir, err := checkpoint.Resolve(base)
 	if err != nil {
 		return nil, fmt.Errorf("base of %s: %w", dir, err)
 	}
-	if a.State, err = ReadRunState(filepath.Join(dir, StateFile)); err != nil {
+	if a.State, err = ReadRunState(filepath.Join(dir, checkpoint.StateFile)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	st, m, params, free, err := loadModel(baseDir)
+	st, m, params, quant, free, err := loadModelQuant(baseDir)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
@@ -85,7 +86,14 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if a.Adapter, err = peft.New(ft.Adapter(), m.Specs); err != nil {
 		return nil, err
 	}
-	if ft.Quantize > 0 {
+	if quant != nil {
+		if ft.Quantize != 0 {
+			return nil, fmt.Errorf("base %s is quantized already (%s), the fine-tune %s quantized its base itself (quantize %d); pass the float base with --from",
+				baseDir, quant, dir, ft.Quantize)
+		}
+		// The adapters were trained over this quantized base: apply them to it.
+		a.Adapter.Quant = quant
+	} else if ft.Quantize > 0 {
 		// The adapters were trained over the quantized base: apply them to it.
 		if a.Base, err = quantizeBase(a.Adapter, m, a.Base, ft); err != nil {
 			return nil, err
@@ -93,7 +101,7 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 		frozen := a.Base
 		a.free = append(a.free, func() { mlx.Free(frozen[len(m.Specs):]...); freeAt(frozen, a.Adapter.Quant.Indices) })
 	}
-	if a.Adapters, err = loadNamed(filepath.Join(dir, AdapterFile), a.Adapter.Names(), a.Adapter.Specs); err != nil {
+	if a.Adapters, err = checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Adapter.Names(), specShapes(a.Adapter.Specs)); err != nil {
 		return nil, err
 	}
 	eff := a.Adapter.Effective(a.Base, a.Adapters)
@@ -141,7 +149,7 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 			return err
 		}
 		defer a.Free()
-		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, RunDirOf(a.Dir))
+		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, checkpoint.RunDirOf(a.Dir))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", a.Dir, err)
 		}
@@ -155,14 +163,51 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 	return text, err
 }
 
+// FuseOptions say how Fuse stores the merged weights.
+type FuseOptions struct {
+	// Quantize, when not 0, re-quantizes the merged transformer-block
+	// projections to this many bits (MLX's affine mode, groups of
+	// QGroupSize, 0 meaning DefaultQuantGroupSize); 0 writes float
+	// weights.
+	Quantize, QGroupSize int
+}
+
+// Validate reports settings MLX's quantization does not take.
+func (o FuseOptions) Validate() error {
+	if o.Quantize == 0 {
+		if o.QGroupSize != 0 {
+			return fmt.Errorf("q_group_size %d without quantize: set the bits too", o.QGroupSize)
+		}
+		return nil
+	}
+	if err := mlx.CheckQuantization(o.groupSize(), o.Quantize); err != nil {
+		return fmt.Errorf("quantize %d, q_group_size %d: %w", o.Quantize, o.groupSize(), err)
+	}
+	return nil
+}
+
+// groupSize is QGroupSize or its default.
+func (o FuseOptions) groupSize() int {
+	if o.QGroupSize == 0 {
+		return DefaultQuantGroupSize
+	}
+	return o.QGroupSize
+}
+
 // Fuse writes the model of a fine-tune checkpoint (LoadAdapted's path and
 // base) as an ordinary checkpoint under the run folder out: the base with
 // the adapters merged in (peft.Adapter.Fuse; a base the adapters were
-// trained over quantized is dequantized first), in float, the settings of the
-// fine-tune's run, step 0 and a fresh optimizer state, so sample, eval
-// and train open it like any other checkpoint. It returns the checkpoint
-// directory.
-func Fuse(path, base, out string) (string, error) {
+// trained over quantized is dequantized first), the settings of the
+// fine-tune's run, step 0. Without opts.Quantize the weights are float
+// and a fresh optimizer state is written, so sample, eval and train open
+// it like any other checkpoint; with it the merged block projections are
+// quantized again, which sample, eval, export and adapter fine-tunes
+// read (and a full fine-tune refuses), without optimizer state. It
+// returns the checkpoint directory.
+func Fuse(path, base, out string, opts FuseOptions) (string, error) {
+	if err := opts.Validate(); err != nil {
+		return "", fmt.Errorf("fuse: %w", err)
+	}
 	var dir string
 	err := mlx.Do(func() error {
 		a, err := loadAdapted(path, base)
@@ -180,6 +225,22 @@ func Fuse(path, base, out string) (string, error) {
 			params = fused
 		}
 		cfg := a.State.Config
+		names := make([]string, len(a.Model.Specs))
+		for i, s := range a.Model.Specs {
+			names[i] = s.Name
+		}
+		if opts.Quantize > 0 {
+			q, frozen, err := peft.QuantizeBase(a.Model.Specs, params, opts.groupSize(), opts.Quantize)
+			if err != nil {
+				return fmt.Errorf("fuse: %w", err)
+			}
+			defer freeAt(frozen, q.Indices)
+			defer mlx.Free(frozen[len(q.Base):]...)
+			if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, q.Names(), frozen, nil, nil); err != nil {
+				return err
+			}
+			return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
+		}
 		opt, err := NewOptimizer(cfg, a.Model.Specs)
 		if err != nil {
 			return err
@@ -189,14 +250,10 @@ func Fuse(path, base, out string) (string, error) {
 			return err
 		}
 		defer mlx.Free(state...)
-		names := make([]string, len(a.Model.Specs))
-		for i, s := range a.Model.Specs {
-			names[i] = s.Name
-		}
-		if dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
+		if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
 			return err
 		}
-		return copyTokenizerDir(RunDirOf(a.Dir), out)
+		return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
 	})
 	return dir, err
 }

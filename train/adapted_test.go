@@ -20,7 +20,7 @@ func TestFusedCheckpointMatchesBasePlusAdapters(t *testing.T) {
 		cfg := fineTuneConfig(3)
 		cfg.EvalEvery = 0
 		sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), method), "")
-		fusedDir, err := Fuse(sum.LastCheckpoint, "", filepath.Join(t.TempDir(), "fused"))
+		fusedDir, err := Fuse(sum.LastCheckpoint, "", filepath.Join(t.TempDir(), "fused"), FuseOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,13 +4,15 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 // FuzzReadCheckpointState feeds arbitrary bytes to ParseRunState: it must
 // never panic, and a state it accepts must survive a marshal/parse round
 // trip unchanged (what SaveCheckpoint writes, a resume reads back).
 func FuzzReadCheckpointState(f *testing.F) {
-	valid := RunState{Format: CheckpointFormat, Step: 7, Config: tinyConfig(),
+	valid := RunState{Format: checkpoint.Format, Step: 7, Config: tinyConfig(),
 		SamplerState: []byte("PTLMSMP1\x00\x01"), TokensSeen: 896, ElapsedSeconds: 1.5}
 	js, err := json.Marshal(valid)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -251,7 +252,7 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 		t.Fatalf("summary held-out loss %v, the last logged val_loss %v", sum.ValLoss, *last.ValLoss)
 	}
 
-	ck, err := LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,38 +301,6 @@ func TestEvaluateCheckpointRejectsBadOptions(t *testing.T) {
 	}
 	if _, err := EvaluateCheckpoint(dir, EvalOptions{}); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
 		t.Fatalf("a folder without checkpoints: want an error saying so, got %v", err)
-	}
-}
-
-// ResolveCheckpoint is the rule of every --from and --resume: a checkpoint
-// directory as given, a run folder's newest checkpoint, and a clear error
-// for anything else.
-func TestResolveCheckpointRule(t *testing.T) {
-	cfg := tinyConfig()
-	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
-	run := t.TempDir()
-	runTrainer(t, cfg, run, "")
-	older := filepath.Join(CheckpointRoot(run), "step-00000002")
-	for path, want := range map[string]string{
-		run:   filepath.Join(CheckpointRoot(run), "step-00000004"),
-		older: older,
-	} {
-		if got, err := ResolveCheckpoint(path); err != nil || got != want {
-			t.Errorf("ResolveCheckpoint(%s) = %s, %v; want %s", path, got, err, want)
-		}
-	}
-	file := filepath.Join(older, StateFile)
-	for path, want := range map[string][]string{
-		filepath.Join(run, "missing"): {"missing", "no such file"},
-		file:                          {"is a file", "run folder", "checkpoint directory"},
-		t.TempDir():                   {"no checkpoint", "run folder", "checkpoint directory", StateFile},
-	} {
-		_, err := ResolveCheckpoint(path)
-		for _, w := range want {
-			if err == nil || !strings.Contains(err.Error(), w) {
-				t.Errorf("ResolveCheckpoint(%s): error %v, want it to mention %q", path, err, w)
-			}
-		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -66,7 +67,7 @@ type CheckpointEval struct {
 func (c CheckpointEval) ZLossTerm() float64 { return c.ZLoss * c.LSESquared }
 
 // EvaluateCheckpoint measures the cross-entropy of a checkpoint, path being
-// a run folder or a checkpoint directory (ResolveCheckpoint), on a split of
+// a run folder or a checkpoint directory (checkpoint.Resolve), on a split of
 // its run's corpus or of another corpus. By default it evaluates every
 // token of the split once (EvaluateView); with opts.EvalTokens it draws
 // random windows as training's evaluations do (Evaluator).
@@ -85,11 +86,11 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	if split != SplitVal && split != SplitTrain && split != SplitAll {
 		return out, fmt.Errorf("eval: split %q, want %s, %s or %s", split, SplitVal, SplitTrain, SplitAll)
 	}
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return out, err
 	}
-	st, err := ReadRunState(filepath.Join(dir, StateFile))
+	st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return out, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -100,7 +101,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	}
 	out = CheckpointEval{Checkpoint: dir, Step: st.Step, Corpus: corpus, Tokenizer: cfg.Tokenizer, Split: split,
 		Context: cfg.Model.Context, ZLoss: cfg.Model.ZLoss}
-	tok, err := openRunTokenizer(opts.Tokenizers, cfg, RunDirOf(dir))
+	tok, err := openRunTokenizer(opts.Tokenizers, cfg, checkpoint.RunDirOf(dir))
 	if err != nil {
 		return out, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/chattemplate"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -42,17 +43,17 @@ type FineTuner struct {
 // NewFineTuner reads the base checkpoint's model and tokenizer into cfg,
 // renders the records of ft.Train (and ft.Valid) into rows of the model's
 // context, and checks everything before anything is written. ft.Base may
-// name a run folder: it becomes its newest checkpoint (ResolveCheckpoint).
+// name a run folder: it becomes its newest checkpoint (checkpoint.Resolve).
 func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
 	if err := ft.Validate(); err != nil {
 		return nil, err
 	}
-	base, err := ResolveCheckpoint(ft.Base)
+	base, err := checkpoint.Resolve(ft.Base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
 	ft.Base = base
-	st, err := ReadRunState(filepath.Join(ft.Base, StateFile))
+	st, err := ReadRunState(filepath.Join(ft.Base, checkpoint.StateFile))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
@@ -74,7 +75,7 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 			return nil, err
 		}
 	}
-	tok, err := openRunTokenizer(ft.Tokenizers, cfg, RunDirOf(ft.Base))
+	tok, err := openRunTokenizer(ft.Tokenizers, cfg, checkpoint.RunDirOf(ft.Base))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
@@ -84,11 +85,17 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	} else if ft.Context > 0 {
 		rowLen = ft.Context
 	}
-	tmpl, err := RunTemplate(RunDirOf(ft.Base))
+	tmpl, err := RunTemplate(checkpoint.RunDirOf(ft.Base))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
 	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
+	if ft.Prefers() {
+		if err := f.loadPairs(tok, tmpl, rowLen); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	if f.Train, err = LoadTemplateRows(ft.Train, tok, tmpl, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
 		return nil, err
 	}

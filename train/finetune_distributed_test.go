@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -81,16 +82,16 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 			t.Errorf("step %d: held-out loss %s, the doubled batch's %s", m.Step, valText(m.ValLoss), valText(w.ValLoss))
 		}
 	}
-	got, err := LatestCheckpoint(job.RunDir)
+	got, err := checkpoint.Latest(job.RunDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mlxtest.Run(t, func(t testing.TB) {
-		a, _, err := mlx.LoadSafetensors(filepath.Join(want.LastCheckpoint, AdapterFile))
+		a, _, err := mlx.LoadSafetensors(filepath.Join(want.LastCheckpoint, checkpoint.AdapterFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _, err := mlx.LoadSafetensors(filepath.Join(got, AdapterFile))
+		b, _, err := mlx.LoadSafetensors(filepath.Join(got, checkpoint.AdapterFile))
 		if err != nil {
 			t.Fatal(err)
 		}

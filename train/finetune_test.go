@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -48,7 +49,7 @@ func writeBaseModel(t testing.TB, mc model.Config) string {
 	for i, s := range m.Specs {
 		names[i] = s.Name
 	}
-	dir, err := SaveCheckpoint(CheckpointRoot(filepath.Join(t.TempDir(), "base")), RunState{Config: cfg}, names, params, opt.StateNames(), state)
+	dir, err := SaveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "base")), RunState{Config: cfg}, names, params, opt.StateNames(), state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func fileBytes(t testing.TB, path string) []byte {
 // give the adapters and losses of 6 updates in one go.
 func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	base := writeBase(t)
-	baseModel := fileBytes(t, filepath.Join(base, ModelFile))
+	baseModel := fileBytes(t, filepath.Join(base, checkpoint.ModelFile))
 	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
 
@@ -125,14 +126,14 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	if !(sum.ValLoss < sum.InitialValLoss) {
 		t.Errorf("held-out completion loss %.4f -> %.4f, want it to fall", sum.InitialValLoss, sum.ValLoss)
 	}
-	if !bytes.Equal(baseModel, fileBytes(t, filepath.Join(base, ModelFile))) {
+	if !bytes.Equal(baseModel, fileBytes(t, filepath.Join(base, checkpoint.ModelFile))) {
 		t.Error("the base checkpoint changed")
 	}
 	ck := sum.LastCheckpoint
-	if _, err := os.Stat(filepath.Join(ck, ModelFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.ModelFile)); err == nil {
 		t.Errorf("LoRA checkpoint %s holds a model file", ck)
 	}
-	if a, b := len(fileBytes(t, filepath.Join(ck, AdapterFile))), len(baseModel); a*4 > b {
+	if a, b := len(fileBytes(t, filepath.Join(ck, checkpoint.AdapterFile))), len(baseModel); a*4 > b {
 		t.Errorf("adapter file is %d bytes, the base %d; want it far smaller", a, b)
 	}
 
@@ -161,11 +162,11 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 		t.Errorf("resumed run ends at loss %v, held-out %v; the whole run at %v, %v", resumed.Loss, resumed.ValLoss, sum.Loss, sum.ValLoss)
 	}
 	mlxtest.Run(t, func(t testing.TB) {
-		a, _, err := mlx.LoadSafetensors(filepath.Join(sum.LastCheckpoint, AdapterFile))
+		a, _, err := mlx.LoadSafetensors(filepath.Join(sum.LastCheckpoint, checkpoint.AdapterFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _, err := mlx.LoadSafetensors(filepath.Join(resumed.LastCheckpoint, AdapterFile))
+		b, _, err := mlx.LoadSafetensors(filepath.Join(resumed.LastCheckpoint, checkpoint.AdapterFile))
 		if err != nil {
 			t.Fatal(err)
 		}

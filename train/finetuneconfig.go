@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/peft"
 )
@@ -23,14 +23,6 @@ const (
 
 // FineTuneMethods lists the methods a fine-tune accepts.
 func FineTuneMethods() []string { return []string{MethodLoRA, MethodDoRA, MethodFull} }
-
-// Files a fine-tune's checkpoints hold besides state.json and
-// optimizer.safetensors: the adapters (LoRA, DoRA) or model.safetensors
-// (full), and the fine-tune's settings.
-const (
-	AdapterFile  = "adapters.safetensors"
-	FineTuneFile = "finetune.json"
-)
 
 // FineTuneConfig is what a fine-tune adds to a run's Config, whose model
 // and tokenizer come from the base checkpoint. Checkpoints store it as
@@ -64,9 +56,30 @@ type FineTuneConfig struct {
 	// adapters only.
 	Quantize   int `json:"quantize,omitempty"`
 	QGroupSize int `json:"q_group_size,omitempty"`
+	// Objective is what the fine-tune minimises: SFT (or empty) the
+	// cross-entropy of the counted targets of Train's records, or a
+	// preference objective (DPO, IPO, ORPO, SimPO) over Train's
+	// preference pairs (data.ReadPreferenceRecords).
+	Objective Objective `json:"objective,omitempty"`
+	// Beta, Lambda and Gamma are the preference objective's β (DPO, IPO,
+	// SimPO), ORPO's λ and SimPO's γ; 0 takes the objective's default
+	// (Preference.WithDefaults).
+	Beta   float64 `json:"beta,omitempty"`
+	Lambda float64 `json:"orpo_lambda,omitempty"`
+	Gamma  float64 `json:"simpo_gamma,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers TokenizerOpener `json:"-"`
+}
+
+// Prefers reports whether the fine-tune optimises a preference objective
+// (anything but SFT).
+func (c FineTuneConfig) Prefers() bool { return c.Objective != "" && c.Objective != SFT }
+
+// Preference returns the fine-tune's preference objective, its unset
+// hyperparameters at their defaults.
+func (c FineTuneConfig) Preference() Preference {
+	return Preference{Objective: c.Objective, Beta: c.Beta, Lambda: c.Lambda, Gamma: c.Gamma}.WithDefaults()
 }
 
 // Adapter returns the adapter settings of a LoRA or DoRA fine-tune.
@@ -90,6 +103,19 @@ func (c FineTuneConfig) Validate() error {
 	}
 	if c.Context < 0 {
 		return fmt.Errorf("context = %d, want >= 1 (or 0: the base model's)", c.Context)
+	}
+	if c.Objective != "" && !slices.Contains(Objectives(), c.Objective) {
+		return fmt.Errorf("objective %q, want one of %v", c.Objective, Objectives())
+	}
+	if c.Prefers() {
+		if err := c.Preference().Validate(); err != nil {
+			return err
+		}
+		if c.Pack {
+			return fmt.Errorf("objective %s with packing: a preference pair's answers are compared whole, one row each; leave pack out", c.Objective)
+		}
+	} else if c.Beta != 0 || c.Lambda != 0 || c.Gamma != 0 {
+		return fmt.Errorf("beta %g, orpo_lambda %g, simpo_gamma %g with objective sft: they shape preference objectives only", c.Beta, c.Lambda, c.Gamma)
 	}
 	if c.UsesAdapter() {
 		if err := c.Adapter().Validate(); err != nil {
@@ -125,38 +151,31 @@ func (c FineTuneConfig) QuantGroupSize() int {
 // ReadFineTuneConfig reads a fine-tune checkpoint's finetune.json.
 func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
 	var c FineTuneConfig
-	f, err := os.Open(filepath.Join(dir, FineTuneFile))
+	f, err := os.Open(filepath.Join(dir, checkpoint.FineTuneFile))
 	if err != nil {
 		return c, fmt.Errorf("checkpoint %s is no fine-tune checkpoint: %w", dir, err)
 	}
 	defer f.Close()
-	dec := json.NewDecoder(f)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&c); err != nil {
-		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, FineTuneFile), err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return c, fmt.Errorf("%s: not valid: data after the JSON object", filepath.Join(dir, FineTuneFile))
+	if err := checkpoint.DecodeJSON(f, &c); err != nil {
+		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
 	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("%s: %w", filepath.Join(dir, FineTuneFile), err)
+		return c, fmt.Errorf("%s: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
 	return c, nil
 }
 
 // fineTuneFiles are the extra checkpoint files of a fine-tune: its
 // settings and, with adapters, the adapter arrays.
-func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpointFile, error) {
+func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpoint.File, error) {
 	js, err := json.MarshalIndent(ft, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	files := []checkpointFile{{FineTuneFile, func(path string) error { return writeFileSync(path, append(js, '\n')) }}}
+	files := []checkpoint.File{checkpoint.Bytes(checkpoint.FineTuneFile, append(js, '\n'))}
 	if ft.UsesAdapter() {
 		meta := map[string]string{"peft": string(js), "format": "mlx"}
-		files = append(files, checkpointFile{AdapterFile, func(path string) error {
-			return saveArrays(path, adapterNames, adapters, meta)
-		}})
+		files = append(files, checkpoint.Arrays(checkpoint.AdapterFile, adapterNames, adapters, meta))
 	}
 	return files, nil
 }

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -21,12 +23,20 @@ func (k *fineTuneTask) probe() planProbe {
 			// Deferred calls run last first: the buffers go back to the
 			// system once the state and the step have released them.
 			defer mlx.ClearCache()
-			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, "")
+			// A base stored quantized is probed in float: an upper bound.
+			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, nil, "")
 			if err != nil {
 				return 0, err
 			}
 			defer b.free()
-			return probeUpdates(b.state, probeRows(c, T, k.f.FineTune.Pack))
+			rows := probeRows(c, T, k.f.FineTune.Pack)
+			if b.objective.rowLoss != nil {
+				if c.Batch%2 != 0 {
+					return 0, fmt.Errorf("an odd micro-batch splits a preference pair")
+				}
+				rows = probePairs(rows, b.objective.rowInputs)
+			}
+			return probeUpdates(b.state, rows)
 		},
 	}
 }
@@ -55,6 +65,20 @@ func probeRows(c Config, T int, packed bool) Batch {
 	}
 	if packed {
 		b.Seg = make([]int32, n)
+	}
+	return b
+}
+
+// probePairs is a probe batch b taken as preference pairs: each pair's
+// weight on its chosen row, and inputs more row inputs of zeros (the
+// reference log-probabilities of a full DPO fine-tune).
+func probePairs(b Batch, inputs int) Batch {
+	b.RowW = make([]float32, b.N*b.B)
+	for r := range b.RowW {
+		b.RowW[r] = float32(1 - r%2)
+	}
+	for range inputs {
+		b.RowInputs = append(b.RowInputs, make([]float32, b.N*b.B))
 	}
 	return b
 }

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -22,8 +23,10 @@ type fineTuneTask struct {
 	f   *FineTuner
 	cfg Config
 	ftBuilt
-	feed batchFeed
-	eval *evalFunc // rank 0 only
+	feed     batchFeed
+	eval     *evalFunc      // rank 0 only
+	pairEval *PairEvaluator // a preference objective's, rank 0 only
+	refs     References     // a full DPO or IPO fine-tune's reference log-probabilities
 }
 
 // ftBuilt is a fine-tune's step over its state, with what they were
@@ -58,6 +61,11 @@ type fineTuneObjective struct {
 	loss       WeightedLossFunc
 	packedLoss PackedLossFunc
 	evalTerms  TokenLossFunc
+	// rowLoss, for a preference objective (preferenceObjective), replaces
+	// the others: the loss of a row step (NewRowStep) taking rowInputs
+	// row inputs after the row weights.
+	rowLoss   RowLossFunc
+	rowInputs int
 }
 
 // sftObjective is supervised fine-tuning's: the cross-entropy of the
@@ -81,7 +89,7 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	k.cfg = cfg
 	var parts taskParts
 	if env.lead() {
-		if err := copyTokenizerDir(RunDirOf(f.FineTune.Base), env.runDir); err != nil {
+		if err := copyTokenizerDir(checkpoint.RunDirOf(f.FineTune.Base), env.runDir); err != nil {
 			return parts, err
 		}
 	}
@@ -101,7 +109,11 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if err != nil {
 		return parts, err
 	}
-	if env.lead() {
+	if env.lead() && k.objective.rowLoss != nil {
+		if k.pairEval, err = NewPairEvaluator(k.objective.rowLoss, len(k.state.Params()), len(k.state.Frozen()), cfg.Compile); err != nil {
+			return parts, err
+		}
+	} else if env.lead() {
 		if k.eval, err = newEvalFunc(k.objective.evalTerms, cfg.Compile); err != nil {
 			return parts, err
 		}
@@ -110,8 +122,16 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if resumed != nil {
 		samplerState = resumed.SamplerState
 	}
-	if k.feed, err = newRowFeed(f.Train, cfg, plan, env.group, samplerState); err != nil {
+	rows, err := newRowFeed(f.Train, cfg, plan, env.group, samplerState)
+	if err != nil {
 		return parts, err
+	}
+	k.feed = rows
+	if f.FineTune.Prefers() {
+		if plan.MicroBatch%2 != 0 {
+			return parts, fmt.Errorf("micro-batch %d for objective %s, want an even number of rows (each pair's answers side by side)", plan.MicroBatch, f.FineTune.Objective)
+		}
+		k.feed = &pairFeed{rows: rows, refs: k.refs.Train, ranks: env.group.Size()}
 	}
 	specs := f.Model.Specs
 	params := cfg.Model.NumParams()
@@ -137,21 +157,31 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if ck.State.Config.Model != cfg.Model {
 		return nil, fmt.Errorf("base checkpoint %s is of another model shape (%+v), the fine-tune needs %+v", f.FineTune.Base, ck.State.Config.Model, cfg.Model)
 	}
-	base, err := orderParams(filepath.Join(f.FineTune.Base, ModelFile), ck.Params, f.Model)
+	base, quant, err := orderBase(filepath.Join(f.FineTune.Base, checkpoint.ModelFile), ck.Params, f.Model, f.FineTune)
 	if err != nil {
 		return nil, err
 	}
+	if f.FineTune.Prefers() && !f.FineTune.UsesAdapter() && f.FineTune.Preference().NeedsReference() {
+		// The reference is the base model: its log-probabilities are
+		// computed (or read) before the base weights start to change.
+		if k.refs, err = k.fineTuneReferences(env, base); err != nil {
+			mlx.Free(base...)
+			return nil, fmt.Errorf("reference: %w", err)
+		}
+	}
 	ck.Params = nil // build owns base now
 	var resumed *RunState
-	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, env.resumeFrom)
+	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, quant, env.resumeFrom)
 	return resumed, err
 }
 
 // build makes the adapters (unless the fine-tune is full), the optimizer,
 // the step of plan on group g and its state over the base weights base,
 // which it takes: fresh, or the trainable arrays and optimizer state of
-// the checkpoint resumeFrom, whose run state it returns.
-func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
+// the checkpoint resumeFrom, whose run state it returns. quant is the
+// layout of a base checkpoint stored quantized (base is then its frozen
+// list), nil for a float one.
+func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, quant *peft.Quantized, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
 	f := k.f
 	owned := base
 	defer func() { mlx.Free(owned...) }() // until the state takes them
@@ -167,8 +197,11 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 			return b, nil, err
 		}
 		frozen = base
-		if err := CastFrozenBase(cfg, base); err != nil {
-			return b, nil, err
+		b.adapter.Quant = quant
+		if quant == nil {
+			if err := CastFrozenBase(cfg, base); err != nil {
+				return b, nil, err
+			}
 		}
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
@@ -202,7 +235,12 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 		owned = nil
 	}
 	b.objective = sftObjective(f.Model, b.adapter)
-	if f.FineTune.Pack {
+	if f.FineTune.Prefers() {
+		b.objective = preferenceObjective(f.Model, b.adapter, f.FineTune.Preference())
+	}
+	if b.objective.rowLoss != nil {
+		b.step, err = NewRowStep(b.objective.rowLoss, b.opt, len(trainable), len(frozen), len(optState), b.objective.rowInputs, len(PreferenceAux), opts)
+	} else if f.FineTune.Pack {
 		b.step, err = NewPackedStep(b.objective.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
 	} else {
 		b.step, err = NewWeightedStep(b.objective.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
@@ -247,13 +285,16 @@ func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Arra
 // of the checkpoint dir for b, checking that it is a fine-tune of this
 // kind.
 func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.Array, *RunState, error) {
-	st, err := ReadRunState(filepath.Join(dir, StateFile))
+	st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
 	}
 	saved, err := ReadFineTuneConfig(dir)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("resume: %w", err)
+	}
+	if ft := k.f.FineTune; saved.Prefers() != ft.Prefers() || ft.Prefers() && saved.Preference() != ft.Preference() {
+		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s optimises %+v, this run %+v; resume with the same objective", dir, saved.Preference(), ft.Preference())
 	}
 	if ft := k.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
 		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
@@ -263,12 +304,12 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	if st.Config.Model != k.cfg.Model {
 		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)
 	}
-	file := filepath.Join(dir, ModelFile)
+	file := filepath.Join(dir, checkpoint.ModelFile)
 	specs := k.f.Model.Specs
 	if b.adapter != nil {
-		file, specs = filepath.Join(dir, AdapterFile), b.adapter.Specs
+		file, specs = filepath.Join(dir, checkpoint.AdapterFile), b.adapter.Specs
 	}
-	trainable, err := loadNamed(file, b.trainNames, specs)
+	trainable, err := checkpoint.LoadNamed(file, b.trainNames, specShapes(specs))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -282,13 +323,13 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	for i, a := range fresh {
 		shapes[i] = a.Shape()
 	}
-	optFile := filepath.Join(dir, OptimizerFile)
+	optFile := filepath.Join(dir, checkpoint.OptimizerFile)
 	arrays, _, err := mlx.LoadSafetensors(optFile)
 	if err != nil {
 		mlx.Free(trainable...)
 		return nil, nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	optState, err := ordered(optFile, arrays, b.opt.StateNames(), shapes)
+	optState, err := checkpoint.Ordered(optFile, arrays, b.opt.StateNames(), shapes)
 	if err != nil {
 		mlx.Free(trainable...)
 		for _, a := range arrays {
@@ -297,27 +338,6 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 		return nil, nil, nil, fmt.Errorf("resume: %w (optimizer %s)", err, k.cfg.Optimizer)
 	}
 	return trainable, optState, &st, nil
-}
-
-// loadNamed loads the arrays of a safetensors file in the order of names,
-// checking their shapes against specs.
-func loadNamed(file string, names []string, specs []model.ParamSpec) ([]*mlx.Array, error) {
-	arrays, _, err := mlx.LoadSafetensors(file)
-	if err != nil {
-		return nil, err
-	}
-	shapes := make([][]int, len(specs))
-	for i, s := range specs {
-		shapes[i] = s.Shape
-	}
-	out, err := ordered(file, arrays, names, shapes)
-	if err != nil {
-		for _, a := range arrays {
-			a.Free()
-		}
-		return nil, err
-	}
-	return out, nil
 }
 
 // next is the feed's next batch.
@@ -333,6 +353,9 @@ func (k *fineTuneTask) evaluates() bool { return k.f.Valid != nil }
 // evaluate measures the held-out loss over the counted targets of the
 // validation rows.
 func (k *fineTuneTask) evaluate(m *Metrics) (float64, error) {
+	if k.pairEval != nil {
+		return k.evaluatePairs(m)
+	}
 	params := append(append([]*mlx.Array{}, k.state.Params()...), k.state.Frozen()...)
 	v, err := evaluateRows(k.eval, params, k.f.Valid, k.cfg.Batch, k.cfg.EvalTokens)
 	if err != nil {
@@ -363,5 +386,6 @@ func (k *fineTuneTask) close() {
 	if k.eval != nil {
 		k.eval.free()
 	}
+	k.pairEval.Free()
 	k.ftBuilt.free()
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -23,11 +24,11 @@ func TestGaLoreRunRefreshesWithoutRetracing(t *testing.T) {
 	if !(ms[len(ms)-1].Loss < ms[0].Loss) {
 		t.Fatalf("loss did not fall: first %g, last %g", ms[0].Loss, ms[len(ms)-1].Loss)
 	}
-	ck, err := LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	arrs, _, err := mlx.LoadSafetensors(filepath.Join(ck, OptimizerFile))
+	arrs, _, err := mlx.LoadSafetensors(filepath.Join(ck, checkpoint.OptimizerFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -44,7 +45,7 @@ func openGenerator(path, adapter string, open TokenizerOpener) (*generate.Model,
 		dir, cfg, free = a.Dir, a.State.Config, a.Free
 		m = generate.NewModel(a.Model, a.Params, nil, nil, nil, free)
 	} else {
-		d, err := ResolveCheckpoint(path)
+		d, err := checkpoint.Resolve(path)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +56,7 @@ func openGenerator(path, adapter string, open TokenizerOpener) (*generate.Model,
 		dir, cfg, free = d, st.Config, f
 		m = generate.NewModel(net, params, nil, nil, nil, free)
 	}
-	if err := finishGenerator(m, cfg, RunDirOf(dir), open); err != nil {
+	if err := finishGenerator(m, cfg, checkpoint.RunDirOf(dir), open); err != nil {
 		free()
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}

@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/peft"
 )
 
 // TokenizerDir is where a run imported from a Hugging Face folder keeps the
@@ -32,8 +35,10 @@ type ImportOptions struct {
 // starts the optimizer fresh and saves its state with the first
 // checkpoint, so sample, eval, finetune --from and train --resume accept
 // the run as they accept a trained one. The folder's tokenizer files are
-// copied to out/hf-tokenizer. out must not exist or be empty. It returns
-// the checkpoint directory and the model's family.
+// copied to out/hf-tokenizer. An MLX-quantized folder's block projections
+// stay quantized (hf.LoadQuantized): the run's base is a quantized model
+// (see CheckpointQuantization). out must not exist or be empty. It
+// returns the checkpoint directory and the model's family.
 func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return "", "", fmt.Errorf("import: %s exists and is not empty; choose a new run folder", out)
@@ -43,7 +48,7 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 			os.RemoveAll(out) // it was missing or empty: a failed import leaves nothing
 		}
 	}()
-	loaded, err := hf.Load(src, opts.Dtype)
+	loaded, err := hf.LoadQuantized(src, opts.Dtype)
 	if err != nil {
 		return "", "", err
 	}
@@ -100,19 +105,31 @@ func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, 
 	err = mlx.Do(func() error {
 		s := mlx.NewScope()
 		defer s.Close()
-		params := loaded.Params
-		if want := m.Config.ParamDtype(); params[0].Dtype() != want {
+		params := slices.Clone(loaded.Params)
+		want := m.Config.ParamDtype()
+		if params[0].Dtype() != want {
 			params = make([]*mlx.Array, len(loaded.Params))
 			for i, p := range loaded.Params {
-				params[i] = mlx.AsType(p, want)
+				if p.Dtype() == mlx.Uint32 { // a packed quantized weight
+					params[i] = p
+				} else {
+					params[i] = mlx.AsType(p, want)
+				}
 			}
 		}
 		names := make([]string, len(m.Specs))
 		for i, s := range m.Specs {
 			names[i] = s.Name
 		}
+		if q := loaded.Quant; q != nil {
+			for k, i := range q.Indices {
+				stem := peft.QuantStem(names[i])
+				names = append(names, stem+peft.ScalesSuffix, stem+peft.BiasesSuffix)
+				params = append(params, mlx.AsType(q.Scales[k], want), mlx.AsType(q.Biases[k], want))
+			}
+		}
 		var err error
-		dir, err = saveCheckpoint(CheckpointRoot(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
+		dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
 		return err
 	})
 	if err != nil {
@@ -131,17 +148,19 @@ func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, 
 	return dir, nil
 }
 
-// ExportHF writes the model of a checkpoint (path as ResolveCheckpoint
+// ExportHF writes the model of a checkpoint (path as checkpoint.Resolve
 // takes it) as a Hugging Face folder dst that transformers loads, with the
-// tokenizer files the run was imported with. It returns the family.
+// tokenizer files the run was imported with. A quantized model (imported
+// from an MLX-quantized folder, or fused with --quantize) is written in
+// the layout mlx-lm reads (hf.SaveQuantized). It returns the family.
 func ExportHF(path, dst string) (string, error) {
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return "", err
 	}
 	var family string
 	err = mlx.Do(func() error {
-		_, m, params, free, err := loadModel(dir)
+		_, m, params, q, free, err := loadModelQuant(dir)
 		if err != nil {
 			return err
 		}
@@ -151,7 +170,17 @@ func ExportHF(path, dst string) (string, error) {
 		if err != nil {
 			return err
 		}
-		family, err = hf.Save(dst, m, params, files...)
+		if q == nil {
+			family, err = hf.Save(dst, m, params, files...)
+			return err
+		}
+		n := len(q.Base)
+		hq := &hf.QuantizedParams{Quantization: hf.Quantization{GroupSize: q.GroupSize, Bits: q.Bits}, Indices: q.Indices}
+		for k := range q.Indices {
+			hq.Scales = append(hq.Scales, params[n+2*k])
+			hq.Biases = append(hq.Biases, params[n+2*k+1])
+		}
+		family, err = hf.SaveQuantized(dst, m, params[:n], hq, files...)
 		return err
 	})
 	return family, err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -45,11 +46,11 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 				stateNames = opt.StateNames()
 			}
 			dir := filepath.Join(t.TempDir(), "run")
-			if cks[i], err = saveCheckpoint(CheckpointRoot(dir), RunState{Config: cfg}, names, params, stateNames, st); err != nil {
+			if cks[i], err = saveCheckpoint(checkpoint.Root(dir), RunState{Config: cfg}, names, params, stateNames, st); err != nil {
 				return err
 			}
 		}
-		_, err = saveCheckpoint(CheckpointRoot(t.TempDir()), RunState{Step: 3, Config: cfg}, names, params, nil, nil)
+		_, err = saveCheckpoint(checkpoint.Root(t.TempDir()), RunState{Step: 3, Config: cfg}, names, params, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "step 3 without optimizer state") {
 			t.Errorf("saving step 3 without optimizer state: %v, want an error", err)
 		}
@@ -58,11 +59,11 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(cks[1], OptimizerFile)); err == nil {
-		t.Fatalf("a checkpoint saved without optimizer state has %s", OptimizerFile)
+	if _, err := os.Stat(filepath.Join(cks[1], checkpoint.OptimizerFile)); err == nil {
+		t.Fatalf("a checkpoint saved without optimizer state has %s", checkpoint.OptimizerFile)
 	}
-	_, want := runTrainer(t, cfg, RunDirOf(cks[0]), cks[0])
-	_, got := runTrainer(t, cfg, RunDirOf(cks[1]), cks[1])
+	_, want := runTrainer(t, cfg, checkpoint.RunDirOf(cks[0]), cks[0])
+	_, got := runTrainer(t, cfg, checkpoint.RunDirOf(cks[1]), cks[1])
 	if len(got) != cfg.Steps || len(want) != cfg.Steps {
 		t.Fatalf("%d and %d metrics lines, want %d", len(got), len(want), cfg.Steps)
 	}
@@ -71,19 +72,19 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 			t.Fatalf("step %d: loss %.7f without saved state, %.7f with the fresh state saved", want[i].Step, got[i].Loss, want[i].Loss)
 		}
 	}
-	last, err := LatestCheckpoint(RunDirOf(cks[1]))
+	last, err := checkpoint.Latest(checkpoint.RunDirOf(cks[1]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(last, OptimizerFile)); err != nil || last == cks[1] {
+	if _, err := os.Stat(filepath.Join(last, checkpoint.OptimizerFile)); err != nil || last == cks[1] {
 		t.Fatalf("the resumed run's last checkpoint %s has no optimizer state: %v", last, err)
 	}
 	// A later checkpoint that lost its optimizer file is an error, not a
 	// fresh start.
-	if err := os.Remove(filepath.Join(last, OptimizerFile)); err != nil {
+	if err := os.Remove(filepath.Join(last, checkpoint.OptimizerFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadCheckpoint(last); err == nil || !strings.Contains(err.Error(), OptimizerFile) {
+	if _, err := LoadCheckpoint(last); err == nil || !strings.Contains(err.Error(), checkpoint.OptimizerFile) {
 		t.Fatalf("loading step %s without its optimizer file: %v, want an error naming it", last, err)
 	}
 }

@@ -11,28 +11,49 @@ import (
 // averaged since the last IntervalLoss, so a loop can log the mean over a
 // whole log interval without reading a value back at every update.
 type lossInterval struct {
-	sum     *mlx.Array // Σ loss × weight, float32; nil before the first update
-	weight  float64    // Σ weight
+	sum     *mlx.Array   // Σ loss × weight, float32; nil before the first update
+	aux     []*mlx.Array // Σ aux × weight of a row step's auxiliary sums
+	weight  float64      // Σ weight
 	updates int
 }
 
-// add records an update's loss (borrowed) over weight counted tokens.
-func (l *lossInterval) add(loss *mlx.Array, weight float64) {
-	term := mlx.MulScalar(loss, weight)
-	if l.sum == nil {
-		l.sum = term
-	} else {
-		old := l.sum
-		l.sum = mlx.Add(old, term)
-		mlx.Free(old, term)
+// add records an update's loss and auxiliary sums (borrowed) over weight
+// counted tokens (rows, for a row step).
+func (l *lossInterval) add(loss *mlx.Array, aux []*mlx.Array, weight float64) {
+	l.sum = accumulate(l.sum, loss, weight)
+	if l.aux == nil && len(aux) > 0 {
+		l.aux = make([]*mlx.Array, len(aux))
+	}
+	for i, a := range aux {
+		l.aux[i] = accumulate(l.aux[i], a, weight)
 	}
 	l.weight += weight
 	l.updates++
 }
 
-// free releases the running sum.
+// accumulate returns sum + a·weight (a·weight for a nil sum), freeing the
+// old sum.
+func accumulate(sum, a *mlx.Array, weight float64) *mlx.Array {
+	term := mlx.MulScalar(a, weight)
+	if sum == nil {
+		return term
+	}
+	out := mlx.Add(sum, term)
+	mlx.Free(sum, term)
+	return out
+}
+
+// arrays lists the running sums (none before the first update).
+func (l *lossInterval) arrays() []*mlx.Array {
+	if l.sum == nil {
+		return nil
+	}
+	return append([]*mlx.Array{l.sum}, l.aux...)
+}
+
+// free releases the running sums.
 func (l *lossInterval) free() {
-	mlx.Free(l.sum)
+	mlx.Free(l.arrays()...)
 	*l = lossInterval{}
 }
 
@@ -56,17 +77,39 @@ func (s *State) IntervalLoss() (mean, tokens float64, updates int, err error) {
 			return fmt.Errorf("train: update: %w", e)
 		}
 		tokens, updates = s.interval.weight, s.interval.updates
+		aux := make([]float64, len(s.interval.aux))
+		for i, a := range s.interval.aux {
+			v, e := a.Item()
+			if e != nil {
+				return fmt.Errorf("train: update: %w", e)
+			}
+			if tokens > 0 {
+				aux[i] = v / tokens
+			}
+		}
 		if tokens > 0 {
 			mean = sum / tokens
 		}
 		s.interval.free()
+		s.intervalAux = aux
 		return nil
 	})
 	return mean, tokens, updates, err
 }
 
+// IntervalAux returns the means of a row step's auxiliary sums (NewRowStep)
+// over the interval the last IntervalLoss call closed, weighted as its
+// loss mean is; nil before that call and for other steps.
+func (s *State) IntervalAux() []float64 {
+	if len(s.intervalAux) == 0 {
+		return nil
+	}
+	return append([]float64(nil), s.intervalAux...)
+}
+
 // updateTokens is the weight of b's loss in an interval's mean: the
-// loss-weight total of a weighted step, else every target of the batch.
+// loss-weight total of a weighted step (the row-weight total of a row
+// step: its pairs), else every target of the batch.
 func updateTokens(b Batch, weighted bool, total float64) float64 {
 	if weighted {
 		return total

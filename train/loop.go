@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -207,6 +208,7 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
+	r.sum.InitialValPreference, r.sum.ValPreference = m.ValPreference, m.ValPreference
 	return r.sink.Log(m)
 }
 
@@ -265,7 +267,9 @@ func (r *run) log(lr float64, eval bool) error {
 	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
-	if r.parts.step.Weighted() { // the loss averages the counted targets alone
+	if m.Preference = intervalPreference(r.parts.step, r.parts.state, counted); m.Preference != nil {
+		m.Preference.Loss = mean // the loss averages the pairs
+	} else if r.parts.step.Weighted() { // the loss averages the counted targets alone
 		m.CountedTokens = counted
 	}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
@@ -282,7 +286,7 @@ func (r *run) log(lr float64, eval bool) error {
 		if err != nil {
 			return err
 		}
-		r.sum.ValLoss = v
+		r.sum.ValLoss, r.sum.ValPreference = v, m.ValPreference
 	}
 	m.PeakMemoryBytes = mlx.Memory().Peak
 	if err := r.sink.Log(m); err != nil {
@@ -313,12 +317,12 @@ func (r *run) checkpoint() error {
 	}
 	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
 		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
-	root := CheckpointRoot(r.env.runDir)
+	root := checkpoint.Root(r.env.runDir)
 	dir, err := r.task.save(root, rs)
 	if err != nil {
 		return err
 	}
-	if err := PruneCheckpoints(root, r.cfg.KeepCheckpoints); err != nil {
+	if err := checkpoint.Prune(root, r.cfg.KeepCheckpoints); err != nil {
 		return fmt.Errorf("checkpoint: pruning: %w", err)
 	}
 	r.sum.LastCheckpoint = dir

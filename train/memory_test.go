@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -130,7 +131,7 @@ func TestQLoRAFineTune(t *testing.T) {
 	if _, err := SampleAdapted(run, "", "the", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
 		t.Errorf("sampling the QLoRA fine-tune: %v", err)
 	}
-	fusedDir, err := Fuse(run, "", filepath.Join(t.TempDir(), "fused"))
+	fusedDir, err := Fuse(run, "", filepath.Join(t.TempDir(), "fused"), FuseOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestQLoRAFineTune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		adapters, err := loadNamed(filepath.Join(sum.LastCheckpoint, AdapterFile), a.Names(), a.Specs)
+		adapters, err := checkpoint.LoadNamed(filepath.Join(sum.LastCheckpoint, checkpoint.AdapterFile), a.Names(), specShapes(a.Specs))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -41,6 +41,12 @@ type Metrics struct {
 	// resumed run may run another.
 	MicroBatch int `json:"micro_batch,omitempty"`
 	AccumSteps int `json:"accum_steps,omitempty"`
+	// Preference holds, for a preference fine-tune, the rewards, margin
+	// and accuracy of the training pairs since the previous line (each
+	// update weighted by its pairs, as Loss; Pairs counts them), and
+	// ValPreference those of the held-out pairs with ValLoss.
+	Preference    *PreferenceEval `json:"preference,omitempty"`
+	ValPreference *PreferenceEval `json:"val_preference,omitempty"`
 }
 
 // MetricsFile is the name of the metrics log inside a run folder.

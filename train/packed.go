@@ -23,8 +23,8 @@ func NewPackedStep(loss PackedLossFunc, opt optim.Optimizer, nTrainable, nFrozen
 		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
 	}
 	P, F := nTrainable, nFrozen
-	s, err := newStep(func(in []*mlx.Array) *mlx.Array {
-		return loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2], in[P+F+3])
+	s, err := newStep(func(in []*mlx.Array) []*mlx.Array {
+		return []*mlx.Array{loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2], in[P+F+3])}
 	}, opt, nTrainable, nFrozen, nState, true, opts)
 	if err != nil {
 		return nil, err
@@ -57,8 +57,8 @@ func PackedAdapterLoss(m *model.TinyGPT, a *peft.Adapter) PackedLossFunc {
 // shape, and segments given to a step that does not take them.
 func (s *Step) checkSegments(batch []*mlx.Array) error {
 	if !s.packed {
-		if s.weighted && len(batch) > 3 {
-			return fmt.Errorf("train: batch of %d arrays for a weighted step, want x, y and w (segments need NewPackedStep)", len(batch))
+		if s.weighted && len(batch) > 3+s.nRows {
+			return fmt.Errorf("train: batch of %d arrays for a weighted step, want x, y and w and %d row inputs (segments need NewPackedStep)", len(batch), s.nRows)
 		}
 		return nil
 	}

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 func TestParseMemoryBudget(t *testing.T) {
@@ -143,7 +145,7 @@ func TestResumeUnderAnotherPlan(t *testing.T) {
 
 	dir := t.TempDir()
 	interruptAt(t, cfg, dir, 4)
-	ck, err := LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

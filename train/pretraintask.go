@@ -3,6 +3,7 @@ package train
 import (
 	"fmt"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 )
 
@@ -30,7 +31,7 @@ func (p *pretrainTask) open(env taskEnv) (taskParts, error) {
 	p.cfg = cfg
 	var parts taskParts
 	if env.lead() && env.resumeFrom != "" {
-		if err := copyTokenizerDir(RunDirOf(env.resumeFrom), env.runDir); err != nil {
+		if err := copyTokenizerDir(checkpoint.RunDirOf(env.resumeFrom), env.runDir); err != nil {
 			return parts, err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 // interruptAt runs cfg in dir and cancels the run's context once step has
@@ -38,7 +40,7 @@ func TestResumeReproducesUninterruptedRun(t *testing.T) {
 
 	dir := t.TempDir()
 	interruptAt(t, cfg, dir, 10)
-	ck, err := LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +84,7 @@ func TestNonFiniteLossStopsWithoutCheckpoint(t *testing.T) {
 	if !errors.Is(err, ErrNonFinite) {
 		t.Fatalf("want ErrNonFinite, got %v (summary %+v)", err, sum)
 	}
-	if dirs, _ := ListCheckpoints(CheckpointRoot(dir)); len(dirs) > 0 {
+	if dirs, _ := checkpoint.List(checkpoint.Root(dir)); len(dirs) > 0 {
 		if _, err := LoadCheckpoint(dirs[len(dirs)-1]); err != nil {
 			t.Fatalf("last checkpoint does not load: %v", err)
 		}

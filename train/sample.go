@@ -2,13 +2,10 @@ package train
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -86,7 +83,7 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 	if err := mlx.UseDevice(device); err != nil {
 		return "", err
 	}
-	dir, err := ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return "", err
 	}
@@ -95,7 +92,7 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 		return "", err
 	}
 	defer free()
-	tok, err := openRunTokenizer(opts.Tokenizers, st.Config, RunDirOf(dir))
+	tok, err := openRunTokenizer(opts.Tokenizers, st.Config, checkpoint.RunDirOf(dir))
 	if err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -107,64 +104,17 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 }
 
 // loadModel reads the run state and the parameters of checkpoint directory
-// dir, in the model's order; free releases the parameters.
+// dir, in the model's order; free releases the parameters. A quantized
+// model (loadModelQuant) is dequantized.
 func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
-	st, err = ReadRunState(filepath.Join(dir, StateFile))
+	st, m, params, q, free, err := loadModelQuant(dir)
+	if err != nil || q == nil {
+		return st, m, params, free, err
+	}
+	params, deqFree, err := dequantizedParams(q, params, free)
 	if err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if err := checkModelMemory(st.Config.Model); err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	if m, err = model.New(st.Config.Model); err != nil {
-		return st, nil, nil, nil, err
-	}
-	arrays, _, err := mlx.LoadSafetensors(filepath.Join(dir, ModelFile))
-	if err != nil {
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	free = func() {
-		for _, a := range arrays {
-			a.Free()
-		}
-	}
-	names := make([]string, len(m.Specs))
-	shapes := make([][]int, len(m.Specs))
-	for i, s := range m.Specs {
-		names[i], shapes[i] = s.Name, s.Shape
-	}
-	if params, err = ordered(filepath.Join(dir, ModelFile), arrays, names, shapes); err != nil {
 		free()
-		return st, nil, nil, nil, err
+		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
-	return st, m, params, free, nil
-}
-
-// ResolveCheckpoint is the one rule for what a --from or --resume path may
-// name: a checkpoint directory (one holding state.json, such as
-// RUN/checkpoints/step-00000400), which it returns as given, or a run
-// folder, for which it returns the newest complete checkpoint under
-// RUN/checkpoints. A file, a missing path or a folder with neither is an
-// error that says what was expected.
-func ResolveCheckpoint(path string) (string, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err // the path is in the message already
-		}
-		return "", fmt.Errorf("checkpoint %q: %w", path, err)
-	}
-	if !info.IsDir() {
-		return "", fmt.Errorf("checkpoint %q is a file; want a run folder or a checkpoint directory", path)
-	}
-	if _, err := os.Stat(filepath.Join(path, StateFile)); err == nil {
-		return path, nil // LoadCheckpoint validates every file
-	}
-	dir, err := LatestCheckpoint(path)
-	if errors.Is(err, ErrNoCheckpoint) {
-		return "", fmt.Errorf("%s: %w: want a run folder (with %s/%s########) or a checkpoint directory (with %s)",
-			path, ErrNoCheckpoint, checkpointDir, stepPrefix, StateFile)
-	}
-	return dir, err
+	return st, m, params, deqFree, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -124,7 +125,7 @@ func (s *Setup) resume(dir string) (*State, *RunState, error) {
 		return nil, nil, fmt.Errorf("checkpoint %s is of another model shape (%+v), this run needs %+v",
 			dir, ck.State.Config.Model, s.Config.Model)
 	}
-	params, err := orderParams(filepath.Join(dir, ModelFile), ck.Params, s.Model)
+	params, err := orderParams(filepath.Join(dir, checkpoint.ModelFile), ck.Params, s.Model)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +134,7 @@ func (s *Setup) resume(dir string) (*State, *RunState, error) {
 		if opt, err = s.Optimizer.Init(); err != nil {
 			return nil, nil, err
 		}
-	} else if opt, err = s.orderOptState(filepath.Join(dir, OptimizerFile), ck.OptState); err != nil {
+	} else if opt, err = s.orderOptState(filepath.Join(dir, checkpoint.OptimizerFile), ck.OptState); err != nil {
 		return nil, nil, err
 	}
 	st, err := NewState(s.Step, params, opt)
@@ -159,7 +160,7 @@ func (s *Setup) orderOptState(file string, named map[string]*mlx.Array) ([]*mlx.
 		shapes[i] = a.Shape()
 	}
 	names := s.Optimizer.StateNames()
-	state, err := ordered(file, named, names, shapes)
+	state, err := checkpoint.Ordered(file, named, names, shapes)
 	if err != nil {
 		return nil, fmt.Errorf("%w (optimizer %s)", err, s.Config.Optimizer)
 	}

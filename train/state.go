@@ -6,125 +6,18 @@ import (
 	"math"
 	"slices"
 
-	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
 
-// Batch is one update's inputs as host tokens: N microbatches of B
-// sequences of T tokens, row-major [N, B, T], with N the step's Accum.
-// Keep N, B and T the same for a whole run: a new shape traces the step
-// again. Inputs a step may take later (a loss mask, say) become fields
-// here, so loops written against Batch keep compiling.
-type Batch struct {
-	X, Y    []int32 // inputs and their next-token targets, N·B·T each
-	N, B, T int
-	// W weighs each target's loss, N·B·T values (typically 1 for a
-	// target that counts and 0 for prompt or padding); only a weighted
-	// step (NewWeightedStep) reads it, and needs it.
-	W []float32
-	// WeightSum is what W is normalised by: the update's loss is
-	// Σ W·loss / WeightSum. Zero means the sum of W, this update's own
-	// token count. A data-parallel loop passes the sum over all ranks, so
-	// every rank divides by the global count. An update whose weights are
-	// all zero has loss 0 and zero gradients, not 0/0.
-	WeightSum float64
-	// Seg numbers, for packed rows, the example each input position
-	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
-	// (NewPackedStep) reads it, and needs it.
-	Seg []int32
-	// Stream and Starts, set together in place of X and Y, hold the batch
-	// as windows of a token stream on the device (TokenStream.Batch):
-	// N·B window starts laid out [N, B], window k's inputs being
-	// Stream[Starts[k] : Starts[k]+T] and its targets the tokens one
-	// further. The step gathers them itself. Unweighted steps only.
-	Stream *TokenStream
-	Starts []int32
-}
-
-// BatchOf views a data batch (from a Sampler or Prefetcher) as a step's
-// Batch; the token slices are shared, not copied.
-func BatchOf(b *data.Batch) Batch {
-	return Batch{X: b.X, Y: b.Y, N: b.N, B: b.B, T: b.T}
-}
-
-// check refuses a batch that does not fit a step of accum microbatches.
-func (b Batch) check(accum int) error {
-	if b.N != accum || b.B < 1 || b.T < 1 {
-		return fmt.Errorf("train: batch of shape [%d %d %d], want [accum=%d, batch >= 1, context >= 1]", b.N, b.B, b.T, accum)
-	}
-	if b.Stream != nil || b.Starts != nil {
-		return b.checkWindows()
-	}
-	if n := b.N * b.B * b.T; len(b.X) != n || len(b.Y) != n {
-		return fmt.Errorf("train: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
-			len(b.X), len(b.Y), b.N, b.B, b.T, n)
-	}
-	if b.W != nil && len(b.W) != len(b.X) {
-		return fmt.Errorf("train: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
-	}
-	if b.Seg != nil && len(b.Seg) != len(b.X) {
-		return fmt.Errorf("train: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
-	}
-	return nil
-}
-
-// checkWindows refuses a batch of window starts that is incomplete or
-// reaches outside its stream: a gather out of range would read arbitrary
-// tokens on the device rather than fail.
-func (b Batch) checkWindows() error {
-	switch {
-	case b.Stream == nil || b.Starts == nil:
-		return errors.New("train: batch with window starts but no token stream, or a stream but no starts; want both (TokenStream.Batch)")
-	case b.X != nil || b.Y != nil || b.W != nil:
-		return errors.New("train: batch with both window starts and tokens or weights; want one form")
-	case len(b.Starts) != b.N*b.B:
-		return fmt.Errorf("train: batch [%d %d] of %d window starts, want N·B = %d", b.N, b.B, len(b.Starts), b.N*b.B)
-	case b.T != b.Stream.context:
-		return fmt.Errorf("train: batch of windows of %d tokens from a stream for context %d; want the same", b.T, b.Stream.context)
-	}
-	last := int32(b.Stream.n - b.T - 1) // a window and its targets end at Len-1
-	for k, s := range b.Starts {
-		if s < 0 || s > last {
-			return fmt.Errorf("train: window start %d (window %d) outside the stream of %d tokens, want 0 to %d for context %d",
-				s, k, b.Stream.n, last, b.T)
-		}
-	}
-	return nil
-}
-
-// NormalizedWeights returns b.W divided by the update's weight total
-// (WeightSum, or the sum of W when that is 0), the weights a weighted
-// step takes, and that total. All-zero weights stay zero.
-func (b Batch) NormalizedWeights() ([]float32, float64, error) {
-	total := b.WeightSum
-	if total == 0 {
-		for _, w := range b.W {
-			total += float64(w)
-		}
-	}
-	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
-		return nil, 0, fmt.Errorf("train: loss weights sum to %g, want a finite value >= 0", total)
-	}
-	out := make([]float32, len(b.W))
-	if total == 0 {
-		return out, 0, nil
-	}
-	inv := 1 / total
-	for i, w := range b.W {
-		if w < 0 || math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
-			return nil, 0, fmt.Errorf("train: loss weight %d is %g, want a finite value >= 0", i, w)
-		}
-		out[i] = float32(float64(w) * inv)
-	}
-	return out, total, nil
-}
-
 // StepStats are what one update measured.
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
 	GradNorm float64 // global norm of the averaged gradients, before clipping
+	// Aux are a row step's auxiliary sums over the update (NewRowStep):
+	// means over its weighted rows, like Loss. nil for other steps.
+	Aux []float64
 }
 
 // State is what training carries from one update to the next: the
@@ -152,10 +45,12 @@ type State struct {
 	frozen         []*mlx.Array // a weighted step's frozen inputs
 	copies         []*mlx.Array // nil without ComputeCopies
 	loss, gradNorm *mlx.Array   // the last update's, until Stats reads them
+	aux            []*mlx.Array // a row step's auxiliary sums, as loss
 	stats          StepStats
 	updated, read  bool // an update ran; stats holds its values
 	freed          bool
 	interval       lossInterval // the losses since the last IntervalLoss
+	intervalAux    []float64    // the auxiliary means of the interval IntervalLoss last closed
 }
 
 // NewState returns the state of step over params and optState (in the
@@ -273,7 +168,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 		if err := s.apply(lr, b); err != nil {
 			return err
 		}
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		st, err := s.readStats()
@@ -308,7 +203,7 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 			return err
 		}
 		defer prev.Free()
-		if err := mlx.AsyncEval(append(s.arrays(), s.interval.sum)...); err != nil {
+		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
 			return fmt.Errorf("train: update: %w", err)
 		}
 		if prev != nil {
@@ -344,7 +239,15 @@ func (s *State) apply(lr float64, b Batch) error {
 	if s.step.weighted && b.Stream != nil {
 		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
-	if s.step.weighted {
+	rows, total, err := s.rowInputs(b)
+	if err != nil {
+		return err
+	}
+	if s.step.nRows > 0 {
+		if w, _, err = normalize(b.W, 1, "token mask value"); err != nil {
+			return err
+		}
+	} else if s.step.weighted {
 		if b.W == nil {
 			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
 		}
@@ -365,6 +268,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		if b.Seg != nil {
 			batch = append(batch, mlx.FromSlice(b.Seg, b.N, b.B, b.T))
 		}
+		for _, r := range rows {
+			batch = append(batch, mlx.FromSlice(r, b.N, b.B))
+		}
 		made = batch
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)
@@ -375,23 +281,23 @@ func (s *State) apply(lr float64, b Batch) error {
 		return err
 	}
 	s.release()
-	s.params, s.copies, s.opt, s.loss, s.gradNorm = out.params, out.copies, out.state, out.loss, out.gradNorm
+	s.params, s.copies, s.opt, s.loss, s.gradNorm, s.aux = out.params, out.copies, out.state, out.loss, out.gradNorm, out.aux
 	s.updated, s.read = true, false
-	s.interval.add(s.loss, updateTokens(b, s.step.weighted, total))
+	s.interval.add(s.loss, s.aux, updateTokens(b, s.step.weighted, total))
 	return nil
 }
 
 // arrays lists every array the state holds: the last update's loss and
 // gradient norm only until Stats has read them.
 func (s *State) arrays() []*mlx.Array {
-	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm}.all()
+	all := stepOutputs{params: s.params, copies: s.copies, state: s.opt, loss: s.loss, gradNorm: s.gradNorm, aux: s.aux}.all()
 	return slices.DeleteFunc(all, func(a *mlx.Array) bool { return a == nil })
 }
 
 // release frees every array the state holds.
 func (s *State) release() {
 	mlx.Free(s.arrays()...)
-	s.loss, s.gradNorm = nil, nil
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
 	s.views.free()
 }
 
@@ -417,10 +323,7 @@ func (s *State) Eval() error {
 		if s.freed {
 			return errors.New("train: evaluation of a freed state")
 		}
-		if s.interval.sum != nil {
-			return mlx.Eval(append(s.arrays(), s.interval.sum)...)
-		}
-		return mlx.Eval(s.arrays()...)
+		return mlx.Eval(append(s.arrays(), s.interval.arrays()...)...)
 	})
 }
 
@@ -454,9 +357,18 @@ func (s *State) readStats() (StepStats, error) {
 	if err != nil {
 		return StepStats{}, fmt.Errorf("train: update: %w", err)
 	}
+	var aux []float64
+	for _, a := range s.aux {
+		v, err := a.Item()
+		if err != nil {
+			return StepStats{}, fmt.Errorf("train: update: %w", err)
+		}
+		aux = append(aux, v)
+	}
 	mlx.Free(s.loss, s.gradNorm)
-	s.loss, s.gradNorm = nil, nil
-	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm}, true
+	mlx.Free(s.aux...)
+	s.loss, s.gradNorm, s.aux = nil, nil, nil
+	s.stats, s.read = StepStats{Loss: loss, GradNorm: norm, Aux: aux}, true
 	return s.stats, nil
 }
 

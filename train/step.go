@@ -112,6 +112,11 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
 //
+// A row step (NewRowStep) takes per-row inputs after the token mask w,
+// the row weights first, and emits its loss's auxiliary sums last:
+//
+//	(params, frozen, state, lr, x, y, w, rows…[N,B]) → (params', state', weighted loss, grad norm, aux…)
+//
 // In place of x and y an unweighted step also takes its windows' starts
 // in a token stream on the device (TokenStream, Batch.Starts): the stream,
 // its view one token further, the offsets 0 … T-1 and starts[N,B]; it
@@ -129,14 +134,20 @@ type Step struct {
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
 	weighted bool
 	packed   bool // weighted, with segments as a fourth batch input (NewPackedStep)
+	// nRows is the number of per-row [N, B] float32 inputs after x, y
+	// and w of a row step (NewRowStep), the first the row weights; nAux
+	// the scalars its loss returns beside the loss, summed like it.
+	nRows, nAux int
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
 	flat *optim.Flat
 	// loss reads the flat list (params, frozen arrays, x, y and, when
-	// weighted, w); vag differentiates it with respect to units, the
-	// arrays the step passes for the parameters (gradient), in order.
-	loss     func(in []*mlx.Array) *mlx.Array
+	// weighted, w, then a row step's row inputs) and returns the loss and
+	// a row step's auxiliary sums; vag differentiates the loss with
+	// respect to units, the arrays the step passes for the parameters
+	// (gradient), in order.
+	loss     func(in []*mlx.Array) []*mlx.Array
 	units    [][]int
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
@@ -147,25 +158,30 @@ type Step struct {
 type StepResult struct {
 	Params, State  []*mlx.Array
 	Loss, GradNorm *mlx.Array
+	// Aux are a row step's auxiliary sums over the update (NewRowStep),
+	// nil for other steps.
+	Aux []*mlx.Array
 }
 
 // stepOutputs are everything one update emits, copies included.
 type stepOutputs struct {
 	params, copies, state []*mlx.Array
 	loss, gradNorm        *mlx.Array
+	aux                   []*mlx.Array
 }
 
 // all lists the outputs, for evaluating or freeing them together.
 func (o stepOutputs) all() []*mlx.Array {
-	out := make([]*mlx.Array, 0, len(o.params)+len(o.copies)+len(o.state)+2)
-	return append(append(append(append(out, o.params...), o.copies...), o.state...), o.loss, o.gradNorm)
+	out := make([]*mlx.Array, 0, len(o.params)+len(o.copies)+len(o.state)+2+len(o.aux))
+	out = append(append(append(append(out, o.params...), o.copies...), o.state...), o.loss, o.gradNorm)
+	return append(out, o.aux...)
 }
 
 // NewStep builds the step for a loss over nParams parameters and an
 // optimizer whose state has nState arrays (len(opt.StateNames())).
 func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
-	return newStep(func(in []*mlx.Array) *mlx.Array {
-		return loss(in[:nParams], in[nParams], in[nParams+1])
+	return newStep(func(in []*mlx.Array) []*mlx.Array {
+		return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}
 	}, opt, nParams, 0, nState, false, opts)
 }
 
@@ -192,14 +208,14 @@ func NewWeightedStep(loss WeightedLossFunc, opt optim.Optimizer, nTrainable, nFr
 		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
 	}
 	P, F := nTrainable, nFrozen
-	return newStep(func(in []*mlx.Array) *mlx.Array {
-		return loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])
+	return newStep(func(in []*mlx.Array) []*mlx.Array {
+		return []*mlx.Array{loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])}
 	}, opt, nTrainable, nFrozen, nState, true, opts)
 }
 
 // newStep builds a step whose loss reads the flat list (trainable params,
-// frozen arrays, x, y and, when weighted, w).
-func newStep(loss func(in []*mlx.Array) *mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
+// frozen arrays, x, y and, when weighted, w) and returns the loss first.
+func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
 	if opts.Accum < 1 {
 		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
 	}
@@ -265,7 +281,7 @@ func (s *Step) gradient() (*mlx.ValueAndGradFunc, error) {
 		for u, unit := range units {
 			full[unit[0]] = in[u] // a stacked run's other slots stay nil
 		}
-		return []*mlx.Array{s.loss(append(full, in[U:]...))}, nil
+		return s.loss(append(full, in[U:]...)), nil
 	}, argnums...)
 	if err != nil {
 		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
@@ -299,10 +315,12 @@ func (s *Step) Free() {
 	})
 }
 
-// microbatch returns a[i] of an [N, B, T] array as [B, T].
+// microbatch returns a[i] of an [N, …] array as […]: [B, T] of a batch
+// array, [B] of a row input.
 func microbatch(a *mlx.Array, i int) *mlx.Array {
-	b, t := a.Dim(1), a.Dim(2)
-	return mlx.Squeeze(mlx.Slice(a, []int{i, 0, 0}, []int{i + 1, b, t}), 0)
+	start, stop := make([]int, a.Ndim()), a.Shape()
+	start[0], stop[0] = i, i+1
+	return mlx.Squeeze(mlx.Slice(a, start, stop), 0)
 }
 
 // windowInputs is the number of batch inputs of the window form
@@ -378,7 +396,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := s.opts.Accum
 	// acc holds the float32 gradient sums: one per parameter, or with a
 	// flat layout one per group.
-	var acc []*mlx.Array
+	var acc, auxSum []*mlx.Array
 	var lossSum *mlx.Array
 	U := len(lossParams)
 	nb := len(batch)
@@ -392,7 +410,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	for i := 0; i < n; i++ {
 		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
-			deps := append(slices.Clip(acc), lossSum)
+			deps := append(append(slices.Clip(acc), lossSum), auxSum...)
 			if s.opts.dependsOn != nil {
 				deps = s.opts.dependsOn(deps)
 			}
@@ -404,11 +422,14 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		if err != nil {
 			return nil, err
 		}
+		if len(vals) != 1+s.nAux {
+			return nil, fmt.Errorf("train: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
+		}
 		if s.flat != nil {
 			g = s.concatGrads(g)
 		}
 		if i == 0 {
-			lossSum = vals[0]
+			lossSum, auxSum = vals[0], slices.Clone(vals[1:])
 			acc = make([]*mlx.Array, len(g))
 			for j := range g {
 				acc[j] = mlx.AsType(g[j], mlx.Float32)
@@ -416,27 +437,31 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			continue
 		}
 		lossSum = mlx.Add(lossSum, vals[0])
+		for j, a := range vals[1:] {
+			auxSum[j] = mlx.Add(auxSum[j], a)
+		}
 		for j := range g {
 			acc[j] = mlx.Add(acc[j], mlx.AsType(g[j], mlx.Float32))
 		}
 	}
-	var newParams, newState []*mlx.Array
-	var loss, norm *mlx.Array
+	var newParams, newState, sums []*mlx.Array
+	var norm *mlx.Array
+	sums = append([]*mlx.Array{lossSum}, auxSum...) // the loss, then the auxiliary sums
 	if s.flat != nil {
-		newParams, newState, loss, norm, err = s.flatUpdate(params, acc, state, lr, lossSum)
+		newParams, newState, sums, norm, err = s.flatUpdate(params, acc, state, lr, sums)
 	} else {
-		newParams, newState, loss, norm, err = s.update(params, acc, state, lr, lossSum)
+		newParams, newState, sums, norm, err = s.update(params, acc, state, lr, sums)
 	}
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*mlx.Array, 0, P+C+S+2)
+	out := make([]*mlx.Array, 0, P+C+S+2+s.nAux)
 	out = append(out, newParams...)
 	for i := 0; i < C; i++ {
 		out = append(out, mlx.AsType(newParams[i], s.opts.ComputeDtype))
 	}
-	out = append(append(out, newState...), loss, norm)
-	return out, nil
+	out = append(append(out, newState...), sums[0], norm)
+	return append(out, sums[1:]...), nil
 }
 
 // meanFactor is what the summed microbatch losses and gradients are
@@ -450,209 +475,25 @@ func (s *Step) meanFactor() float64 {
 }
 
 // update averages, all-reduces and clips the per-parameter gradients and
-// runs the optimizer on each parameter.
-func (s *Step) update(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
+// runs the optimizer on each parameter. sums are the loss summed over the
+// microbatches and a row step's auxiliary sums, averaged and reduced like
+// the gradients.
+func (s *Step) update(params, grads, state []*mlx.Array, lr *mlx.Array, sums []*mlx.Array) (newParams, newState, means []*mlx.Array, norm *mlx.Array, err error) {
 	// (A data-parallel step all-reduces the summed gradients and loss here,
 	// before clipping; with weights normalised by the global token count,
 	// Batch.WeightSum, the sum over ranks is the global mean.)
-	loss = lossSum
+	means = sums
 	if k := s.meanFactor(); k != 1 {
-		loss = mlx.MulScalar(lossSum, k)
+		means = make([]*mlx.Array, len(sums))
+		for j, a := range sums {
+			means[j] = mlx.MulScalar(a, k)
+		}
 		for j := range grads {
 			grads[j] = mlx.MulScalar(grads[j], k)
 		}
 	}
-	grads, loss = reduceAcrossRanks(s.opts.Group, grads, loss, !s.weighted)
+	grads, means = reduceAcrossRanks(s.opts.Group, grads, means, !s.weighted)
 	clipped, norm := optim.ClipByGlobalNorm(grads, s.opts.GradClip)
 	newParams, newState, err = s.opt.Update(params, clipped, state, lr)
-	return newParams, newState, loss, norm, err
-}
-
-// Run applies one update. x and y are [Accum, B, T] int32; lr is a 0-D
-// float32 array. Inputs are not freed: the caller releases the old arrays
-// once it has the new ones. Outputs are lazy; evaluate them (mlx.AsyncEval)
-// before the next call to keep the graph short. A State does all of this.
-//
-// With ComputeCopies, Run casts the parameters to the compute dtype itself
-// (outside the compiled function, so without a new trace) and drops the
-// copies the step emits: the cast kernels the copies save are spent here.
-// A State carries the emitted copies into its next update instead.
-func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult, error) {
-	var res StepResult
-	err := mlx.Do(func() error {
-		if s.weighted {
-			return fmt.Errorf("train: Run on a weighted step; use RunWeighted")
-		}
-		out, err := s.apply(params, nil, nil, state, lr, x, y)
-		if err != nil {
-			return err
-		}
-		mlx.Free(out.copies...)
-		res = StepResult{Params: out.params, State: out.state, Loss: out.loss, GradNorm: out.gradNorm}
-		return nil
-	})
-	return res, err
-}
-
-// RunWeighted applies one update of a weighted step (NewWeightedStep):
-// Run with the frozen arrays and the loss weights w, [Accum, B, T]
-// float32, already divided by the update's weight total. Its loss is
-// Σ w·loss over the update.
-func (s *Step) RunWeighted(params, frozen, state []*mlx.Array, lr, x, y, w *mlx.Array) (StepResult, error) {
-	var res StepResult
-	err := mlx.Do(func() error {
-		if !s.weighted {
-			return fmt.Errorf("train: RunWeighted on an unweighted step; use Run")
-		}
-		out, err := s.apply(params, nil, frozen, state, lr, x, y, w)
-		if err != nil {
-			return err
-		}
-		mlx.Free(out.copies...)
-		res = StepResult{Params: out.params, State: out.state, Loss: out.loss, GradNorm: out.gradNorm}
-		return nil
-	})
-	return res, err
-}
-
-// apply checks the inputs and runs the step on the MLX thread, on
-// per-parameter arrays: with a flat layout it packs them into groups
-// first and returns the outputs as per-parameter views. copies are the
-// compute-dtype copies of params; nil casts them here. batch is x, y
-// and, for a weighted step, w. Inputs are not freed.
-func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
-	if len(params) != s.nParams || len(state) != s.nState || len(frozen) != s.nFrozen {
-		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, built for %d, %d and %d",
-			len(params), len(frozen), len(state), s.nParams, s.nFrozen, s.nState)
-	}
-	if copies != nil && len(copies) != s.nCopies {
-		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
-	}
-	if err := firstErr(params, state); err != nil {
-		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
-	}
-	flat, err := s.layoutFor(params)
-	if err != nil || flat == nil {
-		if err != nil {
-			return stepOutputs{}, err
-		}
-		return s.applyLayout(params, copies, frozen, state, lr, batch...)
-	}
-	packed := flat.Pack(params)
-	packedState := flat.PackState(state)
-	var packedCopies []*mlx.Array
-	if copies != nil {
-		packedCopies = flat.Pack(copies)
-	}
-	out, err := s.applyLayout(packed, packedCopies, frozen, packedState, lr, batch...)
-	// The outputs' graph holds what it needs of the packed inputs; the
-	// counter is the caller's own array.
-	mlx.Free(packed...)
-	mlx.Free(packedCopies...)
-	mlx.Free(packedState[1:]...)
-	if err != nil {
-		return stepOutputs{}, err
-	}
-	views := stepOutputs{params: flat.Unpack(out.params), state: flat.UnpackState(out.state), loss: out.loss, gradNorm: out.gradNorm}
-	if len(out.copies) > 0 {
-		views.copies = flat.Unpack(out.copies)
-	}
-	mlx.Free(out.params...)
-	mlx.Free(out.copies...)
-	mlx.Free(out.state[1:]...)
-	return views, nil
-}
-
-// checkBatch refuses a learning rate or batch that would fail inside the
-// traced function or trace it again: lr must be a 0-D float32 array; the
-// batch x and y, int32 arrays of one [Accum, B, T] shape, or the window
-// form (windowed): 1-D int32 stream, shifted stream and offsets and
-// [Accum, B] int32 starts.
-func (s *Step) checkBatch(lr *mlx.Array, batch []*mlx.Array) error {
-	if err := lr.Err(); err != nil {
-		return fmt.Errorf("train: lr: %w", err)
-	}
-	if lr.Dtype() != mlx.Float32 || lr.Ndim() != 0 {
-		return fmt.Errorf("train: lr is a %v array of shape %v, want a 0-D float32 array (mlx.Scalar(lr, mlx.Float32))",
-			lr.Dtype(), lr.Shape())
-	}
-	if len(batch) < 2 {
-		return fmt.Errorf("train: step got %d batch arrays, want x and y", len(batch))
-	}
-	type input struct {
-		name string
-		a    *mlx.Array
-		want string // the shape wanted, for the error
-		ok   func(a *mlx.Array) bool
-	}
-	accumFirst := func(ndim int) func(a *mlx.Array) bool {
-		return func(a *mlx.Array) bool { return a.Ndim() == ndim && a.Dim(0) == s.opts.Accum }
-	}
-	vector := func(a *mlx.Array) bool { return a.Ndim() == 1 }
-	inputs := []input{
-		{"x", batch[0], fmt.Sprintf("[accum=%d, batch, context]", s.opts.Accum), accumFirst(3)},
-		{"y", batch[1], fmt.Sprintf("[accum=%d, batch, context]", s.opts.Accum), accumFirst(3)},
-	}
-	if s.windowed(batch) {
-		inputs = []input{
-			{"token stream", batch[0], "[tokens]", vector},
-			{"shifted token stream", batch[1], "[tokens]", vector},
-			{"window offsets", batch[2], "[context]", vector},
-			{"window starts", batch[3], fmt.Sprintf("[accum=%d, batch]", s.opts.Accum), accumFirst(2)},
-		}
-	}
-	for _, in := range inputs {
-		if err := in.a.Err(); err != nil {
-			return fmt.Errorf("train: batch %s: %w", in.name, err)
-		}
-		if !in.ok(in.a) {
-			return fmt.Errorf("train: batch %s has shape %v, want %s", in.name, in.a.Shape(), in.want)
-		}
-		if in.a.Dtype() != mlx.Int32 {
-			return fmt.Errorf("train: batch %s is %v, want int32", in.name, in.a.Dtype())
-		}
-	}
-	if x, y := batch[0], batch[1]; !s.windowed(batch) && !slices.Equal(x.Shape(), y.Shape()) {
-		return fmt.Errorf("train: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
-	}
-	return nil
-}
-
-// checkWeights refuses loss weights that are not float32 of x's shape.
-func checkWeights(w, x *mlx.Array) error {
-	if w == nil {
-		return fmt.Errorf("train: a weighted step needs loss weights")
-	}
-	if err := w.Err(); err != nil {
-		return fmt.Errorf("train: loss weights: %w", err)
-	}
-	if w.Dtype() != mlx.Float32 || !slices.Equal(w.Shape(), x.Shape()) {
-		return fmt.Errorf("train: loss weights are %v of shape %v, want float32 of the batch's shape %v", w.Dtype(), w.Shape(), x.Shape())
-	}
-	return nil
-}
-
-// call runs the body, compiled or interpreted, on the flat inputs.
-func (s *Step) call(in []*mlx.Array) ([]*mlx.Array, error) {
-	var out []*mlx.Array
-	var err error
-	if s.compiled != nil {
-		out, err = s.compiled.Call(in...)
-	} else {
-		out = mlx.Run(func() []*mlx.Array {
-			o, e := s.body(in)
-			err = e
-			return o
-		})
-		for _, a := range out {
-			if err == nil {
-				err = a.Err()
-			}
-		}
-	}
-	if err != nil {
-		mlx.Free(out...)
-		return nil, err
-	}
-	return out, nil
+	return newParams, newState, means, norm, err
 }

@@ -44,14 +44,18 @@ func (s *Step) concatGrads(grads []*mlx.Array) []*mlx.Array {
 // them as they are, and the optimizer runs once per group. The mean over
 // the microbatches and the clipping scale are one 0-D factor that MLX's
 // compiler fuses into each group's update kernel.
-func (s *Step) flatUpdate(params, grads, state []*mlx.Array, lr, lossSum *mlx.Array) (newParams, newState []*mlx.Array, loss, norm *mlx.Array, err error) {
-	grads, lossSum = reduceAcrossRanks(s.opts.Group, grads, lossSum, !s.weighted)
+func (s *Step) flatUpdate(params, grads, state []*mlx.Array, lr *mlx.Array, sums []*mlx.Array) (newParams, newState, means []*mlx.Array, norm *mlx.Array, err error) {
+	grads, sums = reduceAcrossRanks(s.opts.Group, grads, sums, !s.weighted)
 	k := s.meanFactor()
-	loss = lossSum
+	means = sums
 	var scale *mlx.Array // nil: the gradients as they are
 	norm = optim.GlobalNorm(grads)
 	if k != 1 {
-		loss, norm = mlx.MulScalar(lossSum, k), mlx.MulScalar(norm, k)
+		means = make([]*mlx.Array, len(sums))
+		for j, a := range sums {
+			means[j] = mlx.MulScalar(a, k)
+		}
+		norm = mlx.MulScalar(norm, k)
 		scale = mlx.Scalar(k, mlx.Float32)
 	}
 	if s.opts.GradClip > 0 {
@@ -70,7 +74,7 @@ func (s *Step) flatUpdate(params, grads, state []*mlx.Array, lr, lossSum *mlx.Ar
 		}
 	}
 	newParams, newState, err = s.flat.Optimizer().Update(params, groupGrads, state, lr)
-	return newParams, newState, loss, norm, err
+	return newParams, newState, means, norm, err
 }
 
 // layoutSizes returns how many parameter, copy and optimizer-state arrays
@@ -130,6 +134,9 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 			return stepOutputs{}, err
 		}
 	}
+	if err := s.checkRowInputs(batch); err != nil {
+		return stepOutputs{}, err
+	}
 	if err := s.checkSegments(batch); err != nil {
 		return stepOutputs{}, err
 	}
@@ -153,5 +160,5 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
 	}
 	return stepOutputs{params: out[:P:P], copies: out[P : P+C : P+C], state: out[P+C : P+C+S : P+C+S],
-		loss: out[P+C+S], gradNorm: out[P+C+S+1]}, nil
+		loss: out[P+C+S], gradNorm: out[P+C+S+1], aux: out[P+C+S+2:]}, nil
 }

@@ -32,10 +32,6 @@ func HFTokenizerPath(runDir string) string {
 	return filepath.Join(runDir, TokenizerDir, "tokenizer.json")
 }
 
-// RunDirOf returns the run folder of checkpoint directory dir, which
-// checkpoints live in as RUN/checkpoints/step-N.
-func RunDirOf(dir string) string { return filepath.Dir(filepath.Dir(filepath.Clean(dir))) }
-
 // OpenTokenizer returns the tokenizer called name for run folder runDir:
 // data.NewTokenizer's for its names; for HFTokenizer, open's reading of
 // HFTokenizerPath(runDir), which must exist. A tokenizer.json reads as a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 )
 
@@ -82,8 +83,8 @@ func TestOpenTokenizer(t *testing.T) {
 // destination already has are kept.
 func TestCopyTokenizerDir(t *testing.T) {
 	from, to := t.TempDir(), t.TempDir()
-	if got := RunDirOf(filepath.Join(from, "checkpoints", "step-00000007")); got != from {
-		t.Fatalf("RunDirOf = %s, want %s", got, from)
+	if got := checkpoint.RunDirOf(filepath.Join(from, "checkpoints", "step-00000007")); got != from {
+		t.Fatalf("checkpoint.RunDirOf = %s, want %s", got, from)
 	}
 	if err := copyTokenizerDir(from, to); err != nil {
 		t.Fatalf("copying from a run without tokenizer files: %v", err)

@@ -55,6 +55,10 @@ type Summary struct {
 	PeakMemoryBytes   uint64
 	ActiveMemoryBytes uint64
 	Plan              Plan
+	// InitialValPreference and ValPreference are a preference
+	// fine-tune's held-out rewards, margin and accuracy (with the loss)
+	// at the first and the last evaluation; nil when not measured.
+	InitialValPreference, ValPreference *PreferenceEval
 }
 
 // Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints

@@ -76,14 +76,20 @@ finetune's weighted step on synthetic windows whose first half is masked):
 adapters of --rank, --alpha and --targets on a frozen base, or every weight.
 With --compare each method runs compiled and interpreted; the ratio table
 gives interpreted/compiled and each method's time and peak memory relative
-to full, measured in the same process.`,
+to full, measured in the same process. --objective dpo (ipo, orpo, simpo)
+also times that preference objective's step of the same shape after each
+supervised one (the windows taken as pairs, so the batch must be even; a
+LoRA or DoRA DPO step includes the adapter-off reference forward pass) and
+prints its time and peak memory relative to the supervised step's;
+--rounds N repeats the pair N times.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
   posttrainllm bench --preset huge --device gpu --compare --schedule cosine --accum 4 --rounds 5
   posttrainllm bench --preset tiny --compile=false --corpus input.txt
   posttrainllm bench --preset mega --device gpu --nproc 2 --json
-  posttrainllm bench --preset tiny --finetune lora,full --compare`,
+  posttrainllm bench --preset tiny --finetune lora,full --compare
+  posttrainllm bench --preset small --finetune lora --objective dpo --rounds 3`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -100,6 +106,8 @@ to full, measured in the same process.`,
 	fs.IntVar(&opts.finetune.rank, "rank", 8, "with --finetune: adapter rank")
 	fs.Float64Var(&opts.finetune.alpha, "alpha", 16, "with --finetune: adapter alpha")
 	fs.StringSliceVar(&opts.finetune.targets, "targets", []string{"attn"}, "with --finetune: projections to adapt")
+	fs.StringVar(&opts.finetune.objective, "objective", "", "with --finetune: also time this preference objective's step (dpo, ipo, orpo, simpo) beside the supervised one")
+	fs.Float64Var(&opts.finetune.beta, "beta", 0, "with --objective: its beta (0: the objective's default)")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
@@ -117,7 +125,7 @@ func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if opts.rounds < 1 {
 		return usageError("invalid --rounds %d: want >= 1", opts.rounds)
 	}
-	if opts.rounds > 1 && !opts.compare {
+	if opts.rounds > 1 && !opts.compare && opts.finetune.objective == "" {
 		return usageError("--rounds %d without --compare: rounds repeat a comparison; add --compare", opts.rounds)
 	}
 	if err := checkNproc(opts.nproc); err != nil {

@@ -18,6 +18,10 @@ type finetuneBench struct {
 	rank    int
 	alpha   float64
 	targets []string
+	// objective, when set, is a preference objective timed beside the
+	// supervised step of each method, with its β (0: its default).
+	objective string
+	beta      float64
 }
 
 // runFinetuneBench times the fine-tune step of each method (compiled and
@@ -33,21 +37,33 @@ func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options,
 	if compare {
 		compiles = []bool{true, false}
 	}
+	objectives := []train.Preference{{}}
+	if fb.objective != "" {
+		p := train.Preference{Objective: train.Objective(fb.objective), Beta: fb.beta}.WithDefaults()
+		if err := p.Validate(); err != nil {
+			return usageError("invalid --objective %s --beta %g: %v", fb.objective, fb.beta, err)
+		}
+		objectives = append(objectives, p)
+	} else if fb.beta != 0 {
+		return usageError("--beta %g without --objective: it shapes a preference objective", fb.beta)
+	}
 	ad := peft.Config{Rank: fb.rank, Alpha: fb.alpha, Targets: fb.targets}
 	var results []bench.Result
 	for round := 1; round <= rounds; round++ {
 		for _, m := range fb.methods {
 			for _, c := range compiles {
-				cc := cfg
-				cc.Compile = c
-				r, err := bench.RunFineTune(cc, bench.FineTune{Method: m, Adapter: ad}, bo)
-				if err != nil {
-					return fmt.Errorf("fine-tune %s, compile=%t: %w", m, c, err)
+				for _, obj := range objectives {
+					cc := cfg
+					cc.Compile = c
+					r, err := bench.RunFineTune(cc, bench.FineTune{Method: m, Adapter: ad, Objective: obj}, bo)
+					if err != nil {
+						return fmt.Errorf("fine-tune %s %s, compile=%t: %w", m, obj.Objective, c, err)
+					}
+					r.Round = round
+					fmt.Fprintf(status, "  round %d %-14s compile=%-5t %8.1f ms/step  trainable %s  traces %d\n",
+						round, r.Preset, r.Compile, r.MsPerStepMedian, humanCount(r.Params), r.Traces)
+					results = append(results, r)
 				}
-				r.Round = round
-				fmt.Fprintf(status, "  round %d %-10s compile=%-5t %8.1f ms/step  trainable %s  traces %d\n",
-					round, r.Preset, r.Compile, r.MsPerStepMedian, humanCount(r.Params), r.Traces)
-				results = append(results, r)
 			}
 		}
 	}
@@ -58,7 +74,68 @@ func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options,
 		return err
 	}
 	fmt.Fprintln(out)
-	return printFinetuneRatios(out, results, compiles)
+	if err := printFinetuneRatios(out, results, compiles); err != nil {
+		return err
+	}
+	if fb.objective == "" {
+		return nil
+	}
+	fmt.Fprintln(out)
+	return printObjectiveRatios(out, results, "/"+fb.objective)
+}
+
+// printObjectiveRatios writes, for each preference preset (its label
+// ending in suffix, "/dpo") and compile mode, the medians over rounds (and
+// ranges) of its time and peak memory relative to the supervised step of
+// the same method, shape, round and compile mode.
+func printObjectiveRatios(w io.Writer, results []bench.Result, suffix string) error {
+	type key struct {
+		round   int
+		preset  string
+		compile bool
+	}
+	byKey := map[key]bench.Result{}
+	for _, r := range results {
+		byKey[key{r.Round, r.Preset, r.Compile}] = r
+	}
+	type cell struct {
+		preset  string
+		compile bool
+	}
+	var cells []cell
+	ratios := map[cell][2][]float64{}
+	for _, r := range results {
+		if !strings.HasSuffix(r.Preset, suffix) {
+			continue
+		}
+		sft, ok := byKey[key{r.Round, strings.TrimSuffix(r.Preset, suffix), r.Compile}]
+		if !ok {
+			continue
+		}
+		c := cell{r.Preset, r.Compile}
+		if _, seen := ratios[c]; !seen {
+			cells = append(cells, c)
+		}
+		v := ratios[c]
+		v[0] = append(v[0], r.MsPerStepMedian/sft.MsPerStepMedian)
+		v[1] = append(v[1], float64(r.PeakMemoryBytes)/float64(sft.PeakMemoryBytes))
+		ratios[c] = v
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "objective step\tcompile\trounds\tms vs sft\tpeak mem vs sft\t")
+	// the median of v, with its range when there are several.
+	median := func(v []float64) string {
+		s := fmt.Sprintf("%.2fx", bench.Quantile(v, 0.5))
+		if len(v) > 1 {
+			s += fmt.Sprintf(" (%.2fx–%.2fx)", slices.Min(v), slices.Max(v))
+		}
+		return s
+	}
+	for _, c := range cells {
+		v := ratios[c]
+		fmt.Fprintf(tw, "%s\t%t\t%d\t%s\t%s\t\n", c.preset, c.compile, len(v[0]), median(v[0]), median(v[1]))
+	}
+	return tw.Flush()
 }
 
 // printFinetuneRatios writes, per method and compile mode, the median

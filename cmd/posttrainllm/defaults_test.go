@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -15,11 +16,11 @@ import (
 // runState reads the run state of a run folder's newest checkpoint.
 func runState(t *testing.T, run string) train.RunState {
 	t.Helper()
-	ck, err := train.LatestCheckpoint(run)
+	ck, err := checkpoint.Latest(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestFinetuneContext(t *testing.T) {
 	if !strings.Contains(r.stdout, "8 sequences of 24") {
 		t.Errorf("--context 24: rows not of 24 tokens:\n%s", r.stdout)
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}

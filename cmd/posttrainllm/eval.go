@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -51,7 +52,7 @@ val_loss the run logged for that step.`,
 			if from == "" {
 				return usageError("eval needs --from RUN: %s", checkpointPaths)
 			}
-			if _, err := train.ResolveCheckpoint(from); err != nil {
+			if _, err := checkpoint.Resolve(from); err != nil {
 				return usageError("invalid --from %s: %v", from, err)
 			}
 			switch opts.Split {

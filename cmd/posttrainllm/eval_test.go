@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 // evalText is a small corpus of varied lines, written by the test: 40,000
@@ -106,7 +106,7 @@ func TestEvalCommand(t *testing.T) {
 		t.Fatalf("--batch 3: %d tokens, loss %.7f; batch 4: %d, %.7f", b3.Tokens, b3.Loss, val.Tokens, val.Loss)
 	}
 
-	ck := filepath.Join(train.CheckpointRoot(run), "step-00000020")
+	ck := filepath.Join(checkpoint.Root(run), "step-00000020")
 	tr := evalJSONOf(t, "--from", ck, "--split", "train")
 	if tr.Split != "train" || tr.SplitTokens != 36000 || tr.Tokens != 35999 || tr.Checkpoint != ck {
 		t.Fatalf("eval --split train of a checkpoint directory: %+v", tr)
@@ -146,11 +146,11 @@ func TestEvalBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := filepath.Join(dir, "run")
-	ck := filepath.Join(train.CheckpointRoot(run), "step-00000001")
+	ck := filepath.Join(checkpoint.Root(run), "step-00000001")
 	if err := os.MkdirAll(ck, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(ck, train.StateFile), []byte("{}"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(ck, checkpoint.StateFile), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -27,6 +28,9 @@ type finetuneOptions struct {
 	overwrite, noProgress     bool
 	context, nproc            int
 	epochs                    float64
+	// objective and its hyperparameters (train.Preference)
+	objective                    string
+	beta, orpoLambda, simpoGamma float64
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
@@ -41,7 +45,7 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 // finetuneOwnFlags are the flags that define a fine-tune and that a
 // resumed one keeps.
 var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
-	"quantize", "q-group-size"}
+	"quantize", "q-group-size", "objective", "beta", "orpo-lambda", "simpo-gamma"}
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -89,13 +93,28 @@ posttrainllm train --help): rank r takes rows r·B … (r+1)·B−1 of each
 microbatch that one process with --batch N·B would draw, and the loss of
 an update is the mean over the counted targets of all ranks' rows, so N
 ranks × --batch B fine-tune as one process with --batch N·B. --epochs
-counts the rows of all ranks. Pass the same --nproc to --resume.`,
+counts the rows of all ranks. Pass the same --nproc to --resume.
+
+--objective dpo, ipo, orpo or simpo optimises a preference objective
+instead of the supervised loss (sft, the default): --data and --valid
+then hold preference records, {"prompt": …, "chosen": …, "rejected": …}
+or {"chosen": [messages…], "rejected": [messages…]}, each pair's answers
+two rows of one microbatch (so --batch must be even), their prompts
+masked. --beta sets DPO's and IPO's β (default 0.1) and SimPO's (2),
+--simpo-gamma SimPO's target margin (1), --orpo-lambda ORPO's weight (0.1).
+DPO and IPO compare with the base model: with adapters it is the same
+forward pass with the adapters switched off, inside the step; a full
+fine-tune computes its log-probabilities once before training and keeps
+them in the run folder (reference_logprobs.json). The metrics add the
+rewards of the chosen and rejected answers, their margin and the share of
+pairs won, on training batches and on --valid (docs/finetuning.md).`,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
   posttrainllm finetune --from runs/smollm --data chat.jsonl --context 512 --epochs 3 --out runs/smollm-lora
   posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --batch 4 --nproc 2 --out runs/tiny-lora-dp
+  posttrainllm finetune --from runs/tiny-sft --data pairs.jsonl --valid pairs-valid.jsonl --objective dpo --beta 0.1 --out runs/tiny-dpo
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}
@@ -118,6 +137,10 @@ counts the rows of all ranks. Pass the same --nproc to --resume.`,
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
+	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise: sft, or a preference objective over pairs: dpo, ipo, orpo, simpo")
+	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo)")
+	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
+	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
@@ -165,11 +188,11 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 	flags := cmd.Flags()
 	var base train.Config
 	if opts.resume != "" {
-		dir, err := train.ResolveCheckpoint(opts.resume)
+		dir, err := checkpoint.Resolve(opts.resume)
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
-		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
@@ -194,19 +217,35 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if opts.data == "" {
 			return p, usageError("finetune needs --data FILE.jsonl: the training records")
 		}
-		dir, err := train.ResolveCheckpoint(opts.from)
+		dir, err := checkpoint.Resolve(opts.from)
 		if err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
-		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
 		if dir, err = filepath.Abs(dir); err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
+		if opts.method == train.MethodFull || opts.quantize != 0 {
+			quant, err := train.CheckpointQuantization(dir)
+			if err != nil {
+				return p, usageError("invalid --from %s: %v", opts.from, err)
+			}
+			if quant != "" && opts.method == train.MethodFull {
+				return p, usageError("invalid --method full: the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use --method lora or dora over it, or import float weights", opts.from, quant)
+			}
+			if quant != "" {
+				return p, usageError("invalid --quantize %d: the base %s is quantized already (%s); leave --quantize out to train the adapters over it as it is", opts.quantize, opts.from, quant)
+			}
+		}
 		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
-			Quantize: opts.quantize, QGroupSize: opts.qGroupSize}
+			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
+			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
+		if opts.objective != string(train.SFT) {
+			p.ft.Objective = train.Objective(opts.objective)
+		}
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
 		}
@@ -244,7 +283,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		return p, &exitError{code: exitUsage, err: err}
 	}
 	if p.checkpoint != "" {
-		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, train.StateFile))
+		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, checkpoint.StateFile))
 		if cfg.Steps <= st.Step {
 			return p, usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
 				p.checkpoint, st.Step, cfg.Steps, st.Step)
@@ -311,6 +350,9 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	if p.ft.Method != train.MethodFull {
 		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
 	}
+	if p.ft.Prefers() {
+		fmt.Fprintln(out, describeObjective(p.ft))
+	}
 	printRows(out, "train", p.ft.Train, f.Train)
 	if f.Valid != nil {
 		printRows(out, "valid", p.ft.Valid, f.Valid)
@@ -349,6 +391,13 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
 		}
 	}
+	if v := sum.ValPreference; v != nil {
+		if i := sum.InitialValPreference; i != nil {
+			fmt.Fprintf(out, ", held-out preference accuracy %.3f -> %.3f (margin %.3f -> %.3f)", i.Accuracy, v.Accuracy, i.Margin, v.Margin)
+		} else {
+			fmt.Fprintf(out, ", held-out preference accuracy %.3f (margin %.3f)", v.Accuracy, v.Margin)
+		}
+	}
 	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
 	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
@@ -385,8 +434,40 @@ func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int)
 		steps, epochs, f.Train.Len(), c.Batch*c.Accum*ranks, perUpdate), nil
 }
 
+// describeObjective is the header line of a preference fine-tune: the
+// objective, its hyperparameters and where its reference comes from.
+func describeObjective(ft train.FineTuneConfig) string {
+	p := ft.Preference()
+	line := "objective: " + string(p.Objective)
+	switch p.Objective {
+	case train.DPO, train.IPO:
+		line += fmt.Sprintf(", beta %g, reference: ", p.Beta)
+		if ft.UsesAdapter() {
+			line += "the base (adapters off, in the step)"
+		} else {
+			line += "the base's log-probabilities, computed once (" + train.ReferenceFile + ")"
+		}
+	case train.SimPO:
+		line += fmt.Sprintf(", beta %g, gamma %g, no reference", p.Beta, p.Gamma)
+	case train.ORPO:
+		line += fmt.Sprintf(", lambda %g, no reference", p.Lambda)
+	}
+	return line
+}
+
 // printRows describes the rows a records file became.
 func printRows(w io.Writer, what, path string, r *data.Rows) {
+	if r.Pairs {
+		fmt.Fprintf(w, "%s: %s: %d preference pairs, rows of %d, %d counted targets", what, path, r.Len()/2, r.T, r.Targets())
+		if r.Truncated > 0 {
+			fmt.Fprintf(w, ", %d answers cut at the context", r.Truncated)
+		}
+		if r.NoTargets > 0 {
+			fmt.Fprintf(w, ", %d pairs left out (an answer with no counted target within the context)", r.NoTargets)
+		}
+		fmt.Fprintln(w)
+		return
+	}
 	fmt.Fprintf(w, "%s: %s: %d sequences of %d, %d counted targets", what, path, r.Len(), r.T, r.Targets())
 	if r.Truncated > 0 {
 		fmt.Fprintf(w, ", %d examples cut at the context", r.Truncated)
@@ -395,57 +476,4 @@ func printRows(w io.Writer, what, path string, r *data.Rows) {
 		fmt.Fprintf(w, ", %d sequences with no counted target (prompt fills the context)", r.NoTargets)
 	}
 	fmt.Fprintln(w)
-}
-
-func newFuseCmd() *cobra.Command {
-	var adapter, from, out string
-	var overwrite bool
-	cmd := &cobra.Command{
-		Use:   "fuse",
-		Short: "Merge a fine-tune's adapters into its base as an ordinary checkpoint",
-		Long: `fuse applies the adapters of a LoRA or DoRA fine-tune (--adapter, a run folder
-or checkpoint directory) to its base, the checkpoint recorded in its
-finetune.json or --from, and writes the merged weights as an ordinary
-checkpoint (step 0, fresh optimizer state) in the run folder --out. The
-merged model computes exactly the logits of base + adapters, so sample,
-eval and train --resume use it like any checkpoint.`,
-		Example: `  posttrainllm fuse --adapter runs/tiny-lora --out runs/tiny-fused
-  posttrainllm sample --from runs/tiny-fused --prompt "ROMEO:"`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if adapter == "" {
-				return usageError("fuse needs --adapter RUN: the fine-tune's %s", checkpointPaths)
-			}
-			if out == "" {
-				return usageError("fuse needs --out DIR: the run folder to write the merged checkpoint into")
-			}
-			dir, err := train.ResolveCheckpoint(adapter)
-			if err != nil {
-				return usageError("invalid --adapter %s: %v", adapter, err)
-			}
-			if _, err := train.ReadFineTuneConfig(dir); err != nil {
-				return usageError("invalid --adapter %s: %v", adapter, err)
-			}
-			if err := checkOut(out, false, overwrite); err != nil {
-				return err
-			}
-			if overwrite {
-				if err := clearRun(out); err != nil {
-					return err
-				}
-			}
-			ck, err := train.Fuse(dir, from, out)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "fused %s into %s\n", dir, ck)
-			return nil
-		},
-	}
-	fs := cmd.Flags()
-	fs.StringVar(&adapter, "adapter", "", "the fine-tune: a run folder (its newest checkpoint) or checkpoint directory")
-	fs.StringVar(&from, "from", "", "base checkpoint (default: the one the fine-tune recorded)")
-	fs.StringVar(&out, "out", "", "run folder for the merged checkpoint")
-	fs.BoolVar(&overwrite, "overwrite", false, "replace the run in --out")
-	return cmd
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -48,16 +49,16 @@ func TestFinetuneResumeSampleFuse(t *testing.T) {
 			t.Errorf("finetune output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{train.AdapterFile, train.FineTuneFile, train.OptimizerFile, train.StateFile} {
+	for _, f := range []string{checkpoint.AdapterFile, checkpoint.FineTuneFile, checkpoint.OptimizerFile, checkpoint.StateFile} {
 		if _, err := os.Stat(filepath.Join(ck, f)); err != nil {
 			t.Errorf("adapter checkpoint lacks %s: %v", f, err)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(ck, train.ModelFile)); err == nil {
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.ModelFile)); err == nil {
 		t.Errorf("adapter checkpoint %s holds a whole model", ck)
 	}
 	checkPNG(t, filepath.Join(out, plotFile))
@@ -122,4 +123,49 @@ func TestFinetuneBadInputCreatesNothing(t *testing.T) {
 		}
 	}
 	checkCleanFailure(t, "fuse without --adapter", runCLI(t, "fuse", "--out", out), "--adapter")
+}
+
+// fuse --quantize writes a quantized base: adapters fine-tune over it and
+// it samples, while a full fine-tune or --quantize over it fails with one
+// line naming the quantization and creates nothing; bad --quantize values
+// for fuse are refused.
+func TestFuseQuantizeMakesAQuantizedBase(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	mustRun(t, "train", "--preset", "tiny", "--steps", "2", "--corpus", writeCorpus(t, dir, "corpus.txt", 20_000),
+		"--out", base, "--no-progress")
+	data := writeRecords(t, dir, "train.jsonl", 10)
+	lora := filepath.Join(dir, "lora")
+	mustRun(t, "finetune", "--from", base, "--data", data, "--out", lora, "--steps", "2", "--warmup", "1", "--no-progress")
+	fused := filepath.Join(dir, "fused-q4")
+	mustRun(t, "fuse", "--adapter", lora, "--out", fused, "--quantize", "4", "--q-group-size", "32")
+	ck, err := checkpoint.Latest(fused)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := train.CheckpointQuantization(ck); err != nil || q != "4-bit, groups of 32" {
+		t.Fatalf("fuse --quantize 4 --q-group-size 32 wrote quantization %q (%v)", q, err)
+	}
+	mustRun(t, "sample", "--from", fused, "--prompt", "the ", "--tokens", "5")
+	mustRun(t, "finetune", "--from", fused, "--data", data, "--out", filepath.Join(dir, "qlora"), "--steps", "2", "--warmup", "1", "--no-progress")
+	out := filepath.Join(dir, "out")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"finetune", "--from", fused, "--data", data, "--method", "full"}, []string{"--method full", "4-bit, groups of 32"}},
+		{[]string{"finetune", "--from", fused, "--data", data, "--quantize", "8"}, []string{"--quantize 8", "quantized already"}},
+		{[]string{"fuse", "--adapter", lora, "--quantize", "7"}, []string{"--quantize", "bits 7"}},
+		{[]string{"fuse", "--adapter", lora, "--q-group-size", "32"}, []string{"q_group_size 32 without quantize"}},
+	} {
+		args := append(append([]string{}, tc.args...), "--out", out)
+		if tc.args[0] == "finetune" {
+			args = append(args, "--steps", "3")
+		}
+		r := runCLI(t, args...)
+		checkCleanFailure(t, strings.Join(tc.args, " "), r, tc.want...)
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%s: created %s", strings.Join(tc.args, " "), out)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -16,17 +17,17 @@ import (
 // by name, and its step.
 func adapterParams(t *testing.T, dir string) (map[string][]float32, int) {
 	t.Helper()
-	ck, err := train.LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]float32{}
 	mlxtest.Run(t, func(t testing.TB) {
-		arrays, _, err := mlx.LoadSafetensors(filepath.Join(ck, train.AdapterFile))
+		arrays, _, err := mlx.LoadSafetensors(filepath.Join(ck, checkpoint.AdapterFile))
 		if err != nil {
 			t.Fatal(err)
 		}

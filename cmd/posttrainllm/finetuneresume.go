@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -49,6 +50,17 @@ func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train
 			given, has = fmt.Sprint(opts.pack), fmt.Sprint(saved.Pack)
 		case "context":
 			given, has = fmt.Sprint(opts.context), fmt.Sprint(savedContext)
+		case "objective":
+			given, has = opts.objective, string(saved.Objective)
+			if has == "" {
+				has = string(train.SFT)
+			}
+		case "beta":
+			given, has = fmt.Sprint(opts.beta), fmt.Sprint(saved.Beta)
+		case "orpo-lambda":
+			given, has = fmt.Sprint(opts.orpoLambda), fmt.Sprint(saved.Lambda)
+		case "simpo-gamma":
+			given, has = fmt.Sprint(opts.simpoGamma), fmt.Sprint(saved.Gamma)
 		}
 		if given != has {
 			return usageError("invalid --%s %s with --resume: %s fine-tunes with %s %s; a resumed fine-tune keeps its settings (finetune.json), drop --%s",
@@ -61,7 +73,7 @@ func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train
 // resolvedCheckpoint is the absolute checkpoint directory path names, as
 // finetune.json records a base, or path itself when it names none.
 func resolvedCheckpoint(path string) string {
-	dir, err := train.ResolveCheckpoint(path)
+	dir, err := checkpoint.Resolve(path)
 	if err != nil {
 		return path
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/chattemplate"
 	"github.com/posttrainllm/posttrainllm/generate"
@@ -21,7 +22,7 @@ func (s generationSource) check(command string) error {
 	}
 	folder := s.from != "" && (hf.IsFolder(s.from) || hf.IsGGUF(s.from))
 	if s.from != "" && !folder {
-		if _, err := train.ResolveCheckpoint(s.from); err != nil {
+		if _, err := checkpoint.Resolve(s.from); err != nil {
 			return usageError("invalid --from %s: %v", s.from, err)
 		}
 	}
@@ -29,7 +30,7 @@ func (s generationSource) check(command string) error {
 		if folder {
 			return usageError("--adapter with %s: --from takes the run the adapters were trained on; import a Hugging Face folder or GGUF file first (posttrainllm import) and fine-tune from the run", s.from)
 		}
-		dir, err := train.ResolveCheckpoint(s.adapter)
+		dir, err := checkpoint.Resolve(s.adapter)
 		if err != nil {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -21,12 +22,12 @@ func TestImportAndSampleGGUF(t *testing.T) {
 	if !strings.Contains(r.stdout, "llama") || !strings.Contains(r.stdout, "hf tokenizer") {
 		t.Fatalf("import says %q; want the llama family and the hf tokenizer", r.stdout)
 	}
-	ck, err := train.LatestCheckpoint(run)
+	ck, err := checkpoint.Latest(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(ck, train.OptimizerFile)); err == nil {
-		t.Errorf("import wrote %s; an imported model has no optimizer state", train.OptimizerFile)
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.OptimizerFile)); err == nil {
+		t.Errorf("import wrote %s; an imported model has no optimizer state", checkpoint.OptimizerFile)
 	}
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json", "generation_config.json"} {
 		if _, err := os.Stat(filepath.Join(run, train.TokenizerDir, f)); err != nil {
@@ -72,22 +73,22 @@ func TestImportedRunOptimizerState(t *testing.T) {
 	run := filepath.Join(dir, "llama")
 	mustRun(t, "import", hfFolder(t, "--family", "llama", "--vocab", "300"), "--out", run, "--tokenizer", "byte", "--context", "32")
 	step0 := filepath.Join(run, "checkpoints", "step-00000000")
-	if _, err := os.Stat(filepath.Join(step0, train.OptimizerFile)); err == nil {
-		t.Fatalf("import wrote %s", train.OptimizerFile)
+	if _, err := os.Stat(filepath.Join(step0, checkpoint.OptimizerFile)); err == nil {
+		t.Fatalf("import wrote %s", checkpoint.OptimizerFile)
 	}
 	trainFile, validFile := writeRecords(t, dir, "train.jsonl", 20), writeRecords(t, dir, "valid.jsonl", 4)
 	lora := filepath.Join(dir, "lora")
 	mustRun(t, "finetune", "--from", run, "--data", trainFile, "--valid", validFile, "--out", lora,
 		"--steps", "2", "--eval-every", "0", "--no-progress")
-	ck, err := train.LatestCheckpoint(lora)
+	ck, err := checkpoint.Latest(lora)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(ck, train.OptimizerFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(ck, checkpoint.OptimizerFile)); err != nil {
 		t.Errorf("the fine-tune's checkpoint has no optimizer state: %v", err)
 	}
 	mustRun(t, "train", "--resume", run, "--steps", "2", "--batch", "2", "--eval-every", "0")
-	if _, err := os.Stat(filepath.Join(run, "checkpoints", "step-00000002", train.OptimizerFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(run, "checkpoints", "step-00000002", checkpoint.OptimizerFile)); err != nil {
 		t.Errorf("train --resume of the import saved no optimizer state at step 2: %v", err)
 	}
 }

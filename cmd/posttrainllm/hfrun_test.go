@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -71,7 +72,7 @@ func TestImportedRunUsesTokenizerJSON(t *testing.T) {
 	// import records the tokenizer.json as the run's tokenizer.
 	run := filepath.Join(tmp, "run")
 	mustRun(t, "import", folder, "--out", run, "--context", "32")
-	st, err := train.ReadRunState(filepath.Join(run, "checkpoints", "step-00000000", train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(run, "checkpoints", "step-00000000", checkpoint.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/hf"
@@ -29,7 +30,11 @@ bfloat16 weights) of GPT-2, Llama, Mistral, Qwen2, Qwen3 or Phi-3 (see
 docs/huggingface.md for what each maps and refuses), or a llama.cpp GGUF
 file of the llama or qwen2 architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0
 tensors; the quantized ones dequantized), and writes it as the step-0 checkpoint of a
-new run folder with the training settings of --preset. It writes no
+new run folder with the training settings of --preset. An MLX-quantized
+folder (mlx_lm.convert -q: config.json's quantization, packed weights with
+scales and biases) keeps its transformer-block projections quantized, so
+LoRA and DoRA fine-tunes train over them as published (QLoRA); its
+embedding is dequantized. It writes no
 optimizer state: a fine-tune makes its own, and train --resume starts the
 optimizer fresh and saves its state with its first checkpoint. sample
 --from, eval --from, finetune --from and train --resume take the run as they
@@ -147,6 +152,9 @@ Phi3ForCausalLM). A model trained here must have GPT-2's shape (LayerNorm,
 biases, learned positions, GELU, tied head) or the Llama shape (RMSNorm,
 rotary positions, SwiGLU, no MLP biases; q/k/v biases export as Qwen2,
 q/k norms as Qwen3); TinyGPT itself has no Hugging Face counterpart.
+A quantized checkpoint (imported from an MLX-quantized folder, or written
+by fuse --quantize) is written in the layout mlx-lm loads: config.json's
+quantization and the packed projections with their scales and biases.
 HF_FOLDER must not exist or be empty.
 
 ` + checkpointRule("CHECKPOINT"),
@@ -154,7 +162,7 @@ HF_FOLDER must not exist or be empty.
   posttrainllm export runs/smollm/checkpoints/step-00000200 exported/smollm`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := train.ResolveCheckpoint(args[0]); err != nil {
+			if _, err := checkpoint.Resolve(args[0]); err != nil {
 				return usageError("invalid checkpoint %s: %v", args[0], err)
 			}
 			family, err := train.ExportHF(args[0], args[1])

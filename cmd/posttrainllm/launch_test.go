@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -27,7 +28,7 @@ import (
 // checkpoint, by name, and its step.
 func checkpointParams(t *testing.T, dir string) (map[string][]float32, int) {
 	t.Helper()
-	ck, err := train.LatestCheckpoint(dir)
+	ck, err := checkpoint.Latest(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestNprocKilledRankEndsRun(t *testing.T) {
 	if err := syscall.Kill(pids[0], 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("rank 0 (pid %d) still exists after the supervisor exited (kill 0: %v)", pids[0], err)
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestNprocInterruptCheckpointsAndExits130(t *testing.T) {
 			t.Errorf("rank %s (pid %d) still exists after the supervisor exited", m[1], pid)
 		}
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text)
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -131,14 +132,14 @@ func TestTrainTinyResumeAndSample(t *testing.T) {
 	if !(last.Loss < first.Loss-1.5) {
 		t.Fatalf("loss went from %.3f (step %d) to %.3f (step 200), want it far lower", first.Loss, first.Step, last.Loss)
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if filepath.Base(ck) != "step-00000200" {
 		t.Fatalf("newest checkpoint %s, want step-00000200", ck)
 	}
-	if _, err := train.ReadRunState(filepath.Join(ck, train.StateFile)); err != nil {
+	if _, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile)); err != nil {
 		t.Fatal(err)
 	}
 	checkPNG(t, filepath.Join(out, plotFile))
@@ -159,7 +160,7 @@ func TestTrainTinyResumeAndSample(t *testing.T) {
 	if prev != 230 {
 		t.Fatalf("resumed run ended at step %d, want 230", prev)
 	}
-	if ck, _ := train.LatestCheckpoint(out); filepath.Base(ck) != "step-00000230" {
+	if ck, _ := checkpoint.Latest(out); filepath.Base(ck) != "step-00000230" {
 		t.Fatalf("newest checkpoint after resume %s, want step-00000230", ck)
 	}
 
@@ -189,11 +190,11 @@ func TestTwoStepRunShrinksWarmup(t *testing.T) {
 	if !strings.Contains(r.stdout, "warmup 1 (the preset tiny's 20 warm-up steps do not fit 2 steps; --warmup sets it)") {
 		t.Fatalf("the header does not say the warm-up was shortened:\n%s", r.stdout)
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,14 +380,14 @@ func TestInterruptCheckpointsAndExits130(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != exitSIGINT {
 		t.Fatalf("interrupted train: %v, want exit %d\nstdout:\n%s\nstderr:\n%s", err, exitSIGINT, text, stderr.String())
 	}
-	ck, err := train.LatestCheckpoint(out)
+	ck, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatalf("no checkpoint after SIGINT: %v\n%s", err, text)
 	}
 	if !strings.Contains(text, ck) || !strings.Contains(text, "--resume "+out) {
 		t.Fatalf("interrupted train does not say where its checkpoint is:\n%s", text)
 	}
-	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile))
 	if err != nil || st.Step < 3 || st.Step >= 300 {
 		t.Fatalf("checkpoint at step %d (%v), want one taken at the interrupt", st.Step, err)
 	}

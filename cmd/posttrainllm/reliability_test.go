@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -232,12 +233,12 @@ func TestReliabilityBadInput(t *testing.T) {
 	mustRun(t, joinArgs([]string{"train", "--steps", "30", "--corpus", corpusPath, "--out", good}, smallModel)...)
 	mustRun(t, joinArgs([]string{"train", "--steps", "30", "--corpus", corpusPath, "--out", other}, smallModel,
 		[]string{"--d-model", "32"})...)
-	otherCk, err := train.LatestCheckpoint(other)
+	otherCk, err := checkpoint.Latest(other)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ckFile := func(run, name string) string {
-		ck, _ := train.LatestCheckpoint(run)
+		ck, _ := checkpoint.Latest(run)
 		return filepath.Join(ck, name)
 	}
 
@@ -353,42 +354,42 @@ func TestReliabilityBadInput(t *testing.T) {
 		{"--resume with a flag of another model shape", resume(noDamage, "--d-model", "32"),
 			[]string{"invalid --d-model 32", "another model shape", "d_model 16"}},
 		{"--resume at parameters of another model shape", resume(func(t *testing.T, run string) {
-			copyFileT(t, filepath.Join(otherCk, train.ModelFile), ckFile(run, train.ModelFile))
+			copyFileT(t, filepath.Join(otherCk, checkpoint.ModelFile), ckFile(run, checkpoint.ModelFile))
 		}), []string{"model.safetensors", `"tok_embeddings.weight" has shape [256 32], this model needs [256 16]`}},
 		{"--resume at optimizer state of another model shape", resume(func(t *testing.T, run string) {
-			copyFileT(t, filepath.Join(otherCk, train.OptimizerFile), ckFile(run, train.OptimizerFile))
+			copyFileT(t, filepath.Join(otherCk, checkpoint.OptimizerFile), ckFile(run, checkpoint.OptimizerFile))
 		}), []string{"optimizer.safetensors", "has shape [256 32], this model needs [256 16]"}},
 		{"--resume at parameters of another dtype", resume(func(t *testing.T, run string) {
-			toFloat16(t, ckFile(run, train.ModelFile))
+			toFloat16(t, ckFile(run, checkpoint.ModelFile))
 		}), []string{"model.safetensors", "is float16, this model keeps parameters in float32"}},
 		{"--resume at a truncated safetensors file", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)-100] })
+			editFile(t, ckFile(run, checkpoint.ModelFile), func(b []byte) []byte { return b[:len(b)-100] })
 		}), []string{"model.safetensors", "byte range", "inside"}},
 		{"--resume at a safetensors file cut inside its header", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.OptimizerFile), func(b []byte) []byte { return b[:50] })
+			editFile(t, ckFile(run, checkpoint.OptimizerFile), func(b []byte) []byte { return b[:50] })
 		}), []string{"optimizer.safetensors", "header length"}},
 		{"--resume at an empty safetensors file", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.OptimizerFile), func(b []byte) []byte { return nil })
+			editFile(t, ckFile(run, checkpoint.OptimizerFile), func(b []byte) []byte { return nil })
 		}), []string{"optimizer.safetensors", "no 8-byte header length"}},
 		{"--resume at a safetensors file with a corrupt header", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { copy(b[20:], "}}}}}}}}"); return b })
+			editFile(t, ckFile(run, checkpoint.ModelFile), func(b []byte) []byte { copy(b[20:], "}}}}}}}}"); return b })
 		}), []string{"model.safetensors", "header is not a JSON object"}},
 		{"--resume at corrupt JSON", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.StateFile), func(b []byte) []byte { return b[:len(b)/2] })
+			editFile(t, ckFile(run, checkpoint.StateFile), func(b []byte) []byte { return b[:len(b)/2] })
 		}), []string{"invalid --resume", "state.json is not valid"}},
 		{"--resume at state.json of another format", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.StateFile), func(b []byte) []byte {
+			editFile(t, ckFile(run, checkpoint.StateFile), func(b []byte) []byte {
 				return bytes.Replace(b, []byte(`"format": 1`), []byte(`"format": 7`), 1)
 			})
 		}), []string{"invalid --resume", "state.json has format 7, this build reads format 1"}},
 
 		{"--resume at state.json claiming an enormous model", resume(func(t *testing.T, run string) {
-			editFile(t, ckFile(run, train.StateFile), enormousModel)
+			editFile(t, ckFile(run, checkpoint.StateFile), enormousModel)
 		}), []string{"layers 1000000000", "more than the", "of this machine"}},
 		{"sample from state.json claiming an enormous model", func(t *testing.T, cdir string) ([]string, string) {
 			run := filepath.Join(cdir, "run")
 			copyDir(t, good, run)
-			editFile(t, ckFile(run, train.StateFile), enormousModel)
+			editFile(t, ckFile(run, checkpoint.StateFile), enormousModel)
 			return []string{"sample", "--from", run, "--tokens", "5"}, cdir
 		}, []string{"layers 1000000000", "more than the", "of this machine"}},
 
@@ -409,7 +410,7 @@ func TestReliabilityBadInput(t *testing.T) {
 		{"sample from a truncated checkpoint", func(t *testing.T, cdir string) ([]string, string) {
 			run := filepath.Join(cdir, "run")
 			copyDir(t, good, run)
-			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
+			editFile(t, ckFile(run, checkpoint.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
 			return []string{"sample", "--from", run, "--tokens", "5"}, cdir
 		}, []string{"model.safetensors", "safetensors"}},
 
@@ -431,7 +432,7 @@ func TestReliabilityBadInput(t *testing.T) {
 		{"eval of a truncated checkpoint", func(t *testing.T, cdir string) ([]string, string) {
 			run := filepath.Join(cdir, "run")
 			copyDir(t, good, run)
-			editFile(t, ckFile(run, train.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
+			editFile(t, ckFile(run, checkpoint.ModelFile), func(b []byte) []byte { return b[:len(b)/2] })
 			return []string{"eval", "--from", run}, cdir
 		}, []string{"model.safetensors", "safetensors"}},
 	}
@@ -523,7 +524,7 @@ func TestReliabilityHugeLRStopsAtNonFinite(t *testing.T) {
 	r := runCLI(t, "train", "--resume", out, "--steps", "200", "--lr", "1e30", "--schedule", "constant",
 		"--warmup", "0", "--min-lr", "0", "--log-every", "1", "--checkpoint-every", "1", "--no-progress")
 	checkCleanFailure(t, "huge lr", r, "training diverged", "not finite", "the last good one is", "try a lower --lr")
-	last, err := train.LatestCheckpoint(out)
+	last, err := checkpoint.Latest(out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -592,11 +593,11 @@ func TestReliabilitySignalsCheckpointAndResume(t *testing.T) {
 					t.Fatalf("stderr shows a crash:\n%s", stderr.String())
 				}
 			}
-			ck, err := train.LatestCheckpoint(out)
+			ck, err := checkpoint.Latest(out)
 			if err != nil {
 				t.Fatal(err)
 			}
-			entries, _ := os.ReadDir(train.CheckpointRoot(out))
+			entries, _ := os.ReadDir(checkpoint.Root(out))
 			if len(entries) != 1 {
 				t.Fatalf("checkpoints folder holds %d entries, want the one written at the signal", len(entries))
 			}
@@ -614,7 +615,7 @@ func TestReliabilitySignalsCheckpointAndResume(t *testing.T) {
 			if !strings.Contains(r.stdout, fmt.Sprintf("resuming at step %d", step)) {
 				t.Fatalf("resume does not start at step %d:\n%s", step, r.stdout)
 			}
-			ck, _ = train.LatestCheckpoint(out)
+			ck, _ = checkpoint.Latest(out)
 			if got := loadFinite(t, ck); got != end {
 				t.Fatalf("resumed run's checkpoint is step %d, want %d", got, end)
 			}

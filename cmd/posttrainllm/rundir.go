@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // checkpointRule is the help paragraph on what flag (--from, --resume)
-// accepts: the rule train.ResolveCheckpoint applies, the same in every
+// accepts: the rule checkpoint.Resolve applies, the same in every
 // command.
 func checkpointRule(flag string) string {
 	return flag + ` takes a run folder, meaning its newest checkpoint, or one checkpoint
@@ -29,7 +30,7 @@ func runFolderOf(resumePath, checkpointDir string) string {
 		return resumePath
 	}
 	parent := filepath.Dir(filepath.Clean(checkpointDir))
-	if filepath.Clean(parent) == filepath.Clean(train.CheckpointRoot(filepath.Dir(parent))) {
+	if filepath.Clean(parent) == filepath.Clean(checkpoint.Root(filepath.Dir(parent))) {
 		return filepath.Dir(parent)
 	}
 	return parent
@@ -54,7 +55,7 @@ func checkOut(out string, resuming, overwrite bool) error {
 		if resuming || overwrite {
 			return nil
 		}
-		if last, err := train.LatestCheckpoint(out); err == nil {
+		if last, err := checkpoint.Latest(out); err == nil {
 			return usageError("--out %s already holds a run (newest checkpoint %s); continue it with --resume %s, or replace it with --overwrite",
 				out, filepath.Base(last), out)
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
@@ -71,7 +72,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			gguf := from != "" && hf.IsGGUF(from)
 			folder := from != "" && (hf.IsFolder(from) || gguf)
 			if from != "" && !folder {
-				if _, err := train.ResolveCheckpoint(from); err != nil {
+				if _, err := checkpoint.Resolve(from); err != nil {
 					return usageError("invalid --from %s: %v", from, err)
 				}
 			}
@@ -79,7 +80,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				if folder {
 					return usageError("--adapter with the model %s: import it first (posttrainllm import) and fine-tune from the run", from)
 				}
-				dir, err := train.ResolveCheckpoint(adapter)
+				dir, err := checkpoint.Resolve(adapter)
 				if err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -47,11 +48,11 @@ func TestTokenizeTrainEvalFromShards(t *testing.T) {
 		t.Fatalf("train does not say it trains on 3 shards with 3000 tokens held out:\n%s", r.stdout)
 	}
 	r = mustRun(t, "train", "--resume", run, "--steps", "3", "--no-progress")
-	ck, err := train.LatestCheckpoint(run)
+	ck, err := checkpoint.Latest(run)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := train.ReadRunState(filepath.Join(ck, train.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ck, checkpoint.StateFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -117,11 +118,11 @@ func planTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) (trainPlan,
 		if opts.overwrite && (opts.out == "" || filepath.Clean(opts.out) == filepath.Clean(opts.resume)) {
 			return p, usageError("--overwrite with --resume %s: resuming continues that run; drop --overwrite", opts.resume)
 		}
-		dir, err := train.ResolveCheckpoint(opts.resume)
+		dir, err := checkpoint.Resolve(opts.resume)
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
-		st, err := train.ReadRunState(filepath.Join(dir, train.StateFile))
+		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
@@ -312,7 +313,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	}
 	tokDir := p.out
 	if p.checkpoint != "" {
-		tokDir = train.RunDirOf(p.checkpoint)
+		tokDir = checkpoint.RunDirOf(p.checkpoint)
 	}
 	ds, err := openDataset(out, cfg, opts.tokenCache, tokDir)
 	if err != nil {

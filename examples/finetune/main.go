@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -64,7 +65,7 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 	if err != nil {
 		return err
 	}
-	before, err := fileHash(filepath.Join(base, train.ModelFile))
+	before, err := fileHash(filepath.Join(base, checkpoint.ModelFile))
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,7 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 	}
 	fmt.Fprintf(w, "lora: %d updates, training loss %.4f -> %.4f, %d trace(s)\n", sum.Step, sum.FirstLoss, sum.Loss, sum.Traces)
 	fmt.Fprintf(w, "held-out completion loss: %.4f -> %.4f\n", sum.InitialValLoss, sum.ValLoss)
-	after, err := fileHash(filepath.Join(base, train.ModelFile))
+	after, err := fileHash(filepath.Join(base, checkpoint.ModelFile))
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,19 @@ type FineTune struct {
 	// Adapter shapes the adapters of LoRA and DoRA (its Method is set
 	// from Method).
 	Adapter peft.Config
+	// Objective is a preference objective to time instead of the
+	// supervised loss (its zero value, or train.SFT): the row step of
+	// train.PreferenceLoss or train.AdapterPreferenceLoss on the same
+	// windows taken as pairs (rows 2i and 2i+1), so the batch must be
+	// even. A full fine-tune's DPO and IPO read reference log-probabilities
+	// as a row input, here constants: the one pass that computes them
+	// before training is not part of the step.
+	Objective train.Preference
+}
+
+// prefers reports whether ft times a preference objective.
+func (ft FineTune) prefers() bool {
+	return ft.Objective.Objective != "" && ft.Objective.Objective != train.SFT
 }
 
 // RunFineTune times the fine-tune step of cfg's model, as Run times the
@@ -33,8 +46,19 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	preset := opts.Label + "/" + ft.Method
+	if ft.prefers() {
+		ft.Objective = ft.Objective.WithDefaults()
+		if err := ft.Objective.Validate(); err != nil {
+			return Result{}, err
+		}
+		if cfg.Batch%2 != 0 {
+			return Result{}, fmt.Errorf("bench: batch %d for objective %s, want an even batch (pairs of rows)", cfg.Batch, ft.Objective.Objective)
+		}
+		preset += "/" + string(ft.Objective.Objective)
+	}
 	res := Result{
-		Preset: opts.Label + "/" + ft.Method, Device: cfg.Device, Compile: cfg.Compile, Schedule: cfg.Schedule,
+		Preset: preset, Device: cfg.Device, Compile: cfg.Compile, Schedule: cfg.Schedule,
 		Optimizer: cfg.Optimizer, Dtype: cfg.Model.Dtype, Accum: cfg.Accum, Batch: cfg.Batch,
 		Context: cfg.Model.Context, TokensPerStep: cfg.TokensPerStep(), Params: cfg.Model.NumParams(),
 		Data: "synthetic, first half of each window masked", WarmupSteps: opts.Warmup, Steps: opts.Steps,
@@ -56,7 +80,7 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 		if err != nil {
 			return err
 		}
-		return measureFineTune(state, step, sched, cfg, opts, &res)
+		return measureFineTune(state, step, sched, cfg, opts, ft, &res)
 	})
 	return res, err
 }
@@ -71,6 +95,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	var (
 		opt       optim.Optimizer
 		loss      train.WeightedLossFunc
+		rowLoss   train.RowLossFunc
 		trainable []*mlx.Array
 		frozen    []*mlx.Array
 		count     int
@@ -80,6 +105,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	case train.MethodFull:
 		if opt, err = train.NewOptimizer(cfg, m.Specs); err == nil {
 			loss, trainable, count = train.FullLoss(m), base, cfg.Model.NumParams()
+			rowLoss = train.PreferenceLoss(m, ft.Objective)
 		}
 	case train.MethodLoRA, train.MethodDoRA:
 		ac := ft.Adapter
@@ -94,7 +120,10 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		if err == nil {
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
-		loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
+		if err == nil {
+			loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
+			rowLoss = train.AdapterPreferenceLoss(m, a, ft.Objective)
+		}
 		opts = train.AdapterStepOptions(opts, cfg.Model)
 	default:
 		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
@@ -105,7 +134,9 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	}
 	optState, err := opt.Init()
 	var step *train.Step
-	if err == nil {
+	if err == nil && ft.prefers() {
+		step, err = train.NewRowStep(rowLoss, opt, len(trainable), len(frozen), len(optState), fullReference(ft), len(train.PreferenceAux), opts)
+	} else if err == nil {
 		step, err = train.NewWeightedStep(loss, opt, len(trainable), len(frozen), len(optState), opts)
 	}
 	var state *train.State
@@ -124,14 +155,39 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	return state, step, count, nil
 }
 
+// fullReference is the number of row inputs after the row weights that
+// ft's preference step takes: the reference log-probabilities of a full
+// fine-tune's DPO or IPO.
+func fullReference(ft FineTune) int {
+	if ft.Method == train.MethodFull && ft.Objective.NeedsReference() {
+		return 1
+	}
+	return 0
+}
+
 // measureFineTune runs the updates and fills in res, as measure does.
-func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cfg train.Config, opts Options, res *Result) error {
+func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cfg train.Config, opts Options, ft FineTune, res *Result) error {
 	N, B, T := cfg.Accum, cfg.Batch, cfg.Model.Context
 	stream := syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(T+1)), cfg.Seed)
 	x, y, w := make([]int32, N*B*T), make([]int32, N*B*T), make([]float32, N*B*T)
 	for p := range w {
 		if p%T >= T/2 {
 			w[p] = 1
+		}
+	}
+	var rowW []float32
+	var rowInputs [][]float32
+	if ft.prefers() {
+		rowW = make([]float32, N*B)
+		for r := range rowW {
+			rowW[r] = float32(1 - r%2) // each pair's weight on its chosen row
+		}
+		if fullReference(ft) > 0 {
+			ref := make([]float32, N*B)
+			for r := range ref {
+				ref[r] = -float32(T/2) * 5 // about log(vocab) per counted token
+			}
+			rowInputs = [][]float32{ref}
 		}
 	}
 	windows := (len(stream) - 1) / T
@@ -142,7 +198,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 			copy(x[r*T:(r+1)*T], stream[off:off+T])
 			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
 		}
-		return train.Batch{X: x, Y: y, W: w, N: N, B: B, T: T}
+		return train.Batch{X: x, Y: y, W: w, RowW: rowW, RowInputs: rowInputs, N: N, B: B, T: T}
 	}
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -61,5 +62,42 @@ func TestRunFineTuneLoRAAndFull(t *testing.T) {
 	}
 	if _, err := RunFineTune(cfg, FineTune{Method: "qlora"}, Options{Steps: 1}); err == nil || !strings.Contains(err.Error(), "qlora") {
 		t.Errorf("method qlora: error %v", err)
+	}
+}
+
+// The preference bench times the row step of each objective on the same
+// shape: one trace, a label naming the objective, a DPO loss that starts
+// at ln 2 for fresh adapters, a time and a peak; an odd batch is refused.
+// (The synthetic pairs have no preference to learn, so no fall is
+// asked for.)
+func TestRunFineTunePreference(t *testing.T) {
+	ad := peft.Config{Rank: 4, Alpha: 8, Targets: []string{"all"}}
+	cfg := benchConfig()
+	for _, c := range []struct {
+		method string
+		obj    train.Objective
+	}{{train.MethodLoRA, train.DPO}, {train.MethodFull, train.DPO}, {train.MethodLoRA, train.SimPO}, {train.MethodFull, train.ORPO}} {
+		cc := cfg
+		if c.method != train.MethodFull {
+			cc.LR, cc.MinLR = 3e-2, 3e-3 // adapters on a random base need a larger rate to move
+		}
+		r, err := RunFineTune(cc, FineTune{Method: c.method, Adapter: ad, Objective: train.Preference{Objective: c.obj}}, Options{Label: "unit", Warmup: 2, Steps: 6})
+		if err != nil {
+			t.Fatalf("%s %s: %v", c.method, c.obj, err)
+		}
+		if r.Traces != 1 || r.Preset != "unit/"+c.method+"/"+string(c.obj) {
+			t.Errorf("%s %s: %d traces, label %q", c.method, c.obj, r.Traces, r.Preset)
+		}
+		if c.obj == train.DPO && c.method == train.MethodLoRA && math.Abs(r.LossFirst-math.Ln2) > 1e-5 {
+			t.Errorf("fresh LoRA DPO: first loss %g, want ln 2", r.LossFirst)
+		}
+		if math.IsNaN(r.LossLast) || math.IsInf(r.LossLast, 0) || !(r.MsPerStepMedian > 0) || r.PeakMemoryBytes == 0 {
+			t.Errorf("%s %s: last loss %g, %g ms/step, peak %d bytes", c.method, c.obj, r.LossLast, r.MsPerStepMedian, r.PeakMemoryBytes)
+		}
+	}
+	odd := cfg
+	odd.Batch = 3
+	if _, err := RunFineTune(odd, FineTune{Method: train.MethodLoRA, Adapter: ad, Objective: train.Preference{Objective: train.DPO}}, Options{Steps: 1}); err == nil || !strings.Contains(err.Error(), "even") {
+		t.Errorf("odd batch: %v", err)
 	}
 }

@@ -1,0 +1,39 @@
+package peft
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// BaseLinears returns the model.Linears of the base model alone: what
+// Linears computes with the adapters' contribution switched off, from
+// the same frozen list base. Each adapted projection is the plain (or
+// quantized) base matmul that Linears adds the adapter term to, so the
+// forward pass is the adapted one minus that term, arithmetically the
+// base model's own: preference fine-tuning takes its frozen reference
+// from it without a second copy of the weights. It also returns the
+// parameter list the model takes with the Linears, as Linears does.
+func (a *Adapter) BaseLinears(base []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+	if a.Quant != nil {
+		if err := a.Quant.check(base); err != nil {
+			return nil, nil, err
+		}
+	} else if len(base) != len(a.Base) {
+		return nil, nil, fmt.Errorf("peft: got %d base arrays, the model has %d parameters", len(base), len(a.Base))
+	}
+	lin := model.Linears{}
+	if a.Quant != nil {
+		var err error
+		if lin, err = a.Quant.Linears(base); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, i := range a.Targets {
+		if _, quantized := lin[i]; !quantized {
+			lin[i] = model.Linear{Arrays: []*mlx.Array{base[i]}, Apply: plainMatmul}
+		}
+	}
+	return lin, base[:len(a.Base)], nil
+}

@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -20,23 +20,13 @@ import (
 // the pinned numpy, safetensors and tokenizers (make py-deps).
 func python(t testing.TB) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", ".deps", "py", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the numpy reference needs %s: run `make py-deps` (installs the pinned numpy, safetensors and tokenizers into .deps/py)", p)
-	}
-	return p
+	return pyenv.Reference(t)
 }
 
 // runReference runs hf/testdata/reference.py with args.
 func runReference(t testing.TB, args ...string) {
 	t.Helper()
-	cmd := exec.Command(python(t), append([]string{filepath.Join("testdata", "reference.py")}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("reference.py %v: %v\n%s", args, err, out)
-	}
+	pyenv.Run(t, python(t), filepath.Join("testdata", "reference.py"), args...)
 }
 
 // referenceLogits returns the numpy reference's float32 logits [T·V] of the

@@ -4,13 +4,13 @@ import (
 	"encoding/binary"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -21,23 +21,13 @@ import (
 // mlxlm-deps): the reference for MLX-quantized folders.
 func mlxlmPython(t testing.TB) string {
 	t.Helper()
-	p, err := filepath.Abs(filepath.Join("..", ".deps", "mlxlm", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the mlx-lm reference needs %s: run `make mlxlm-deps` (installs the pinned mlx and mlx-lm into .deps/mlxlm)", p)
-	}
-	return p
+	return pyenv.MLXLM(t)
 }
 
 // runMLXLM runs testdata/mlxlm_reference.py with args.
 func runMLXLM(t testing.TB, args ...string) {
 	t.Helper()
-	cmd := exec.Command(mlxlmPython(t), append([]string{filepath.Join("testdata", "mlxlm_reference.py")}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mlxlm_reference.py %v: %v\n%s", args, err, out)
-	}
+	pyenv.Run(t, mlxlmPython(t), filepath.Join("testdata", "mlxlm_reference.py"), args...)
 }
 
 // mlxlmLogits returns mlx-lm's float32 logits [T·V] of the folder dir on

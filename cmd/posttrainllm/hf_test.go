@@ -7,24 +7,16 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 )
 
 // hfFolder writes a random-weight Hugging Face folder with the hf
 // package's numpy reference (make py-deps installs its Python packages).
 func hfFolder(t *testing.T, args ...string) string {
 	t.Helper()
-	py, err := filepath.Abs(filepath.Join("..", "..", ".deps", "py", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("making Hugging Face folders needs %s: run `make py-deps`", py)
-	}
 	dir := filepath.Join(t.TempDir(), "hf")
-	cmd := exec.Command(py, append([]string{filepath.Join("..", "..", "hf", "testdata", "reference.py"), "make", dir}, args...)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("reference.py make: %v\n%s", err, out)
-	}
+	pyenv.Run(t, pyenv.Reference(t), filepath.Join("..", "..", "hf", "testdata", "reference.py"), append([]string{"make", dir}, args...)...)
 	return dir
 }
 
@@ -142,7 +134,7 @@ func TestImportExportRejectBadInput(t *testing.T) {
 // sample --from takes a Hugging Face folder and uses its tokenizer.json;
 // a tokenizer with more ids than the model is refused with one line.
 func TestSampleFromHFFolder(t *testing.T) {
-	py := filepath.Join("..", "..", ".deps", "py", "bin", "python")
+	py := pyenv.Reference(t)
 	tokDir := t.TempDir()
 	text := filepath.Join(tokDir, "text.txt")
 	samples := filepath.Join(tokDir, "samples.json")

@@ -10,20 +10,14 @@ import (
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 )
 
 // python is the interpreter of the project-local environment that holds
 // the pinned jinja2 the reference renders with.
 func python(t *testing.T) string {
 	t.Helper()
-	py, err := filepath.Abs(filepath.Join("..", "..", ".deps", "py", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("the jinja2 reference needs %s: run `make py-deps` (installs the pinned jinja2 into .deps/py)", py)
-	}
-	return py
+	return pyenv.Reference(t)
 }
 
 // refCase is one rendering for testdata/render.py.

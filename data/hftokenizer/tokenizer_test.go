@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 )
 
 // hfSamples cover unicode (accents, CJK, emoji, a byte-order mark, a
@@ -33,14 +34,7 @@ const hfSpecialText = "</s> and <|endoftext|> are only text here <s>"
 // the pinned tokenizers (make py-deps).
 func python(t *testing.T) string {
 	t.Helper()
-	py, err := filepath.Abs(filepath.Join("..", "..", ".deps", "py", "bin", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(py); err != nil {
-		t.Fatalf("the tokenizer reference needs %s: run `make py-deps` (installs the pinned tokenizers into .deps/py)", py)
-	}
-	return py
+	return pyenv.Reference(t)
 }
 
 // hfTokenizerFiles trains the two tokenizers with Hugging Face's tokenizers

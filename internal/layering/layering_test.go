@@ -18,7 +18,7 @@ const module = "github.com/posttrainllm/posttrainllm/"
 // fails the test, so a new package has to be placed.
 var layers = [][]string{
 	{"internal/qos", "internal/distenv", "internal/darwinlink", "internal/realmodel", "internal/layering", "tboard/tbpb"},
-	{"mlx"},
+	{"mlx", "internal/pyenv"},
 	{"model", "optim", "data", "tboard", "internal/mlxtest"},
 	{"peft", "hf", "internal/tokentest"},
 	{"generate", "checkpoint"},

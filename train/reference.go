@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -120,7 +121,9 @@ func RowsFingerprint(rows *data.Rows) string {
 }
 
 // WriteReferences writes refs into run folder dir (ReferenceFile),
-// through a temporary file so a crash leaves no partial file.
+// through a temporary file fsynced before it is renamed into place, and
+// fsyncs the folder after, so a crash leaves either no file or the whole
+// one.
 func WriteReferences(dir string, refs References) error {
 	b, err := json.Marshal(refs)
 	if err != nil {
@@ -128,10 +131,13 @@ func WriteReferences(dir string, refs References) error {
 	}
 	path := filepath.Join(dir, ReferenceFile)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := checkpoint.WriteFileSync(tmp, b); err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("reference: %w", err)
+	}
+	if err := checkpoint.SyncPath(dir); err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
 	return nil

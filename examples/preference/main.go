@@ -27,7 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -55,7 +55,7 @@ func run(w io.Writer, corpus, out string, pretrainSteps, dpoSteps int) error {
 		defer os.RemoveAll(dir)
 		out = dir
 	}
-	base, err := pretrain(w, corpus, filepath.Join(out, "base"), pretrainSteps)
+	base, err := tinybase.Pretrain(w, corpus, filepath.Join(out, "base"), pretrainSteps)
 	if err != nil {
 		return err
 	}
@@ -75,39 +75,6 @@ func run(w io.Writer, corpus, out string, pretrainSteps, dpoSteps int) error {
 	fmt.Fprintf(w, "held-out preference accuracy: %.3f -> %.3f over %d pairs\n", b.Accuracy, a.Accuracy, a.Pairs)
 	fmt.Fprintf(w, "held-out reward margin: %.4f -> %.4f\n", b.Margin, a.Margin)
 	return nil
-}
-
-// pretrain runs the tiny preset on corpus and returns its checkpoint.
-func pretrain(w io.Writer, corpus, dir string, steps int) (string, error) {
-	cfg, err := presets.Load("tiny")
-	if err != nil {
-		return "", err
-	}
-	abs, err := filepath.Abs(corpus)
-	if err != nil {
-		return "", err
-	}
-	cfg.Corpus, cfg.Steps, cfg.EvalEvery, cfg.CheckpointEvery, cfg.Warmup = abs, steps, 0, 0, min(cfg.Warmup, steps/2)
-	cache, err := os.MkdirTemp("", "posttrainllm-preference-tokens-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(cache)
-	ds, err := train.OpenDataset(cfg.Corpus, cfg.Tokenizer, cache, cfg.Model.Context, cfg.ValFraction)
-	if err != nil {
-		return "", err
-	}
-	defer ds.Close()
-	tr, err := train.New(cfg, ds, dir)
-	if err != nil {
-		return "", err
-	}
-	sum, err := tr.Run(context.Background(), "")
-	if err != nil {
-		return "", err
-	}
-	fmt.Fprintf(w, "pretrain: %d updates of the tiny preset, loss %.4f -> %.4f\n", sum.Step, sum.FirstLoss, sum.Loss)
-	return sum.LastCheckpoint, nil
 }
 
 // writePairs makes preference pairs from the corpus's lines of at least

@@ -69,31 +69,10 @@ cp "$work/chat.jsonl" "$work/mlxdata/train.jsonl"
 head -n 2 "$work/chat.jsonl" >"$work/mlxdata/valid.jsonl"
 [ -d "$work/smol-mlx-q4" ] || "$MLXLM_PYTHON" -m mlx_lm convert --hf-path "$model" --mlx-path "$work/smol-mlx-q4" \
   -q --q-bits 4 --q-group-size 64 --dtype "$dtype" >/dev/null
-cat >"$work/mlxlm.yaml" <<'YAML'
-lora_parameters:
-  rank: 8
-  scale: 2.0
-  dropout: 0.0
-  keys: [self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-YAML
-# mlx_lm.lora with a callback that prints each report (its terminal UI
-# shows neither the peak memory nor the iterations per second); no
-# validation batches (it validates at the first and last iteration).
-cat >"$work/mlxlm_lora.py" <<'PY'
-import json, sys
-import mlx_lm.lora as lora
-from mlx_lm.tuner.callbacks import TrainingCallback
-class Report(TrainingCallback):
-    def on_train_loss_report(self, info):
-        print("REPORT " + json.dumps(info), flush=True)
-lora.get_reporting_callbacks = lambda *args, **kwargs: Report()
-sys.argv = ["mlx_lm.lora"] + sys.argv[1:]
-lora.main()
-PY
 mlxlm() { # label model flags...
   label=$1 m=$2
   shift 2
-  /usr/bin/time -f "maxrss_kb %M" "$MLXLM_PYTHON" "$work/mlxlm_lora.py" --model "$m" --train --data "$work/mlxdata" -c "$work/mlxlm.yaml" \
+  /usr/bin/time -f "maxrss_kb %M" "$MLXLM_PYTHON" "$root/scripts/mlxlm/lora_report.py" --model "$m" --train --data "$work/mlxdata" -c "$root/scripts/mlxlm/lora.yaml" \
     --num-layers -1 --batch-size "$batch" --iters "$steps" --max-seq-length "$context" --learning-rate 1e-4 --mask-prompt \
     --steps-per-report 1 --steps-per-eval 1000 --val-batches 0 --adapter-path "$work/$label" "$@" >"$work/$label.log" 2>&1
   peak=$("$python" -c "import json,sys; r=[json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith('REPORT ')]; print('%.2f GB' % r[-1]['peak_memory'])" "$work/$label.log")

@@ -47,26 +47,6 @@ with open(sys.argv[3], "w") as out:
 PY
 cp "$work/chat.jsonl" "$work/mlxdata/train.jsonl"
 head -n 2 "$work/chat.jsonl" >"$work/mlxdata/valid.jsonl"
-cat >"$work/mlxlm.yaml" <<'YAML'
-lora_parameters:
-  rank: 8
-  scale: 2.0
-  dropout: 0.0
-  keys: [self_attn.q_proj, self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-YAML
-# mlx_lm.lora with a callback that prints each report (its terminal UI
-# shows no peak memory).
-cat >"$work/mlxlm_lora.py" <<'PY'
-import json, sys
-import mlx_lm.lora as lora
-from mlx_lm.tuner.callbacks import TrainingCallback
-class Report(TrainingCallback):
-    def on_train_loss_report(self, info):
-        print("REPORT " + json.dumps(info), flush=True)
-lora.get_reporting_callbacks = lambda *args, **kwargs: Report()
-sys.argv = ["mlx_lm.lora"] + sys.argv[1:]
-lora.main()
-PY
 ours() { # label base steps
   "$bin" finetune --from "$work/$2" --data "$work/chat.jsonl" --targets all --rank 8 --alpha 16 --batch 4 \
     --steps "$3" --warmup 1 --log-every 1 --lr 1e-4 --mask-prompt --context 96 --no-progress \
@@ -75,7 +55,7 @@ ours() { # label base steps
   printf '%-22s posttrainllm peak %s  (%s)\n' "$1" "$peak" "$(grep -o 'examples cut.*' "$work/$1.log" || echo 'no example cut')"
 }
 mlxlm() { # label folder iters
-  "$py" "$work/mlxlm_lora.py" --model "$2" --train --data "$work/mlxdata" -c "$work/mlxlm.yaml" --num-layers -1 \
+  "$py" "$root/scripts/mlxlm/lora_report.py" --model "$2" --train --data "$work/mlxdata" -c "$root/scripts/mlxlm/lora.yaml" --num-layers -1 \
     --batch-size 4 --iters "$3" --max-seq-length 128 --learning-rate 1e-4 --mask-prompt --steps-per-report 1 \
     --steps-per-eval 1000 --val-batches 0 --adapter-path "$work/$1" >"$work/$1.log" 2>&1
   peak=$("$py" -c "import json,sys; r=[json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith('REPORT ')]; print('%.3f GB' % max(x['peak_memory'] for x in r))" "$work/$1.log")

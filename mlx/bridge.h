@@ -101,6 +101,7 @@ int ptlm_memory_peak(size_t* out);
 int ptlm_memory_cache(size_t* out);
 int ptlm_memory_reset_peak(void);
 int ptlm_memory_set_limit(size_t limit, size_t* prev);
+int ptlm_memory_limit(size_t* out);
 int ptlm_memory_set_cache_limit(size_t limit, size_t* prev);
 int ptlm_memory_clear_cache(void);
 

@@ -310,6 +310,7 @@ int ptlm_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
 int ptlm_memory_cache(size_t* out) { PTLM_TRY(*out = mx::get_cache_memory()) }
 int ptlm_memory_reset_peak(void) { PTLM_TRY(mx::reset_peak_memory()) }
 int ptlm_memory_set_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_memory_limit(limit)) }
+int ptlm_memory_limit(size_t* out) { PTLM_TRY(*out = mx::get_memory_limit()) }
 int ptlm_memory_set_cache_limit(size_t limit, size_t* prev) { PTLM_TRY(*prev = mx::set_cache_limit(limit)) }
 int ptlm_memory_clear_cache(void) { PTLM_TRY(mx::clear_cache()) }
 

@@ -31,10 +31,20 @@ func Memory() MemoryStats {
 func ResetPeakMemory() { _, _ = call(func() C.int { return C.ptlm_memory_reset_peak() }) }
 
 // SetMemoryLimit sets MLX's memory guideline and returns the previous one.
+// While the arrays alive and the buffers of queued work exceed it, MLX
+// waits for queued work to finish (freeing what it held) before it queues
+// more; it allocates beyond it when nothing is left to wait for.
 func SetMemoryLimit(bytes uint64) uint64 {
 	var prev C.size_t
 	call(func() C.int { return C.ptlm_memory_set_limit(C.size_t(bytes), &prev) })
 	return uint64(prev)
+}
+
+// MemoryLimit returns MLX's memory guideline (SetMemoryLimit).
+func MemoryLimit() uint64 {
+	var l C.size_t
+	call(func() C.int { return C.ptlm_memory_limit(&l) })
+	return uint64(l)
 }
 
 // SetCacheLimit bounds the buffer cache (0 disables it) and returns the

@@ -155,6 +155,9 @@ func TestMemoryStats(t *testing.T) {
 			t.Fatalf("SetCacheLimit returned %d, want the 1 MiB just set", got)
 		}
 		prevLimit := SetMemoryLimit(1 << 30)
+		if got := MemoryLimit(); got != 1<<30 {
+			t.Fatalf("MemoryLimit is %d after SetMemoryLimit(1 GiB)", got)
+		}
 		if got := SetMemoryLimit(prevLimit); got != 1<<30 {
 			t.Fatalf("SetMemoryLimit returned %d, want the 1 GiB just set", got)
 		}

@@ -44,8 +44,9 @@ type Config struct {
 	// runs, not what it computes, so a checkpoint resumes under any.
 	MicroBatch int `json:"micro_batch,omitempty"`
 	// MemoryBudget is the peak memory an automatically planned step may
-	// use: bytes with a unit ("80GiB") or a fraction of the device's
-	// memory ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
+	// use, and MLX's memory limit while the run is open (LimitMemory):
+	// bytes with a unit ("80GiB") or a fraction of the device's memory
+	// ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
 	MemoryBudget string `json:"memory_budget,omitempty"`
 
 	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore, sophia

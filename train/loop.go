@@ -102,8 +102,11 @@ type run struct {
 	cfg   Config
 	hooks Hooks
 	parts taskParts // what the task's open built
-	sink  sinks     // metrics.jsonl and TensorBoard; rank 0 only
-	sum   *Summary
+	// unlimit puts back MLX's memory limit, held at the budget while the
+	// run is open (LimitMemory).
+	unlimit func()
+	sink    sinks // metrics.jsonl and TensorBoard; rank 0 only
+	sum     *Summary
 
 	step         int // updates completed
 	samplerState []byte
@@ -120,8 +123,8 @@ func (r *run) lead() bool { return r.env.lead() }
 // tokensPerUpdate is the tokens one update covers across the whole group.
 func (r *run) tokensPerUpdate() int { return r.parts.tokensPerStep * r.env.group.Size() }
 
-// open prepares the run: the run folder, the task (fresh or resumed) and
-// the metrics log; then it calls Hooks.OnStart.
+// open prepares the run: the run folder, MLX's memory limit, the task
+// (fresh or resumed) and the metrics log; then it calls Hooks.OnStart.
 func (r *run) open() error {
 	if r.lead() { // rank 0 owns the run folder
 		if err := os.MkdirAll(r.env.runDir, 0o755); err != nil {
@@ -129,6 +132,9 @@ func (r *run) open() error {
 		}
 	}
 	var err error
+	if r.unlimit, err = LimitMemory(r.cfg); err != nil {
+		return err
+	}
 	if r.parts, err = r.task.open(r.env); err != nil {
 		return err
 	}
@@ -155,6 +161,9 @@ func (r *run) open() error {
 func (r *run) close() {
 	r.sink.Close()
 	r.task.close()
+	if r.unlimit != nil {
+		r.unlimit()
+	}
 }
 
 // train runs the updates, logging, evaluating and checkpointing as the

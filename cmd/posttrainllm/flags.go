@@ -130,7 +130,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 			get:   func(c train.Config) string { return (*microBatchValue)(&c.MicroBatch).String() }})
 	}
 	stringF("memory-budget", "memory_budget", false,
-		fmt.Sprintf("peak memory an automatic --micro-batch may plan for: bytes (80GiB) or a fraction of the device's memory (default %g)", train.DefaultMemoryFraction),
+		fmt.Sprintf("memory the run is held to: an automatic --micro-batch plans within it, and MLX waits for queued work before going past it; bytes (80GiB) or a fraction of the device's memory (default %g)", train.DefaultMemoryFraction),
 		func(c *train.Config) *string { return &c.MemoryBudget })
 	stringF("optimizer", "optimizer", false, "adamw, lion, adafactor, muon, sgd, galore or sophia", func(c *train.Config) *string { return &c.Optimizer })
 	intF("galore-rank", "galore_rank", false, "galore: rank r of the gradient projection (default 128)", func(c *train.Config) *int { return &c.GaLoreRank })

@@ -183,6 +183,11 @@ func Run(cfg train.Config, opts Options) (Result, error) {
 		Data: source, WarmupSteps: opts.Warmup, Steps: opts.Steps, Ranks: opts.Group.Size(),
 	}
 	err = mlx.Do(func() error {
+		unlimit, err := train.LimitMemory(cfg)
+		if err != nil {
+			return err
+		}
+		defer unlimit()
 		s, err := train.NewGroupSetup(cfg, m, "", opts.Group)
 		if err != nil {
 			return err

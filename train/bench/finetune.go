@@ -68,6 +68,11 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 		if err := mlx.UseDevice(cfg.Device); err != nil {
 			return err
 		}
+		unlimit, err := train.LimitMemory(cfg)
+		if err != nil {
+			return err
+		}
+		defer unlimit()
 		state, step, trainable, err := fineTuneState(cfg, m, ft)
 		if err != nil {
 			return err

@@ -22,12 +22,20 @@
 #   DTYPE    compute dtype of the import (float32: MLX's CPU backend runs
 #            bfloat16 matmuls far slower; bfloat16 on a GPU)
 #   DEVICE   cpu or gpu (cpu)           BIN    a built posttrainllm (default: go build)
+#   FLAGS    more finetune flags for every posttrainllm run ("--memory-budget 1GiB
+#            --micro-batch 4": hold MLX's memory limit low, so the peak is what
+#            the step keeps alive rather than what the host has queued)
+#   TAG      suffix of the runs' labels and folders (to keep two settings apart)
+#   ONLY     ours or mlxlm: run only posttrainllm's or only mlx-lm's fine-tunes
 set -eu
 work=${1:-/tmp/posttrainllm-memory-bench}
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${MODEL:-$root/.deps/models/SmolLM2-135M-Instruct}
 context=${CONTEXT:-256} batch=${BATCH:-2} steps=${STEPS:-4} chunk=${CHUNK:-128}
 dtype=${DTYPE:-float32} device=${DEVICE:-cpu}
+flags=${FLAGS:-} tag=${TAG:-} only=${ONLY:-}
+# mlx-lm's MLX calls posttrainllm's BLAS (see memory-vs-mlxlm.sh); none on a GPU machine.
+blas=$(ls "$root"/.deps/mlx/mlx_cpu.libs/libblas-*.so.* 2>/dev/null | grep -v '\.reference$' | head -n 1 || true)
 mkdir -p "$work"
 bin=${BIN:-$work/posttrainllm}
 python=${PYTHON:-$root/.deps/py/bin/python}
@@ -47,32 +55,35 @@ with open(sys.argv[2], "w") as out:
                                            {"role": "assistant", "content": " ".join(a)}]}) + "\n")
 PY
 run() { # label base flags...
-  label=$1 base=$2
+  label=$1$tag base=$2
   shift 2
   /usr/bin/time -f "maxrss_kb %M" "$bin" finetune --from "$work/$base" --data "$work/chat.jsonl" --targets all --rank 8 \
     --batch "$batch" --steps "$steps" --log-every 1 --lr 1e-4 --no-progress --device "$device" \
-    --out "$work/$label" --overwrite "$@" >"$work/$label.log" 2>&1
+    --out "$work/$label" --overwrite $flags "$@" >"$work/$label.log" 2>&1
   peak=$(sed -n 's/.*peak memory \(.*\)$/\1/p' "$work/$label.log")
   rss=$(sed -n 's/^maxrss_kb \(.*\)$/\1/p' "$work/$label.log")
   secs=$("$python" -c "import json,sys; m=[json.loads(l) for l in open(sys.argv[1]) if '\"loss\"' in l]; m=[x for x in m if 'elapsed_s' in x]; print('%.3f' % ((m[-1]['elapsed_s']-m[1]['elapsed_s'])/(len(m)-2)))" "$work/$label/metrics.jsonl")
   printf '%-28s peak %-10s maxrss %6.2f GB  %6s s/update  (%s)\n' "$label" "$peak" "$(echo "$rss" | awk '{print $1/1e6}')" "$secs" "$*"
 }
-run lora "$base" --loss-chunk -1
-run lora-chunked "$base" --loss-chunk "$chunk"
-run lora-checkpoint "$base" --loss-chunk -1 --grad-checkpoint
-run qlora4 "$base" --loss-chunk -1 --quantize 4
-run qlora4-checkpoint-chunked "$base" --loss-chunk "$chunk" --grad-checkpoint --quantize 4
+if [ "$only" != mlxlm ]; then
+  run lora "$base" --loss-chunk -1
+  run lora-chunked "$base" --loss-chunk "$chunk"
+  run lora-checkpoint "$base" --loss-chunk -1 --grad-checkpoint
+  run lora-checkpoint-chunked "$base" --loss-chunk "$chunk" --grad-checkpoint
+  run qlora4 "$base" --loss-chunk -1 --quantize 4
+  run qlora4-checkpoint-chunked "$base" --loss-chunk "$chunk" --grad-checkpoint --quantize 4
+fi
 
-[ -n "${MLXLM_PYTHON:-}" ] || exit 0
+[ -n "${MLXLM_PYTHON:-}" ] && [ "$only" != ours ] || exit 0
 mkdir -p "$work/mlxdata"
 cp "$work/chat.jsonl" "$work/mlxdata/train.jsonl"
 head -n 2 "$work/chat.jsonl" >"$work/mlxdata/valid.jsonl"
 [ -d "$work/smol-mlx-q4" ] || "$MLXLM_PYTHON" -m mlx_lm convert --hf-path "$model" --mlx-path "$work/smol-mlx-q4" \
   -q --q-bits 4 --q-group-size 64 --dtype "$dtype" >/dev/null
 mlxlm() { # label model flags...
-  label=$1 m=$2
+  label=$1$tag m=$2
   shift 2
-  /usr/bin/time -f "maxrss_kb %M" "$MLXLM_PYTHON" "$root/scripts/mlxlm/lora_report.py" --model "$m" --train --data "$work/mlxdata" -c "$root/scripts/mlxlm/lora.yaml" \
+  LD_PRELOAD=$blas /usr/bin/time -f "maxrss_kb %M" "$MLXLM_PYTHON" "$root/scripts/mlxlm/lora_report.py" --model "$m" --train --data "$work/mlxdata" -c "$root/scripts/mlxlm/lora.yaml" \
     --num-layers -1 --batch-size "$batch" --iters "$steps" --max-seq-length "$context" --learning-rate 1e-4 --mask-prompt \
     --steps-per-report 1 --steps-per-eval 1000 --val-batches 0 --adapter-path "$work/$label" "$@" >"$work/$label.log" 2>&1
   peak=$("$python" -c "import json,sys; r=[json.loads(l[7:]) for l in open(sys.argv[1]) if l.startswith('REPORT ')]; print('%.2f GB' % r[-1]['peak_memory'])" "$work/$label.log")

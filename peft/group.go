@@ -1,6 +1,7 @@
 package peft
 
 import (
+	"math"
 	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -102,7 +103,7 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 		A := stack(0, k, ad)                                                  // [members·r, in]
 		bt := mlx.Transpose(stack(1, k, ad))                                  // [r, out]
 		tiled := mlx.Concatenate(slices.Repeat([]*mlx.Array{bt}, members), 0) // [members·r, out]
-		bdT := mlx.Multiply(tiled, blockMask(outs, rank, scale))              // s·diag(B)ᵀ
+		bdT := mlx.Multiply(tiled, blockMask(outs, rank, scale, bt.Dtype()))  // s·diag(B)ᵀ
 		h := mlx.Matmul(mlx.AsType(x, A.Dtype()), mlx.Transpose(A))
 		var y *mlx.Array
 		if x.Dtype() == A.Dtype() {
@@ -125,15 +126,18 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 	}}
 }
 
-// blockMask is the [len(outs)·r, Σouts] float32 mask that keeps, of the
+// blockMask is the [len(outs)·r, Σouts] mask in dtype that keeps, of the
 // Bᵀs tiled along the rows, block n's rows n·r…(n+1)·r in the columns of
-// projection n (outs[n] of them), scaled by s, and zeroes the rest.
-func blockMask(outs []int, r int, s float64) *mlx.Array {
+// projection n (outs[n] of them), scaled by s, and zeroes the rest. It is
+// built in the adapters' dtype (float32, or bfloat16 for a bfloat16 step)
+// so that the graph holds a constant rather than a cast of one.
+func blockMask(outs []int, r int, s float64, dtype mlx.Dtype) *mlx.Array {
 	total := 0
 	for _, o := range outs {
 		total += o
 	}
-	m := make([]float32, len(outs)*r*total)
+	rows := len(outs) * r
+	m := make([]float32, rows*total)
 	col := 0
 	for n, o := range outs {
 		for row := n * r; row < (n+1)*r; row++ {
@@ -143,5 +147,23 @@ func blockMask(outs []int, r int, s float64) *mlx.Array {
 		}
 		col += o
 	}
-	return mlx.FromSlice(m, len(outs)*r, total)
+	switch dtype {
+	case mlx.Float32:
+		return mlx.FromSlice(m, rows, total)
+	case mlx.BFloat16:
+		b := make([]byte, 2*len(m))
+		for i, v := range m {
+			h := bfloat16Bits(v)
+			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+		}
+		return mlx.FromBytes(b, dtype, rows, total)
+	}
+	return mlx.AsType(mlx.FromSlice(m, rows, total), dtype)
+}
+
+// bfloat16Bits rounds v to bfloat16 (to nearest, ties to even, as MLX
+// casts) and returns its bits.
+func bfloat16Bits(v float32) uint16 {
+	u := math.Float32bits(v)
+	return uint16((u + 0x7FFF + (u>>16)&1) >> 16)
 }

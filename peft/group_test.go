@@ -175,3 +175,50 @@ func argnums(n int) []int {
 	}
 	return out
 }
+
+// TestGroupedBFloat16 runs the grouped Linears as a bfloat16 step does
+// (frozen base and adapter copies in bfloat16): their output stays
+// bfloat16, and the loss is the per-projection one to bfloat16 rounding.
+func TestGroupedBFloat16(t *testing.T) {
+	m := groupModels(t)["swiglu-gqa"]
+	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	for _, method := range Methods() {
+		mlxtest.Run(t, func(t testing.TB) {
+			a, frozen, ad := groupSetup(t, m, method, 0, []string{"all"})
+			cast := func(in []*mlx.Array) []*mlx.Array {
+				out := make([]*mlx.Array, len(in))
+				for i, v := range in {
+					out[i] = mlx.AsType(v, mlx.BFloat16)
+				}
+				return out
+			}
+			frozen, ad = cast(frozen), cast(ad)
+			lin, params, err := a.Linears(frozen, ad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := model.ProjectionGroups(m.Specs)[0]
+			rows := mlx.AsType(mlx.Ones([]int{3, m.Config.DModel}, mlx.Float32), mlx.BFloat16)
+			if out := lin[g[0]].Apply(rows, lin[g[0]].Arrays); out.Dtype() != mlx.BFloat16 {
+				t.Fatalf("%s: grouped Linear's output is %v for bfloat16 rows, want bfloat16", method, out.Dtype())
+			}
+			loss := func(lin model.Linears, params []*mlx.Array) float64 {
+				ce, _ := m.LossTermsWith(params, lin, x, y)
+				v, err := mlx.Mean(mlx.AsType(ce, mlx.Float32)).Item()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			plin, pparams, err := a.ProjectionLinears(frozen, ad)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := loss(lin, params), loss(plin, pparams)
+			if math.Abs(got-want) > 2e-2*want {
+				t.Fatalf("%s: bfloat16 grouped loss %.5f, per projection %.5f", method, got, want)
+			}
+		})
+	}
+}

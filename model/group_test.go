@@ -42,49 +42,58 @@ func TestProjectionGroupsNameTheirMembers(t *testing.T) {
 // gradient arrives at its array, in the plain and the stacked
 // formulation, with and without gradient checkpointing.
 func TestGroupedLinearsReplaceProjections(t *testing.T) {
+	for name, c := range familyConfigs() {
+		mlxtest.Run(t, func(t testing.TB) {
+			for _, f := range []formulation{{}, {stackedQKV: true, writtenProjectionVJPs: true, addMMResidual: true}} {
+				checkGroupedLinears(t, fmt.Sprintf("%s, stacked %v", name, f.stackedQKV), c, f)
+			}
+		})
+	}
+}
+
+// checkGroupedLinears checks that grouped Linears over the weights of
+// config c's model give its loss and gradients in formulation f, with
+// and without gradient checkpointing.
+func checkGroupedLinears(t testing.TB, label string, c Config, f formulation) {
+	t.Helper()
 	apply := func(x *mlx.Array, a []*mlx.Array) *mlx.Array {
 		return mlx.Matmul(x, mlx.Transpose(mlx.Concatenate(a, 0)))
 	}
-	for name, c := range familyConfigs() {
-		mlxtest.Run(t, func(t testing.TB) {
-			m, params := initModel(t, c, 7)
-			defer mlx.Free(params...)
-			x, y := tokens(t, 2, 12, c.VocabSize, 3), tokens(t, 2, 12, c.VocabSize, 4)
-			wantLoss, wantGrads := lossAndGrads(t, meanTerms(m), params, x, y)
-			groups := ProjectionGroups(m.Specs)
-			n := len(params)
-			in := slices.Clone(params)
-			var idx []int
+	m, params := initModel(t, c, 7)
+	defer mlx.Free(params...)
+	x, y := tokens(t, 2, 12, c.VocabSize, 3), tokens(t, 2, 12, c.VocabSize, 4)
+	wantLoss, wantGrads := lossAndGrads(t, meanTerms(m), params, x, y)
+	groups := ProjectionGroups(m.Specs)
+	n := len(params)
+	in := slices.Clone(params)
+	var idx []int
+	for _, g := range groups {
+		for _, i := range g {
+			in[i] = mlx.Zeros([]int{1}, mlx.Float32)
+			in = append(in, params[i])
+			idx = append(idx, i)
+		}
+	}
+	for _, mem := range []Memory{{}, {Checkpoint: true}} {
+		mm := *m
+		mm.Memory = mem
+		loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+			lin, pos := Linears{}, n
 			for _, g := range groups {
-				for _, i := range g {
-					in[i] = mlx.Zeros([]int{1}, mlx.Float32)
-					in = append(in, params[i])
-					idx = append(idx, i)
-				}
+				lin[g[0]] = Linear{Arrays: p[pos : pos+len(g)], Apply: apply, Group: g}
+				pos += len(g)
 			}
-			for _, f := range []formulation{{}, {stackedQKV: true, writtenProjectionVJPs: true, addMMResidual: true}} {
-				for _, mem := range []Memory{{}, {Checkpoint: true}} {
-					mm := *m
-					mm.Memory = mem
-					loss, grads := lossAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
-						lin, pos := Linears{}, n
-						for _, g := range groups {
-							lin[g[0]] = Linear{Arrays: p[pos : pos+len(g)], Apply: apply, Group: g}
-							pos += len(g)
-						}
-						if err := mm.setLinears(&f, lin); err != nil {
-							return mlx.ErrorArray(err)
-						}
-						ce, lse := mm.rowTerms(p[:n], x, y, f)
-						return mlx.Add(mlx.Mean(ce), mlx.MulScalar(mlx.Mean(mlx.Square(lse)), 1e-2))
-					}, in, x, y)
-					for k, i := range idx {
-						grads[i] = grads[n+k]
-					}
-					sameLossAndGrads(t, fmt.Sprintf("%s, %+v, stacked %v", name, mem, f.stackedQKV), m, loss, wantLoss, grads[:n], wantGrads)
-				}
+			f := f
+			if err := mm.setLinears(&f, lin); err != nil {
+				return mlx.ErrorArray(err)
 			}
-		})
+			ce, lse := mm.rowTerms(p[:n], x, y, f)
+			return mlx.Add(mlx.Mean(ce), mlx.MulScalar(mlx.Mean(mlx.Square(lse)), 1e-2))
+		}, in, x, y)
+		for k, i := range idx {
+			grads[i] = grads[n+k]
+		}
+		sameLossAndGrads(t, fmt.Sprintf("%s, %+v", label, mem), m, loss, wantLoss, grads[:n], wantGrads)
 	}
 }
 

@@ -31,7 +31,7 @@ func groupModels(t testing.TB) map[string]*model.TinyGPT {
 	return out
 }
 
-// TestGroupedEqualsPerProjection: the loss through Linears, whose adapted
+// TestGroupedEqualsPerProjection: the loss through GroupedLinears, whose adapted
 // q/k/v and w1/w3 are grouped, and its gradients with respect to every
 // adapter array equal those through ProjectionLinears (one Linear per
 // projection), for LoRA and DoRA over a float and a 4-bit base.
@@ -44,7 +44,7 @@ func TestGroupedEqualsPerProjection(t *testing.T) {
 				label := fmt.Sprintf("%s, %s, bits %d", name, method, bits)
 				mlxtest.Run(t, func(t testing.TB) {
 					a, frozen, ad := groupSetup(t, m, method, bits, []string{"all"})
-					lin, _, err := a.Linears(frozen, ad)
+					lin, _, err := a.GroupedLinears(frozen, ad)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -62,7 +62,7 @@ func TestGroupedEqualsPerProjection(t *testing.T) {
 						}
 					}
 					wantLoss, wantGrads := adapterLossAndGrads(t, loss(a.ProjectionLinears), frozen, ad)
-					got, grads := adapterLossAndGrads(t, loss(a.Linears), frozen, ad)
+					got, grads := adapterLossAndGrads(t, loss(a.GroupedLinears), frozen, ad)
 					if math.Abs(got-wantLoss) > 1e-5*wantLoss {
 						t.Fatalf("%s: grouped loss %.7f, per projection %.7f", label, got, wantLoss)
 					}
@@ -74,13 +74,13 @@ func TestGroupedEqualsPerProjection(t *testing.T) {
 }
 
 // TestPartialGroupsFallBack: with only some projections of a group
-// adapted (wq and wv, w3 without w1) Linears groups none of them and
+// adapted (wq and wv, w3 without w1) GroupedLinears groups none of them and
 // computes what ProjectionLinears computes.
 func TestPartialGroupsFallBack(t *testing.T) {
 	m := groupModels(t)["swiglu-gqa"]
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, DoRA, 0, []string{"wq", "wv", "w3"})
-		lin, _, err := a.Linears(frozen, ad)
+		lin, _, err := a.GroupedLinears(frozen, ad)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +128,7 @@ func TestGroupedStepHasFewerOps(t *testing.T) {
 			}
 			return n
 		}
-		grouped, perProjection := count(a.Linears), count(a.ProjectionLinears)
+		grouped, perProjection := count(a.GroupedLinears), count(a.ProjectionLinears)
 		if grouped >= perProjection {
 			t.Fatalf("grouped step: %d graph ops, per projection %d; want fewer", grouped, perProjection)
 		}
@@ -194,7 +194,7 @@ func TestGroupedBFloat16(t *testing.T) {
 				return out
 			}
 			frozen, ad = cast(frozen), cast(ad)
-			lin, params, err := a.Linears(frozen, ad)
+			lin, params, err := a.GroupedLinears(frozen, ad)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -221,4 +221,20 @@ func TestGroupedBFloat16(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLinearsFollowTheDevice: Linears groups the projections exactly where
+// the model stacks them on the default device (model.StacksProjections).
+func TestLinearsFollowTheDevice(t *testing.T) {
+	m := groupModels(t)["swiglu-gqa"]
+	mlxtest.Run(t, func(t testing.TB) {
+		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
+		lin, _, err := a.Linears(frozen, ad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stacked, grouped := model.StacksProjections(), countGroups(lin) > 0; stacked != grouped {
+			t.Fatalf("the model stacks projections: %v; Linears grouped them: %v", stacked, grouped)
+		}
+	})
 }

@@ -20,12 +20,22 @@ import (
 // arrays in Specs order. It also returns the parameter list the model
 // takes with the Linears: base's first len(a.Base) entries.
 //
-// Adapted projections that share their input (a block's wq, wk and wv;
-// SwiGLU's w1 and w3) get one grouped Linear (model.Linear.Group) that
-// computes them together, so that the model keeps its stacked formulation
-// and the step has fewer operations; ProjectionLinears gives one Linear
-// per projection instead. Both compute the same function.
+// Where the model stacks projections that share their input
+// (model.StacksProjections: a GPU) these are GroupedLinears, otherwise
+// ProjectionLinears; both compute the same function.
 func (a *Adapter) Linears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+	if model.StacksProjections() {
+		return a.GroupedLinears(base, adapter)
+	}
+	return a.ProjectionLinears(base, adapter)
+}
+
+// GroupedLinears is Linears with one grouped model.Linear
+// (model.Linear.Group) for each set of adapted projections that share
+// their input (a block's wq, wk and wv; SwiGLU's w1 and w3), so that the
+// model keeps its stacked formulation and the step has fewer operations.
+// Sets with only some projections adapted keep a Linear per projection.
+func (a *Adapter) GroupedLinears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
 	lin, params, err := a.ProjectionLinears(base, adapter)
 	if err != nil {
 		return nil, nil, err
@@ -39,8 +49,9 @@ func (a *Adapter) Linears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Arr
 	return lin, params, nil
 }
 
-// ProjectionLinears is Linears with one model.Linear per projection, for
-// a caller that replaces or inspects projections one by one.
+// ProjectionLinears is Linears with one model.Linear per adapted (or
+// quantized) projection: what the CPU computes fastest, and what a caller
+// that replaces or inspects projections one by one needs.
 func (a *Adapter) ProjectionLinears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
 	if err := a.check(base, adapter); err != nil {
 		return nil, nil, err

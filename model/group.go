@@ -45,21 +45,6 @@ func ProjectionGroups(specs []ParamSpec) [][]int {
 	return out
 }
 
-// StacksProjections reports whether the model's formulation on the
-// default device computes projections that share their input as one
-// matmul against their stacked weights (a GPU, where the step is bound by
-// the number of operations): a caller that replaces projections by
-// Linears then gives grouped ones (Linear.Group). On the CPU projections
-// run one by one, and grouped adapters only add arithmetic (their
-// block-diagonal low-rank product) and copies of the stacked weights.
-// Like TinyGPT.StackedQKV it reads MLX state on the MLX thread and may be
-// called from any goroutine.
-func StacksProjections() bool {
-	var stacked bool
-	mlx.Do(func() error { stacked = formulationFor(mlx.DefaultDevice(), Config{}).stackedQKV; return nil })
-	return stacked
-}
-
 // checkGroup refuses a Linear's Group that is none of ProjectionGroups.
 func (m *TinyGPT) checkGroup(g []int) error {
 	for _, want := range ProjectionGroups(m.Specs) {

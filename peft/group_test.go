@@ -31,10 +31,11 @@ func groupModels(t testing.TB) map[string]*model.TinyGPT {
 	return out
 }
 
-// TestGroupedEqualsPerProjection: the loss through GroupedLinears, whose adapted
-// q/k/v and w1/w3 are grouped, and its gradients with respect to every
-// adapter array equal those through ProjectionLinears (one Linear per
-// projection), for LoRA and DoRA over a float and a 4-bit base.
+// TestGroupedEqualsPerProjection: Linears groups the adapted q/k/v and
+// w1/w3 of every block, and the loss through the grouped Linears and its
+// gradients with respect to every adapter array equal those through
+// ProjectionLinears (one Linear per projection), for LoRA and DoRA over a
+// float and a 4-bit base.
 func TestGroupedEqualsPerProjection(t *testing.T) {
 	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
 	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
@@ -44,7 +45,7 @@ func TestGroupedEqualsPerProjection(t *testing.T) {
 				label := fmt.Sprintf("%s, %s, bits %d", name, method, bits)
 				mlxtest.Run(t, func(t testing.TB) {
 					a, frozen, ad := groupSetup(t, m, method, bits, []string{"all"})
-					lin, _, err := a.GroupedLinears(frozen, ad)
+					lin, _, err := a.Linears(frozen, ad) // what training uses
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -221,20 +222,4 @@ func TestGroupedBFloat16(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestLinearsFollowTheDevice: Linears groups the projections exactly where
-// the model stacks them on the default device (model.StacksProjections).
-func TestLinearsFollowTheDevice(t *testing.T) {
-	m := groupModels(t)["swiglu-gqa"]
-	mlxtest.Run(t, func(t testing.TB) {
-		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
-		lin, _, err := a.Linears(frozen, ad)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if stacked, grouped := model.StacksProjections(), countGroups(lin) > 0; stacked != grouped {
-			t.Fatalf("the model stacks projections: %v; Linears grouped them: %v", stacked, grouped)
-		}
-	})
 }

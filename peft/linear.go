@@ -20,14 +20,11 @@ import (
 // arrays in Specs order. It also returns the parameter list the model
 // takes with the Linears: base's first len(a.Base) entries.
 //
-// Where the model stacks projections that share their input
-// (model.StacksProjections: a GPU) these are GroupedLinears, otherwise
-// ProjectionLinears; both compute the same function.
+// Adapted projections that share their input are computed together
+// (GroupedLinears); ProjectionLinears gives one Linear per projection.
+// Both compute the same function.
 func (a *Adapter) Linears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
-	if model.StacksProjections() {
-		return a.GroupedLinears(base, adapter)
-	}
-	return a.ProjectionLinears(base, adapter)
+	return a.GroupedLinears(base, adapter)
 }
 
 // GroupedLinears is Linears with one grouped model.Linear
@@ -50,8 +47,8 @@ func (a *Adapter) GroupedLinears(base, adapter []*mlx.Array) (model.Linears, []*
 }
 
 // ProjectionLinears is Linears with one model.Linear per adapted (or
-// quantized) projection: what the CPU computes fastest, and what a caller
-// that replaces or inspects projections one by one needs.
+// quantized) projection, for a caller that replaces or inspects
+// projections one by one.
 func (a *Adapter) ProjectionLinears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
 	if err := a.check(base, adapter); err != nil {
 		return nil, nil, err

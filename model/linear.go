@@ -20,7 +20,7 @@ type Linear struct {
 	// Group, when set, lists the parameter indices of projections that
 	// share their input and that this Linear computes together, Apply
 	// returning their outputs concatenated along the last axis in Group's
-	// order: a block's wq, wk and wv, or SwiGLU's w1 and w3 (Groups).
+	// order: a block's wq, wk and wv, or SwiGLU's w1 and w3 (ProjectionGroups).
 	// The model then keeps its stacked formulation for them (one matmul
 	// instead of several, and on a CUDA GPU one kernel for the heads).
 	// Linears holds such a Linear under Group[0] and no Linear under the

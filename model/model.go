@@ -363,9 +363,9 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 
 // mlp is the position-wise feed-forward network up to its hidden
 // activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ with the
-// two projections run as one matmul (or one grouped Linear). The caller applies the down projection
-// w2 together with the residual add. gelu is the family's GELU (unused by
-// SwiGLU).
+// two projections run as one matmul (or one grouped Linear). The caller
+// applies the down projection w2 together with the residual add. gelu is
+// the family's GELU (unused by SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
 	l13, grouped := f.proj.grouped(b.w1)
 	if m.Config.swiGLU() && !grouped && (f.proj.replaced(b.w1) || f.proj.replaced(b.w3)) {

@@ -104,7 +104,7 @@ func (m *TinyGPT) StackedQKV() [][]int {
 // (block.wqkv, StackedQKV) are used as they are: by the stacked formulation directly,
 // by the plain one split into three views.
 func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.Array) {
-	if f.stackedQKV {
+	if f.stackedFor(b) {
 		s := mlx.SplitAt(f.qkvRows(b, x), []int{qDim, qDim + kvDim}, -1)
 		return s[0], s[1], s[2]
 	}
@@ -117,11 +117,15 @@ func (f formulation) qkv(b block, x *mlx.Array, qDim, kvDim int) (q, k, v *mlx.A
 }
 
 // qkvRows is the stacked formulation's projection of rows x [B·T, D]
-// against [wq; wk; wv] (and the stacked biases): [B·T, qDim + 2·kvDim].
+// against [wq; wk; wv] (and the stacked biases): [B·T, qDim + 2·kvDim],
+// by the three's grouped Linear where they have one.
 func (f formulation) qkvRows(b block, x *mlx.Array) *mlx.Array {
 	var bias *mlx.Array
 	if b.bq != nil {
 		bias = mlx.Concatenate([]*mlx.Array{b.bq, b.bk, b.bv}, 0)
+	}
+	if l, ok := f.proj.grouped(b.wq); ok {
+		return addBias(l.apply(x), bias)
 	}
 	w := b.wqkv
 	if w == nil {

@@ -17,6 +17,15 @@ type Linear struct {
 	Arrays []*mlx.Array
 	// Apply returns x·Wᵀ for rows x [R, in] in x's dtype.
 	Apply func(x *mlx.Array, arrays []*mlx.Array) *mlx.Array
+	// Group, when set, lists the parameter indices of projections that
+	// share their input and that this Linear computes together, Apply
+	// returning their outputs concatenated along the last axis in Group's
+	// order: a block's wq, wk and wv, or SwiGLU's w1 and w3 (ProjectionGroups).
+	// The model then keeps its stacked formulation for them (one matmul
+	// instead of several, and on a CUDA GPU one kernel for the heads).
+	// Linears holds such a Linear under Group[0] and no Linear under the
+	// other members.
+	Group []int
 }
 
 // apply is l.Apply over l's own arrays.
@@ -65,19 +74,31 @@ func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array
 	return out
 }
 
-// setLinears checks lin against the layout and puts it into f. Weights
-// with Linears are projected one by one: the stacked q/k/v formulation
-// would concatenate the weights it no longer has.
+// setLinears checks lin against the layout and puts it into f. A block
+// whose q, k or v weight has a Linear of its own projects them one by one
+// (the stacked formulation would concatenate weights it no longer has);
+// one whose three share a grouped Linear keeps the stacked formulation.
 func (m *TinyGPT) setLinears(f *formulation, lin Linears) error {
-	for i := range lin {
+	for i, l := range lin {
 		if i < 0 || i >= len(m.Specs) || m.Specs[i].Kind != Matrix || !isBlockProjection(m.Specs[i].Name) {
 			return fmt.Errorf("model: a Linear for parameter %d, want the index of a block projection's weight", i)
 		}
+		if l.Group == nil {
+			continue
+		}
+		if err := m.checkGroup(l.Group); err != nil {
+			return err
+		}
+		if l.Group[0] != i {
+			return fmt.Errorf("model: the Linear of group %v is held under parameter %d, want %d", l.Group, i, l.Group[0])
+		}
+		for _, j := range l.Group[1:] {
+			if _, ok := lin[j]; ok {
+				return fmt.Errorf("model: parameter %d has a Linear of its own and is in group %v", j, l.Group)
+			}
+		}
 	}
 	f.linears = lin
-	if len(lin) > 0 {
-		f.stackedQKV = false
-	}
 	return nil
 }
 

@@ -89,7 +89,7 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 			pos := 1 + len(nf)
 			for _, s := range slots {
 				n := len(s.lin.Arrays)
-				g.proj.lin[*nf[s.field]] = Linear{Arrays: args[pos : pos+n], Apply: s.lin.Apply}
+				g.proj.lin[*nf[s.field]] = Linear{Arrays: args[pos : pos+n], Apply: s.lin.Apply, Group: s.lin.Group}
 				pos += n
 			}
 		}

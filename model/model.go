@@ -335,7 +335,7 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 		return mlx.Transpose(mlx.Reshape(t, B, T, h, hd), 0, 2, 1, 3)
 	}
 	var q, k, v *mlx.Array
-	if f.stackedQKV && ks.useHeads(x) {
+	if f.stackedFor(b) && ks.useHeads(x) {
 		q, k, v = ks.applyHeads(f.qkvRows(b, x)) // split, rotated and laid out as heads by one kernel
 	} else {
 		q, k, v = f.qkv(b, x, c.qDim(), kvh*hd)
@@ -363,11 +363,12 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 
 // mlp is the position-wise feed-forward network up to its hidden
 // activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ with the
-// two projections run as one matmul. The caller applies the down projection
-// w2 together with the residual add. gelu is the family's GELU (unused by
-// SwiGLU).
+// two projections run as one matmul (or one grouped Linear). The caller
+// applies the down projection w2 together with the residual add. gelu is
+// the family's GELU (unused by SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
-	if m.Config.swiGLU() && (f.proj.replaced(b.w1) || f.proj.replaced(b.w3)) {
+	l13, grouped := f.proj.grouped(b.w1)
+	if m.Config.swiGLU() && !grouped && (f.proj.replaced(b.w1) || f.proj.replaced(b.w3)) {
 		return mlx.Multiply(silu(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
 	}
 	if m.Config.swiGLU() {
@@ -375,7 +376,13 @@ func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *ml
 		if b.b1 != nil {
 			b13 = mlx.Concatenate([]*mlx.Array{b.b1, b.b3}, 0)
 		}
-		gu := mlx.Split(f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13), 2, -1)
+		var rows *mlx.Array
+		if grouped {
+			rows = addBias(l13.apply(x), b13)
+		} else {
+			rows = f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13)
+		}
+		gu := mlx.Split(rows, 2, -1)
 		return mlx.Multiply(silu(gu[0]), gu[1])
 	}
 	return gelu.apply(f.proj.linear(x, b.w1, b.b1))

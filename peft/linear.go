@@ -19,7 +19,37 @@ import (
 // list (Quantized's layout when a.Quant is set), adapter the adapter
 // arrays in Specs order. It also returns the parameter list the model
 // takes with the Linears: base's first len(a.Base) entries.
+//
+// Adapted projections that share their input are computed together
+// (GroupedLinears); ProjectionLinears gives one Linear per projection.
+// Both compute the same function.
 func (a *Adapter) Linears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+	return a.GroupedLinears(base, adapter)
+}
+
+// GroupedLinears is Linears with one grouped model.Linear
+// (model.Linear.Group) for each set of adapted projections that share
+// their input (a block's wq, wk and wv; SwiGLU's w1 and w3), so that the
+// model keeps its stacked formulation and the step has fewer operations.
+// Sets with only some projections adapted keep a Linear per projection.
+func (a *Adapter) GroupedLinears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+	lin, params, err := a.ProjectionLinears(base, adapter)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, g := range a.groups() {
+		for _, i := range g.members {
+			delete(lin, i)
+		}
+		lin[g.members[0]] = a.groupLinear(g, base, adapter)
+	}
+	return lin, params, nil
+}
+
+// ProjectionLinears is Linears with one model.Linear per adapted (or
+// quantized) projection, for a caller that replaces or inspects
+// projections one by one.
+func (a *Adapter) ProjectionLinears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
 	if err := a.check(base, adapter); err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,169 @@
+package peft
+
+import (
+	"math"
+	"slices"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// group is one set of adapted projections that share their input and
+// that Linears computes as one model.Linear (model.ProjectionGroups):
+// members are the indices of the projections in Base, pos their
+// positions in Targets.
+type group struct {
+	members, pos []int
+}
+
+// groups returns the groups of model.ProjectionGroups whose projections
+// are all adapted and either all quantized or all float; projections
+// outside them keep a Linear each.
+func (a *Adapter) groups() []group {
+	pos := make(map[int]int, len(a.Targets))
+	for j, i := range a.Targets {
+		pos[i] = j
+	}
+	var out []group
+	for _, g := range model.ProjectionGroups(a.Base) {
+		gr := group{members: g}
+		quantized := 0
+		for _, i := range g {
+			j, ok := pos[i]
+			if !ok {
+				break
+			}
+			gr.pos = append(gr.pos, j)
+			if a.Quant != nil && slices.Contains(a.Quant.Indices, i) {
+				quantized++
+			}
+		}
+		if len(gr.pos) == len(g) && (quantized == 0 || quantized == len(g)) {
+			out = append(out, gr)
+		}
+	}
+	return out
+}
+
+// groupLinear is the model.Linear of the adapted projections of g,
+// computing their outputs concatenated along the last axis with one base
+// product and one low-rank product: for LoRA
+//
+//	y = x·[W0₁; W0₂; …]ᵀ + (x·[A₁; A₂; …]ᵀ)·(s·diag(B₁, B₂, …))ᵀ
+//
+// where diag(B₁, B₂, …) is block-diagonal, formed as the rows of the Bs
+// side by side, masked. For DoRA the sum is scaled by the concatenated
+// row scales m/‖W0 + s·B·A‖, whose merged matrix is the stacked one
+// W0 + s·diag(B)·A. The frozen bases are concatenated per call (quantized
+// ones as their packed weights, scales and biases, which share bits and
+// group size). base is the frozen list, adapter the adapter arrays.
+func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear {
+	k := a.perTarget()
+	var arrays []*mlx.Array
+	quantized := a.Quant != nil && slices.Contains(a.Quant.Indices, g.members[0])
+	nb := 1
+	if quantized {
+		nb = 3
+	}
+	outs := make([]int, len(g.members))
+	for n, i := range g.members {
+		if quantized {
+			sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
+			arrays = append(arrays, base[i], sc, b)
+		} else {
+			arrays = append(arrays, base[i])
+		}
+		outs[n] = a.Base[i].Shape[0]
+	}
+	for _, j := range g.pos {
+		arrays = append(arrays, adapter[j*k:(j+1)*k]...)
+	}
+	rank, scale := a.Config.Rank, a.Config.Scale()
+	dora := a.Config.Method == DoRA
+	members := len(g.members)
+	return model.Linear{Arrays: arrays, Group: slices.Clone(g.members), Apply: func(x *mlx.Array, arr []*mlx.Array) *mlx.Array {
+		b, ad := arr[:members*nb], arr[members*nb:]
+		stack := func(off, stride int, bs []*mlx.Array) *mlx.Array { // every stride-th array from off, stacked on rows
+			parts := make([]*mlx.Array, 0, members)
+			for n := range members {
+				parts = append(parts, bs[n*stride+off])
+			}
+			return mlx.Concatenate(parts, 0)
+		}
+		var w0 []*mlx.Array // the stacked base, [packed, scales, biases] or [W]
+		for off := range nb {
+			w0 = append(w0, stack(off, nb, b))
+		}
+		var y0 *mlx.Array
+		if quantized {
+			y0 = a.Quant.quantizedMatmul(x, w0)
+		} else {
+			y0 = plainMatmul(x, w0)
+		}
+		A := stack(0, k, ad)                                                  // [members·r, in]
+		bt := mlx.Transpose(stack(1, k, ad))                                  // [r, out]
+		tiled := mlx.Concatenate(slices.Repeat([]*mlx.Array{bt}, members), 0) // [members·r, out]
+		bdT := mlx.Multiply(tiled, blockMask(outs, rank, scale, bt.Dtype()))  // s·diag(B)ᵀ
+		h := mlx.Matmul(mlx.AsType(x, A.Dtype()), mlx.Transpose(A))
+		var y *mlx.Array
+		if x.Dtype() == A.Dtype() {
+			y = mlx.AddMM(y0, h, bdT, 1, 1)
+		} else {
+			y = mlx.Add(y0, mlx.AsType(mlx.Matmul(h, bdT), x.Dtype()))
+		}
+		if !dora {
+			return y
+		}
+		var wf *mlx.Array
+		if quantized {
+			wf = a.Quant.dequantize(w0)
+		} else {
+			wf = w0[0]
+		}
+		w := mlx.Add(mlx.AsType(wf, mlx.Float32), mlx.Matmul(mlx.Transpose(bdT), A))
+		gain := mlx.AsType(mlx.Divide(stack(2, k, ad), rowNorm(w)), x.Dtype())
+		return mlx.Multiply(y, gain)
+	}}
+}
+
+// blockMask is the [len(outs)·r, Σouts] mask in dtype that keeps, of the
+// Bᵀs tiled along the rows, block n's rows n·r…(n+1)·r in the columns of
+// projection n (outs[n] of them), scaled by s, and zeroes the rest. It is
+// built in the adapters' dtype (float32, or bfloat16 for a bfloat16 step)
+// so that the graph holds a constant rather than a cast of one.
+func blockMask(outs []int, r int, s float64, dtype mlx.Dtype) *mlx.Array {
+	total := 0
+	for _, o := range outs {
+		total += o
+	}
+	rows := len(outs) * r
+	m := make([]float32, rows*total)
+	col := 0
+	for n, o := range outs {
+		for row := n * r; row < (n+1)*r; row++ {
+			for c := col; c < col+o; c++ {
+				m[row*total+c] = float32(s)
+			}
+		}
+		col += o
+	}
+	switch dtype {
+	case mlx.Float32:
+		return mlx.FromSlice(m, rows, total)
+	case mlx.BFloat16:
+		b := make([]byte, 2*len(m))
+		for i, v := range m {
+			h := bfloat16Bits(v)
+			b[2*i], b[2*i+1] = byte(h), byte(h>>8)
+		}
+		return mlx.FromBytes(b, dtype, rows, total)
+	}
+	return mlx.AsType(mlx.FromSlice(m, rows, total), dtype)
+}
+
+// bfloat16Bits rounds v to bfloat16 (to nearest, ties to even, as MLX
+// casts) and returns its bits.
+func bfloat16Bits(v float32) uint16 {
+	u := math.Float32bits(v)
+	return uint16((u + 0x7FFF + (u>>16)&1) >> 16)
+}

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -17,15 +16,26 @@ type Linear struct {
 	Arrays []*mlx.Array
 	// Apply returns x·Wᵀ for rows x [R, in] in x's dtype.
 	Apply func(x *mlx.Array, arrays []*mlx.Array) *mlx.Array
+	// Rows returns rows ids [N] of W, [N, in]: the lookup of a token
+	// embedding table held in a form of its own (quantized), which gathers
+	// and converts only the rows it is asked for. Needed by a Linear of the
+	// token embedding; nil elsewhere.
+	Rows func(ids *mlx.Array, arrays []*mlx.Array) *mlx.Array
+	// ApplyT returns g·W for rows g [R, out] in g's dtype: the gradient of
+	// x·Wᵀ with respect to x, which the chunked loss forms itself for the
+	// output head (Memory.LossChunk). Needed there; nil elsewhere.
+	ApplyT func(g *mlx.Array, arrays []*mlx.Array) *mlx.Array
 }
 
 // apply is l.Apply over l's own arrays.
 func (l Linear) apply(x *mlx.Array) *mlx.Array { return l.Apply(x, l.Arrays) }
 
-// Linears maps indices of matrix parameters (Specs order) of the
-// transformer blocks to the Linears that replace their projections; the
-// parameter list passed with them may hold any array in those slots (the
-// model does not read it, but each must be an array of its own).
+// Linears maps indices of parameters (Specs order) that a frozen base may
+// hold in a form of its own (ParamSpec.Quantizable: the transformer
+// blocks' projections, the token embedding, an untied output head) to the
+// Linears that replace them; the parameter list passed with them may hold
+// any array in those slots (the model does not read it, but each must be
+// an array of its own).
 type Linears map[int]Linear
 
 // LossTermsWith is LossTerms with the projections of lin computed by
@@ -69,9 +79,9 @@ func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array
 // with Linears are projected one by one: the stacked q/k/v formulation
 // would concatenate the weights it no longer has.
 func (m *TinyGPT) setLinears(f *formulation, lin Linears) error {
-	for i := range lin {
-		if i < 0 || i >= len(m.Specs) || m.Specs[i].Kind != Matrix || !isBlockProjection(m.Specs[i].Name) {
-			return fmt.Errorf("model: a Linear for parameter %d, want the index of a block projection's weight", i)
+	for i, l := range lin {
+		if err := m.checkLinear(i, l); err != nil {
+			return err
 		}
 	}
 	f.linears = lin

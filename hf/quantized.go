@@ -98,12 +98,15 @@ func isNull(raw json.RawMessage) bool {
 }
 
 // LoadQuantized is Load for an MLX-quantized folder that keeps the
-// quantized transformer-block projections quantized (Model.Quant) instead
-// of dequantizing them, so adapters train over them as they were
-// published. Everything else (the embedding, an untied output head, norms,
-// and projections quantized with other bits or groups than the folder's
-// default) is dequantized to the model's parameter dtype: the model
-// computes with a float embedding. A float folder loads as Load loads it.
+// quantized transformer-block projections, token embedding and untied
+// output head quantized (Model.Quant) instead of dequantizing them, so
+// adapters train over them as they were published and the model never
+// forms the float embedding table (it gathers and dequantizes the rows it
+// looks up, as mlx-lm's QuantizedEmbedding does). Everything else (norms,
+// tensors quantized with other bits or groups than the folder's default,
+// and those the family stores fused, transposed or with another number of
+// rows than the model's padded vocabulary) is dequantized to the model's
+// parameter dtype. A float folder loads as Load loads it.
 func LoadQuantized(dir, dtype string) (*Model, error) {
 	var out *Model
 	err := mlx.Do(func() error {
@@ -173,8 +176,10 @@ func dequantizeTensors(src string, t tensors, q Quantization) (map[*mlx.Array]qu
 
 // keepQuantized picks, among m's parameters mapped from groups'
 // dequantized arrays, those that stay quantized: transformer-block
-// projections that are a folder tensor as it is (not split, fused or
-// transposed), quantized with q's bits and group size. named holds the
+// projections, the token embedding and an untied output head
+// (model.ParamSpec.Quantizable) that are a folder tensor as it is (not
+// split, fused, transposed or padded), quantized with q's bits and group
+// size. named holds the
 // mapped arrays in Specs order; the picked ones are replaced there by
 // their packed weights, and returned with their scales and biases cast to
 // the parameter dtype; nil when none is picked.
@@ -182,8 +187,7 @@ func keepQuantized(m *model.TinyGPT, named []*mlx.Array, groups map[*mlx.Array]q
 	out := &QuantizedParams{Quantization: q}
 	for i, spec := range m.Specs {
 		g, ok := groups[named[i]]
-		if !ok || spec.Kind != model.Matrix || !strings.HasPrefix(spec.Name, "blocks.") ||
-			g.bits != q.Bits || g.groupSize != q.GroupSize {
+		if !ok || !spec.Quantizable() || g.bits != q.Bits || g.groupSize != q.GroupSize {
 			continue
 		}
 		dt := m.Config.ParamDtype()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,9 +92,10 @@ func floatFolder(t *testing.T, cfgJSON string) (string, *model.TinyGPT) {
 }
 
 // An MLX-quantized folder maps onto the float folder's model.Config.
-// LoadQuantized keeps every block projection packed, with its scales and
-// biases, and dequantizes the embedding; Load dequantizes everything, to
-// exactly the dequantized values of the packed tensors.
+// LoadQuantized keeps every block projection, the token embedding and the
+// untied output head packed, with their scales and biases; Load
+// dequantizes everything, to exactly the dequantized values of the packed
+// tensors.
 func TestLoadQuantizedKeepsProjectionsPacked(t *testing.T) {
 	const cfgJSON = `{"model_type":"llama","vocab_size":300,"hidden_size":64,"intermediate_size":128,` +
 		`"num_hidden_layers":2,"num_attention_heads":4,"max_position_embeddings":64}`
@@ -120,13 +122,13 @@ func TestLoadQuantizedKeepsProjectionsPacked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer deq.Free()
-	if kept.Quant == nil || len(kept.Quant.Indices) != 7*fc.Layers {
-		t.Fatalf("LoadQuantized kept %+v quantized, want the 7 projections of each of %d layers", kept.Quant, fc.Layers)
+	if kept.Quant == nil || len(kept.Quant.Indices) != 7*fc.Layers+2 {
+		t.Fatalf("LoadQuantized kept %+v quantized, want the 7 projections of each of %d layers, the embedding and the head", kept.Quant, fc.Layers)
 	}
 	mlx.Run(func() []*mlx.Array {
 		for k, i := range kept.Quant.Indices {
 			name := m.Specs[i].Name
-			if !strings.HasPrefix(name, "blocks.") || kept.Params[i].Dtype() != mlx.Uint32 {
+			if !m.Specs[i].Quantizable() || kept.Params[i].Dtype() != mlx.Uint32 {
 				t.Errorf("slot %s kept quantized is %v", name, kept.Params[i].Dtype())
 			}
 			w := mlx.Dequantize(kept.Params[i], kept.Quant.Scales[k], kept.Quant.Biases[k], 32, 4)
@@ -136,8 +138,8 @@ func TestLoadQuantizedKeepsProjectionsPacked(t *testing.T) {
 			if deq.Params[i].Dtype() != mlx.Float32 {
 				t.Errorf("Load: %s is %v, want float32", s.Name, deq.Params[i].Dtype())
 			}
-			if s.Name == "tok_embeddings.weight" {
-				sameBits(t, s.Name, kept.Params[i], deq.Params[i])
+			if (s.Kind == model.Embedding || s.Kind == model.Head) && !slices.Contains(kept.Quant.Indices, i) {
+				t.Errorf("LoadQuantized dequantized %s", s.Name)
 			}
 		}
 		return nil

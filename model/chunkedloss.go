@@ -53,6 +53,12 @@ type chunkedLoss struct {
 	vocab, pv int // real and padded vocabulary: rows vocab…pv of head are padding
 	// trainedHead orders head's gradient with the chunks too (see above).
 	trainedHead bool
+	// linear, where set, computes the head's projection in head's place: a
+	// frozen head held in a form of its own (a quantized tied embedding or
+	// output head). The logits are its Apply and h's gradient its ApplyT,
+	// over its arrays, which the function takes as inputs after y; it
+	// returns zeros for head's and their gradients, which nothing reads.
+	linear *Linear
 }
 
 // terms returns ce and lse [R] float32 of rows h [R, D] for targets y [R].
@@ -67,15 +73,22 @@ func (c chunkedLoss) terms(h, head, y *mlx.Array) (ce, lse *mlx.Array) {
 	if err := h.Err(); err != nil {
 		return fail(err)
 	}
-	if h.Ndim() != 2 || head.Ndim() != 2 || y.Ndim() != 1 || y.Dim(0) != h.Dim(0) || head.Dim(1) != h.Dim(1) {
+	if h.Ndim() != 2 || head.Ndim() != 2 || y.Ndim() != 1 || y.Dim(0) != h.Dim(0) || (c.linear == nil && head.Dim(1) != h.Dim(1)) {
 		return fail(fmt.Errorf("rows %v, head %v, targets %v; want [R, D], [V, D] and [R]", h.Shape(), head.Shape(), y.Shape()))
+	}
+	in := []*mlx.Array{h, head, y}
+	if c.linear != nil {
+		if c.linear.Apply == nil || c.linear.ApplyT == nil {
+			return fail(fmt.Errorf("the output head's Linear needs Apply and ApplyT"))
+		}
+		in = append(in, c.linear.Arrays...)
 	}
 	fn, err := mlx.CustomVJP(c.forward, c.backward)
 	if err != nil {
 		return fail(err)
 	}
 	defer fn.Free() // the traced graph holds what its backward pass needs
-	out, err := fn.Call(h, head, y)
+	out, err := fn.Call(in...)
 	if err != nil {
 		return fail(err)
 	}
@@ -83,8 +96,16 @@ func (c chunkedLoss) terms(h, head, y *mlx.Array) (ce, lse *mlx.Array) {
 }
 
 // logits returns the chunk's logits h·headᵀ in the compute dtype, the
-// padding rows' columns at −∞.
-func (c chunkedLoss) logits(h, head *mlx.Array) *mlx.Array {
+// padding rows' columns at −∞; with a linear, its Apply over its arrays
+// extra.
+func (c chunkedLoss) logits(h, head *mlx.Array, extra []*mlx.Array) *mlx.Array {
+	if c.linear != nil {
+		logits := c.linear.Apply(h, extra)
+		if c.pv > c.vocab {
+			logits = mlx.Add(logits, paddingBias(c.vocab, c.pv, logits.Dtype()))
+		}
+		return logits
+	}
 	if c.pv > c.vocab {
 		return mlx.AddMM(paddingBias(c.vocab, c.pv, h.Dtype()), h, mlx.Transpose(head), 1, 1)
 	}
@@ -124,10 +145,10 @@ func join(parts []*mlx.Array) *mlx.Array {
 
 // forward is the CustomVJP's function: (h, head, y) → (ce, lse).
 func (c chunkedLoss) forward(in []*mlx.Array) ([]*mlx.Array, error) {
-	h, head, y := in[0], in[1], in[2]
+	h, head, y, extra := in[0], in[1], in[2], in[3:]
 	var ces, lses, deps []*mlx.Array
 	c.chunks(h.Dim(0), func(start, end int) {
-		logits := mlx.AsType(c.logits(rowsOf(after(h, deps), start, end), head), mlx.Float32)
+		logits := mlx.AsType(c.logits(rowsOf(after(h, deps), start, end), head, extra), mlx.Float32)
 		lse := mlx.LogSumExp(logits, -1)
 		target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(rowsOf(y, start, end), -1), -1), -1)
 		ce := mlx.Subtract(lse, target)
@@ -139,8 +160,12 @@ func (c chunkedLoss) forward(in []*mlx.Array) ([]*mlx.Array, error) {
 }
 
 // backward is the CustomVJP's gradient: the cotangents of h, head and y
-// (zero: the targets are indices) from those of ce and lse.
+// (zero: the targets are indices) from those of ce and lse, and with a
+// linear zeros for its frozen arrays and head.
 func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx.Array, error) {
+	if c.linear != nil {
+		return c.frozenBackward(primals, cotangents, outputs)
+	}
 	h, head, y := primals[0], primals[1], primals[2]
 	dce, dlse, lse := cotangents[0], cotangents[1], outputs[1]
 	ids := mlx.Arange(0, float64(head.Dim(0)), 1, y.Dtype())
@@ -149,13 +174,7 @@ func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx
 	deps := []*mlx.Array{dce, dlse}
 	c.chunks(h.Dim(0), func(start, end int) {
 		hc := rowsOf(after(h, deps), start, end)
-		computed := c.logits(hc, head)
-		logits := mlx.AsType(computed, mlx.Float32)
-		dceC := mlx.ExpandDims(rowsOf(dce, start, end), -1)
-		scale := mlx.Add(dceC, mlx.ExpandDims(rowsOf(dlse, start, end), -1))
-		softmax := mlx.Exp(mlx.Subtract(logits, mlx.ExpandDims(rowsOf(lse, start, end), -1)))
-		onehot := mlx.AsType(mlx.Equal(ids, mlx.ExpandDims(rowsOf(y, start, end), -1)), mlx.Float32)
-		g := mlx.AsType(mlx.Subtract(mlx.Multiply(softmax, scale), mlx.Multiply(onehot, dceC)), computed.Dtype())
+		g := c.logitsGrad(hc, head, nil, y, dce, dlse, lse, ids, start, end)
 		dh := castTo(mlx.Matmul(g, head), h.Dtype())
 		switch {
 		case dhead == nil:
@@ -180,4 +199,40 @@ func castTo(a *mlx.Array, dtype mlx.Dtype) *mlx.Array {
 		return a
 	}
 	return mlx.AsType(a, dtype)
+}
+
+// logitsGrad recomputes the logits of chunk start…end (rows hc) and
+// returns their gradient (dce + dlse)·softmax − dce·onehot(y) in the
+// logits' dtype, from the saved lse.
+func (c chunkedLoss) logitsGrad(hc, head *mlx.Array, extra []*mlx.Array, y, dce, dlse, lse, ids *mlx.Array, start, end int) *mlx.Array {
+	computed := c.logits(hc, head, extra)
+	logits := mlx.AsType(computed, mlx.Float32)
+	dceC := mlx.ExpandDims(rowsOf(dce, start, end), -1)
+	scale := mlx.Add(dceC, mlx.ExpandDims(rowsOf(dlse, start, end), -1))
+	softmax := mlx.Exp(mlx.Subtract(logits, mlx.ExpandDims(rowsOf(lse, start, end), -1)))
+	onehot := mlx.AsType(mlx.Equal(ids, mlx.ExpandDims(rowsOf(y, start, end), -1)), mlx.Float32)
+	return mlx.AsType(mlx.Subtract(mlx.Multiply(softmax, scale), mlx.Multiply(onehot, dceC)), computed.Dtype())
+}
+
+// frozenBackward is backward with a linear: h's gradient chunk by chunk
+// through its ApplyT, each chunk after the previous one's, and zeros for
+// the frozen head, y and the linear's arrays.
+func (c chunkedLoss) frozenBackward(primals, cotangents, outputs []*mlx.Array) ([]*mlx.Array, error) {
+	h, head, y, extra := primals[0], primals[1], primals[2], primals[3:]
+	dce, dlse, lse := cotangents[0], cotangents[1], outputs[1]
+	ids := mlx.Arange(0, float64(c.pv), 1, y.Dtype())
+	var dhs []*mlx.Array
+	deps := []*mlx.Array{dce, dlse}
+	c.chunks(h.Dim(0), func(start, end int) {
+		hc := rowsOf(after(h, deps), start, end)
+		g := c.logitsGrad(hc, head, extra, y, dce, dlse, lse, ids, start, end)
+		dh := castTo(c.linear.ApplyT(g, extra), h.Dtype())
+		dhs = append(dhs, dh)
+		deps = []*mlx.Array{dh}
+	})
+	out := []*mlx.Array{join(dhs), mlx.ZerosLike(head), mlx.ZerosLike(y)}
+	for _, a := range extra {
+		out = append(out, mlx.ZerosLike(a))
+	}
+	return out, out[0].Err()
 }

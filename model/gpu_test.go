@@ -144,3 +144,21 @@ func TestGPUFloat32GatherAddsTheEmbeddingGradientInFloat32(t *testing.T) {
 		checkFloat32Gather(t)
 	})
 }
+
+// TestGPUQuantizedTableMatchesDequantized is
+// TestQuantizedTableMatchesDequantized on the GPU, in the GPU's
+// formulation: the quantized embedding's row lookup, the tied and untied
+// heads' quantized matmuls and the chunked loss's g·W against the
+// dequantized table's float32 model.
+func TestGPUQuantizedTableMatchesDequantized(t *testing.T) {
+	mlxtest.Run(t, func(t testing.TB) {
+		if !mlx.GPU.Available() {
+			t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible")
+		}
+		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer mlxtest.Run(t, func(t testing.TB) { mlx.SetDefaultDevice(mlx.CPU) })
+	checkQuantizedTable(t, 1e-4, 2e-3, 1e-3)
+}

@@ -26,15 +26,26 @@ type Linear struct {
 	// Linears holds such a Linear under Group[0] and no Linear under the
 	// other members.
 	Group []int
+	// Rows returns rows ids [N] of W, [N, in]: the lookup of a token
+	// embedding table held in a form of its own (quantized), which gathers
+	// and converts only the rows it is asked for. Needed by a Linear of the
+	// token embedding; nil elsewhere.
+	Rows func(ids *mlx.Array, arrays []*mlx.Array) *mlx.Array
+	// ApplyT returns g·W for rows g [R, out] in g's dtype: the gradient of
+	// x·Wᵀ with respect to x, which the chunked loss forms itself for the
+	// output head (Memory.LossChunk). Needed there; nil elsewhere.
+	ApplyT func(g *mlx.Array, arrays []*mlx.Array) *mlx.Array
 }
 
 // apply is l.Apply over l's own arrays.
 func (l Linear) apply(x *mlx.Array) *mlx.Array { return l.Apply(x, l.Arrays) }
 
-// Linears maps indices of matrix parameters (Specs order) of the
-// transformer blocks to the Linears that replace their projections; the
-// parameter list passed with them may hold any array in those slots (the
-// model does not read it, but each must be an array of its own).
+// Linears maps indices of parameters (Specs order) that a frozen base may
+// hold in a form of its own (ParamSpec.Quantizable: the transformer
+// blocks' projections, the token embedding, an untied output head) to the
+// Linears that replace them; the parameter list passed with them may hold
+// any array in those slots (the model does not read it, but each must be
+// an array of its own).
 type Linears map[int]Linear
 
 // LossTermsWith is LossTerms with the projections of lin computed by
@@ -80,8 +91,8 @@ func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array
 // one whose three share a grouped Linear keeps the stacked formulation.
 func (m *TinyGPT) setLinears(f *formulation, lin Linears) error {
 	for i, l := range lin {
-		if i < 0 || i >= len(m.Specs) || m.Specs[i].Kind != Matrix || !isBlockProjection(m.Specs[i].Name) {
-			return fmt.Errorf("model: a Linear for parameter %d, want the index of a block projection's weight", i)
+		if err := m.checkLinear(i, l); err != nil {
+			return err
 		}
 		if l.Group == nil {
 			continue

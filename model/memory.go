@@ -122,6 +122,10 @@ func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulati
 	c := chunkedLoss{chunk: m.Memory.LossChunk, vocab: m.Config.VocabSize, pv: m.Config.PaddedVocab(),
 		trainedHead: len(f.linears) == 0}
 	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
+		c := c
+		if l, ok := f.headLinear(head); ok {
+			c.linear = &l
+		}
 		ce, lse := c.terms(h, head, y)
 		return []*mlx.Array{ce, lse}
 	})

@@ -237,7 +237,7 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 	defer f.proj.Free()
 	f = f.withLinears(w.flat)
 	rot := m.newRotary(offset)
-	x := f.embed(w.tokEmb, mlx.Reshape(tokens, B*T), cache == nil) // [B·T, D]
+	x := f.tokenRows(w.tokEmb, mlx.Reshape(tokens, B*T), cache == nil, c.ComputeDtype()) // [B·T, D]
 	if f.seg != nil && cache == nil {
 		f.docMask = documentMask(f.seg)
 		if w.posEmb != nil {

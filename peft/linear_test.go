@@ -112,7 +112,14 @@ func TestUnmergedEqualsMerged(t *testing.T) {
 				if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
 					t.Fatalf("%s: unmerged loss %.7f, merged %.7f", label, loss, wantLoss)
 				}
-				closeGrads(t, label, a, grads, wantGrads, 1e-4)
+				// The quantized matmuls (among them the tied head's, over the whole
+				// vocabulary) sum in another order than the dequantized weights'
+				// matmuls: float32 rounding, a few parts in 10⁴ of the largest gradient.
+				tol := 1e-4
+				if bits > 0 {
+					tol = 3e-4
+				}
+				closeGrads(t, label, a, grads, wantGrads, tol)
 				if bits == 0 {
 					return
 				}

@@ -3,19 +3,22 @@ package peft
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// Quantized is a frozen base whose transformer-block projections are held
-// quantized (MLX's affine mode): the frozen parameter list keeps the
-// model's layout, each quantized slot holding the packed weights, followed
-// by the scales and biases of every quantized slot in Indices order. The
-// embeddings, norms and biases stay as they were. Adapters train over it
-// through quantized matmuls (Adapter.Linears); Dequantize gives back a
-// float list in the model's layout, for fusing and evaluation.
+// Quantized is a frozen base whose transformer-block projections, token
+// embedding and untied output head (model.ParamSpec.Quantizable) are held
+// quantized (MLX's affine mode), as mlx-lm holds a quantized model: the
+// frozen parameter list keeps the model's layout, each quantized slot
+// holding the packed weights, followed by the scales and biases of every
+// quantized slot in Indices order. The learned positions, norms and biases
+// stay as they were. Adapters train over it through quantized matmuls
+// (Adapter.Linears); the embedding is looked up by gathering and
+// dequantizing only the rows asked for, and a tied head's logits are a
+// quantized matmul, so the float table is never formed. Dequantize gives
+// back a float list in the model's layout, for fusing and evaluation.
 type Quantized struct {
 	Bits, GroupSize int
 	// Indices are the quantized slots (model Specs order).
@@ -24,8 +27,9 @@ type Quantized struct {
 	Base []model.ParamSpec
 }
 
-// QuantizeBase quantizes every transformer-block projection weight of
-// base (laid out as specs) whose input side is a multiple of groupSize,
+// QuantizeBase quantizes every transformer-block projection weight, the
+// token embedding and an untied output head of base (laid out as specs)
+// whose input side (the embedding's width) is a multiple of groupSize,
 // and returns the layout and the frozen list; the caller owns the new
 // arrays (the packed weights, scales and biases) and still owns base,
 // whose other entries the list shares.
@@ -38,7 +42,7 @@ func QuantizeBase(specs []model.ParamSpec, base []*mlx.Array, groupSize, bits in
 	}
 	q := &Quantized{Bits: bits, GroupSize: groupSize, Base: specs}
 	for i, s := range specs {
-		if s.Kind == model.Matrix && len(s.Shape) == 2 && isBlockWeight(s.Name) && s.Shape[1]%groupSize == 0 {
+		if s.Quantizable() && len(s.Shape) == 2 && s.Shape[1]%groupSize == 0 {
 			q.Indices = append(q.Indices, i)
 		}
 	}
@@ -67,12 +71,6 @@ func QuantizeBase(specs []model.ParamSpec, base []*mlx.Array, groupSize, bits in
 		return nil, nil, err
 	}
 	return q, append(frozen, extra...), nil
-}
-
-// isBlockWeight reports whether a parameter name is a transformer block's
-// weight (blocks.3.attn.wq.weight).
-func isBlockWeight(name string) bool {
-	return strings.HasPrefix(name, "blocks.") && strings.HasSuffix(name, ".weight")
 }
 
 // Len is the length of the frozen list: the model's parameters, then a
@@ -125,8 +123,31 @@ func (q *Quantized) quantizedMatmul(x *mlx.Array, a []*mlx.Array) *mlx.Array {
 	return mlx.AsType(mlx.QuantizedMatmul(x, w, sc, b, true, q.GroupSize, q.Bits), dt)
 }
 
+// quantizedMatmulT is g·W (the gradient of x·Wᵀ with respect to x) over
+// a quantized slot's arrays, in g's dtype.
+func (q *Quantized) quantizedMatmulT(g *mlx.Array, a []*mlx.Array) *mlx.Array {
+	dt := g.Dtype()
+	if sd := a[1].Dtype(); sd != dt {
+		g = mlx.AsType(g, sd)
+	}
+	w, sc, b := mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2])
+	return mlx.AsType(mlx.QuantizedMatmul(g, w, sc, b, false, q.GroupSize, q.Bits), dt)
+}
+
+// rows returns rows ids of a quantized table (the token embedding): the
+// packed rows, scales and biases gathered, then dequantized, in the
+// scales' dtype, so only the looked-up rows are ever float (mlx-lm's
+// QuantizedEmbedding).
+func (q *Quantized) rows(ids *mlx.Array, a []*mlx.Array) *mlx.Array {
+	w := mlx.Take(mlx.StopGradient(a[0]), ids, 0)
+	sc := mlx.Take(mlx.StopGradient(a[1]), ids, 0)
+	b := mlx.Take(mlx.StopGradient(a[2]), ids, 0)
+	return mlx.Dequantize(w, sc, b, q.GroupSize, q.Bits)
+}
+
 // Linears returns the quantized matmuls of the quantized slots, for a
-// forward pass of the frozen base without adapters.
+// forward pass of the frozen base without adapters; the token embedding's
+// also looks up rows (a tied head's logits are its matmul).
 func (q *Quantized) Linears(frozen []*mlx.Array) (model.Linears, error) {
 	if err := q.check(frozen); err != nil {
 		return nil, err
@@ -134,7 +155,11 @@ func (q *Quantized) Linears(frozen []*mlx.Array) (model.Linears, error) {
 	lin := model.Linears{}
 	for k, i := range q.Indices {
 		sc, b := q.extras(frozen, k)
-		lin[i] = model.Linear{Arrays: []*mlx.Array{frozen[i], sc, b}, Apply: q.quantizedMatmul}
+		l := model.Linear{Arrays: []*mlx.Array{frozen[i], sc, b}, Apply: q.quantizedMatmul, ApplyT: q.quantizedMatmulT}
+		if q.Base[i].Kind == model.Embedding {
+			l.Rows = q.rows
+		}
+		lin[i] = l
 	}
 	return lin, nil
 }

@@ -72,8 +72,9 @@ func isFloatDtype(d mlx.Dtype) bool {
 // "<stem>.weight") its scales and biases. It returns the layout and the
 // frozen list (QuantizeBase's), whose arrays are named's own; nil and nil
 // when named holds nothing quantized. Every slot must share one bits and
-// group size and be a transformer-block projection; named may hold
-// nothing else.
+// group size and be a transformer-block projection, the token embedding
+// or the output head (model.ParamSpec.Quantizable); named may hold nothing
+// else.
 func QuantizedFromNamed(file string, specs []model.ParamSpec, named map[string]*mlx.Array) (*Quantized, []*mlx.Array, error) {
 	if !IsQuantizedNamed(specs, named) {
 		return nil, nil, nil
@@ -99,8 +100,8 @@ func QuantizedFromNamed(file string, specs []model.ParamSpec, named map[string]*
 		if !ok {
 			return nil, nil, fmt.Errorf("%s holds %q but lacks %q", file, stem+ScalesSuffix, stem+BiasesSuffix)
 		}
-		if s.Kind != model.Matrix || !isBlockWeight(s.Name) {
-			return nil, nil, fmt.Errorf("%s: %q is quantized; only transformer-block projections may be", file, s.Name)
+		if !s.Quantizable() {
+			return nil, nil, fmt.Errorf("%s: %q is quantized; only transformer-block projections, the token embedding and the output head may be", file, s.Name)
 		}
 		gs, bits, err := InferQuantization(s.Name, s.Shape, a, sc, b)
 		if err != nil {

@@ -1,16 +1,19 @@
 package peft
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 )
 
 // A quantized frozen list saved under Names reads back through
 // QuantizedFromNamed as the same layout and arrays; a float list reads
-// back as nothing quantized; mixed bits, a quantized embedding and a
-// missing biases array are refused, naming what is wrong.
+// back as nothing quantized; mixed bits, a quantized norm gain and a
+// missing biases array are refused, naming what is wrong. The token
+// embedding is among the quantized slots.
 func TestQuantizedFromNamedReadsNamesBack(t *testing.T) {
 	m := quantModel(t)
 	base := mustInit(t, m)
@@ -30,6 +33,9 @@ func TestQuantizedFromNamedReadsNamesBack(t *testing.T) {
 	}
 	if got.Bits != 4 || got.GroupSize != 32 || len(got.Indices) != len(q.Indices) || len(list) != len(frozen) {
 		t.Fatalf("read back %s with %d slots and %d arrays, want %s with %d and %d", got, len(got.Indices), len(list), q, len(q.Indices), len(frozen))
+	}
+	if !slices.Contains(got.Indices, 0) || m.Specs[0].Name != model.TokenEmbeddingName {
+		t.Fatalf("quantized slots %v, want the token embedding (0) among them", got.Indices)
 	}
 	for i := range list {
 		if list[i] != frozen[i] {
@@ -51,10 +57,12 @@ func TestQuantizedFromNamedReadsNamesBack(t *testing.T) {
 		if _, _, err := QuantizedFromNamed("ck", m.Specs, mixed); err == nil || !strings.Contains(err.Error(), "8-bit") {
 			t.Errorf("one 8-bit slot among 4-bit ones: %v, want a refusal naming it", err)
 		}
-		emb := clone(named)
-		emb["tok_embeddings.weight"], emb["tok_embeddings"+ScalesSuffix], emb["tok_embeddings"+BiasesSuffix] = mlx.Quantize(base[0], 32, 4)
-		if _, _, err := QuantizedFromNamed("ck", m.Specs, emb); err == nil || !strings.Contains(err.Error(), "tok_embeddings.weight") {
-			t.Errorf("a quantized embedding: %v, want a refusal naming it", err)
+		norm := clone(named)
+		ni := slices.IndexFunc(m.Specs, func(s model.ParamSpec) bool { return s.Kind == model.Norm })
+		ns := QuantStem(m.Specs[ni].Name)
+		norm[m.Specs[ni].Name], norm[ns+ScalesSuffix], norm[ns+BiasesSuffix] = mlx.Quantize(mlx.Reshape(base[ni], 1, base[ni].Dim(0)), 32, 4)
+		if _, _, err := QuantizedFromNamed("ck", m.Specs, norm); err == nil || !strings.Contains(err.Error(), m.Specs[ni].Name) {
+			t.Errorf("a quantized norm gain: %v, want a refusal naming it", err)
 		}
 		return nil
 	})

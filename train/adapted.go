@@ -166,7 +166,7 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 // FuseOptions say how Fuse stores the merged weights.
 type FuseOptions struct {
 	// Quantize, when not 0, re-quantizes the merged transformer-block
-	// projections to this many bits (MLX's affine mode, groups of
+	// projections, the token embedding and an untied head to this many bits (MLX's affine mode, groups of
 	// QGroupSize, 0 meaning DefaultQuantGroupSize); 0 writes float
 	// weights.
 	Quantize, QGroupSize int

@@ -50,8 +50,8 @@ type FineTuneConfig struct {
 	// Context is the length of the training rows in tokens, at most the
 	// base model's context; 0 is the base's.
 	Context int `json:"context,omitempty"`
-	// Quantize, when not 0, holds the frozen base's block projections
-	// quantized to this many bits (MLX's affine mode, groups of
+	// Quantize, when not 0, holds the frozen base's block projections,
+	// token embedding and untied output head quantized to this many bits (MLX's affine mode, groups of
 	// QGroupSize, 0 meaning 64) and trains the adapters over them (QLoRA);
 	// adapters only.
 	Quantize   int `json:"quantize,omitempty"`

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -76,6 +77,24 @@ func checkpointLogits(t testing.TB, dir string, tokens []int32) []float32 {
 		}
 	})
 	return out
+}
+
+// checkTablesQuantized fails t unless the checkpoint dir holds its token
+// embedding and an untied output head quantized.
+func checkTablesQuantized(t testing.TB, dir string) {
+	t.Helper()
+	mlxtest.Run(t, func(t testing.TB) {
+		_, m, _, q, free, err := loadModelQuant(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer free()
+		for i, s := range m.Specs {
+			if (s.Name == model.TokenEmbeddingName || s.Kind == model.Head) && (q == nil || !slices.Contains(q.Indices, i)) {
+				t.Errorf("%s: %s is not held quantized", dir, s.Name)
+			}
+		}
+	})
 }
 
 // maxAbsDiff is the largest |a-b| of two logit vectors of one length.
@@ -155,9 +174,10 @@ const (
 var quantTokens = []int32{3, 71, 140, 255, 9, 300, 17, 64, 128, 2}
 
 // A folder mlx-lm quantized imports as a quantized run (the block
-// projections packed, the embedding and an untied head dequantized) whose
-// logits, computed through quantized matmuls, are mlx-lm's own on that
-// folder: within float rounding, while the float original's differ by the
+// projections, the embedding and an untied head packed, as mlx-lm holds
+// them) whose logits, computed through quantized matmuls and the
+// quantized embedding's row lookup, are mlx-lm's own on that folder:
+// within float rounding, while the float original's differ by the
 // quantization error, many times more.
 func TestImportOfMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 	for _, c := range []struct {
@@ -174,6 +194,7 @@ func TestImportOfMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 			if err != nil || got != c.want {
 				t.Fatalf("the imported checkpoint's quantization: %q, %v; want %q", got, err, c.want)
 			}
+			checkTablesQuantized(t, ck)
 			ours := checkpointLogits(t, ck, quantTokens)
 			ref := mlxlmLogits(t, quant, quantTokens)
 			orig := mlxlmLogits(t, float, quantTokens)
@@ -221,6 +242,7 @@ func TestExportOfQuantizedRunLoadsInMLXLM(t *testing.T) {
 	if q, err := CheckpointQuantization(fusedQ); err != nil || q != "4-bit, groups of 64" {
 		t.Fatalf("fuse --quantize 4 wrote a checkpoint of quantization %q (%v), want 4-bit, groups of 64", q, err)
 	}
+	checkTablesQuantized(t, fusedQ)
 	if q, err := CheckpointQuantization(fusedF); err != nil || q != "" {
 		t.Fatalf("fuse without --quantize wrote a checkpoint of quantization %q (%v), want float", q, err)
 	}
@@ -271,6 +293,7 @@ func TestRealMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 	if q, err := CheckpointQuantization(ck); err != nil || q != "4-bit, groups of 64" {
 		t.Fatalf("the imported checkpoint's quantization: %q, %v", q, err)
 	}
+	checkTablesQuantized(t, ck)
 	tokens := []int32{1, 504, 3575, 282, 4649, 314, 253, 2, 28, 10, 49151, 100}
 	ours, ref := checkpointLogits(t, ck, tokens), mlxlmLogits(t, quant, tokens)
 	scale := 0.0

@@ -8,7 +8,8 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
-// quantizeBase quantizes the block projections of base as ft says
+// quantizeBase quantizes the block projections, token embedding and
+// untied head of base as ft says
 // (peft.QuantizeBase), sets a's Quant, frees the float weights the
 // quantized ones replace and returns the frozen list, which the caller
 // owns in base's place.

@@ -32,9 +32,9 @@ file of the llama or qwen2 architecture (F32, F16, BF16, Q4_0, Q4_1 or Q8_0
 tensors; the quantized ones dequantized), and writes it as the step-0 checkpoint of a
 new run folder with the training settings of --preset. An MLX-quantized
 folder (mlx_lm.convert -q: config.json's quantization, packed weights with
-scales and biases) keeps its transformer-block projections quantized, so
-LoRA and DoRA fine-tunes train over them as published (QLoRA); its
-embedding is dequantized. It writes no
+scales and biases) keeps its transformer-block projections, embedding and
+untied head quantized, so LoRA and DoRA fine-tunes train over them as
+published (QLoRA). It writes no
 optimizer state: a fine-tune makes its own, and train --resume starts the
 optimizer fresh and saves its state with its first checkpoint. sample
 --from, eval --from, finetune --from and train --resume take the run as they

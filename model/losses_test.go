@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -120,5 +121,39 @@ func TestLossTermsCheckShapes(t *testing.T) {
 		if err := a.Err(); err == nil || !strings.Contains(err.Error(), "[batch, time]") {
 			t.Fatalf("1-D tokens: want an error naming [batch, time], got %v", err)
 		}
+	}
+}
+
+// KeepFusedLoss leaves a formulation with the fused cross-entropy on it
+// when LossChunk is set: the same graph as without a chunk, where the
+// chunk alone replaces it with the chunked loss (same value either way).
+func TestKeepFusedLossIgnoresTheChunkOnTheFusedPath(t *testing.T) {
+	m, _ := New(smallConfig())
+	params, _ := m.Init(1)
+	x, y := tokens(t, 3, 9, 61, 1), tokens(t, 3, 9, 61, 6)
+	graph := func(mem Memory) (map[string]int, float64) {
+		m.Memory = mem
+		loss := m.loss(params, x, y, formulation{fusedLoss: true})
+		ops, err := mlx.GraphOps(loss)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := loss.Item()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ops, v
+	}
+	whole, want := graph(Memory{})
+	kept, got := graph(Memory{LossChunk: 4, KeepFusedLoss: true})
+	chunked, chunkedLoss := graph(Memory{LossChunk: 4})
+	if !maps.Equal(kept, whole) {
+		t.Errorf("chunk 4 with the fused loss kept: graph %v, want the fused loss's %v", kept, whole)
+	}
+	if maps.Equal(chunked, whole) {
+		t.Errorf("chunk 4: the fused loss's graph %v, want the chunked loss", chunked)
+	}
+	if math.Abs(got-want) > 1e-6*want || math.Abs(chunkedLoss-want) > 1e-5*want {
+		t.Errorf("losses %.7f (kept) and %.7f (chunked), want %.7f", got, chunkedLoss, want)
 	}
 }

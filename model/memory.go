@@ -25,6 +25,14 @@ type Memory struct {
 	// MLX has queued at once (chunkedLoss), for one more output projection
 	// of compute; 0 computes them whole.
 	LossChunk int
+	// KeepFusedLoss leaves Loss on MLX's fused cross-entropy where the
+	// formulation has it (a GPU, no z-loss) whatever LossChunk says: that
+	// kernel reads the compute-dtype logits without a float32 copy, and
+	// chunking it measured slower with a higher peak. LossChunk then
+	// applies to the loss terms (fine-tunes' weighted losses, z-loss),
+	// which upcast the whole logits to float32. The automatic setting
+	// (train.Config.ModelMemory) sets it.
+	KeepFusedLoss bool
 }
 
 // fields lists pointers to the block's arrays that are set, every

@@ -414,7 +414,7 @@ func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err)
 	}
-	if f.fusedLoss && m.Config.ZLoss == 0 && m.Memory.LossChunk == 0 {
+	if f.fusedLoss && m.Config.ZLoss == 0 && (m.Memory.LossChunk == 0 || m.Memory.KeepFusedLoss) {
 		logits := m.rowLogits(params, x, f) // [B·T, V]
 		return mlx.Mean(mlx.CrossEntropy(logits, mlx.Reshape(y, y.Size())))
 	}

@@ -98,6 +98,12 @@ func plainMatmul(x *mlx.Array, a []*mlx.Array) *mlx.Array {
 	return mlx.Matmul(x, mlx.Transpose(mlx.AsType(a[0], x.Dtype())))
 }
 
+// plainMatmulT is g·W for a float weight (the gradient of plainMatmul
+// with respect to x), in g's dtype.
+func plainMatmulT(g *mlx.Array, a []*mlx.Array) *mlx.Array {
+	return mlx.Matmul(g, mlx.AsType(a[0], g.Dtype()))
+}
+
 // loraTerm is s·(x·Aᵀ)·Bᵀ for rows x, computed in float32 (the adapters'
 // dtype) and cast to x's dtype.
 func loraTerm(x, A, B *mlx.Array, scale float64) *mlx.Array {

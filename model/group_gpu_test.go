@@ -15,9 +15,7 @@ import (
 // gradients equal the model's without Linears.
 func TestGPUGroupedLinears(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		if !mlx.GPU.Available() {
-			t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible")
-		}
+		requireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}

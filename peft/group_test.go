@@ -104,19 +104,9 @@ func TestGroupedStepHasFewerOps(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
 		count := func(linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error)) int {
-			vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-				lin, params, err := linears(frozen, in)
-				if err != nil {
-					return nil, err
-				}
-				ce, _ := m.LossTermsWith(params, lin, x, x)
-				return []*mlx.Array{mlx.Mean(ce)}, nil
-			}, argnums(len(ad))...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			vg := adapterValueAndGrad(t, m, linears, len(ad), x)
 			defer vg.Free()
-			vals, grads, err := vg.Call(ad...)
+			vals, grads, err := vg.Call(append(append([]*mlx.Array{}, ad...), frozen...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,6 +126,27 @@ func TestGroupedStepHasFewerOps(t *testing.T) {
 		}
 		t.Logf("graph ops of a LoRA step: grouped %d, per projection %d", grouped, perProjection)
 	})
+}
+
+// adapterValueAndGrad is the value and gradient, with respect to the
+// first nAd inputs (the adapter arrays; the frozen base follows them), of
+// the mean next-token loss of m over x through the Linears that linears
+// builds.
+func adapterValueAndGrad(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
+	nAd int, x *mlx.Array) *mlx.ValueAndGradFunc {
+	t.Helper()
+	vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		lin, params, err := linears(in[nAd:], in[:nAd])
+		if err != nil {
+			return nil, err
+		}
+		ce, _ := m.LossTermsWith(params, lin, x, x)
+		return []*mlx.Array{mlx.Mean(ce)}, nil
+	}, argnums(nAd)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vg
 }
 
 // groupSetup returns an adapter on m's targets, its frozen base (quantized
@@ -242,17 +253,7 @@ func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
 		peak := func(linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error)) uint64 {
-			vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
-				lin, params, err := linears(in[len(ad):], in[:len(ad)])
-				if err != nil {
-					return nil, err
-				}
-				ce, _ := m.LossTermsWith(params, lin, x, x)
-				return []*mlx.Array{mlx.Mean(ce)}, nil
-			}, argnums(len(ad))...)
-			if err != nil {
-				t.Fatal(err)
-			}
+			vg := adapterValueAndGrad(t, m, linears, len(ad), x)
 			defer vg.Free()
 			step, err := mlx.Compile(func(in []*mlx.Array) ([]*mlx.Array, error) {
 				vals, grads, err := vg.Call(in...)

@@ -113,6 +113,18 @@ func (q *Quantized) Dequantize(frozen []*mlx.Array) []*mlx.Array {
 // quantizedMatmul is x·Wᵀ over the k-th quantized slot's arrays
 // [packed, scales, biases], in x's dtype.
 func (q *Quantized) quantizedMatmul(x *mlx.Array, a []*mlx.Array) *mlx.Array {
+	return q.product(x, a, true)
+}
+
+// quantizedMatmulT is g·W (the gradient of x·Wᵀ with respect to x) over
+// a quantized slot's arrays, in g's dtype.
+func (q *Quantized) quantizedMatmulT(g *mlx.Array, a []*mlx.Array) *mlx.Array {
+	return q.product(g, a, false)
+}
+
+// product is x·Wᵀ (transpose) or x·W over a quantized slot's arrays, in
+// x's dtype, x cast to the scales' dtype for the quantized matmul.
+func (q *Quantized) product(x *mlx.Array, a []*mlx.Array, transpose bool) *mlx.Array {
 	dt := x.Dtype()
 	if sd := a[1].Dtype(); sd != dt {
 		x = mlx.AsType(x, sd)
@@ -120,18 +132,7 @@ func (q *Quantized) quantizedMatmul(x *mlx.Array, a []*mlx.Array) *mlx.Array {
 	// The quantized arrays are frozen: MLX has no gradient for them, and a
 	// checkpointed block differentiates every input it is given.
 	w, sc, b := mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2])
-	return mlx.AsType(mlx.QuantizedMatmul(x, w, sc, b, true, q.GroupSize, q.Bits), dt)
-}
-
-// quantizedMatmulT is g·W (the gradient of x·Wᵀ with respect to x) over
-// a quantized slot's arrays, in g's dtype.
-func (q *Quantized) quantizedMatmulT(g *mlx.Array, a []*mlx.Array) *mlx.Array {
-	dt := g.Dtype()
-	if sd := a[1].Dtype(); sd != dt {
-		g = mlx.AsType(g, sd)
-	}
-	w, sc, b := mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2])
-	return mlx.AsType(mlx.QuantizedMatmul(g, w, sc, b, false, q.GroupSize, q.Bits), dt)
+	return mlx.AsType(mlx.QuantizedMatmul(x, w, sc, b, transpose, q.GroupSize, q.Bits), dt)
 }
 
 // rows returns rows ids of a quantized table (the token embedding): the

@@ -13,7 +13,6 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
@@ -114,24 +113,8 @@ func TestGPUPreferenceStepMatchesCPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
 		base, _ := m.Init(1)
-		ad := randomAdapter(t, a, base)
-		optState, _ := opt.Init()
-		s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
-			len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Free()
-		st, err := NewFrozenState(s, ad, base, optState)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Free()
+		s, st := adapterDPOState(t, m, a, base, randomAdapter(t, a, base))
 		for i := 0; i < 6; i++ {
 			loss, err := st.Update(1e-2, rowBatch(xs, ys, mask, 2, nil))
 			if err != nil {

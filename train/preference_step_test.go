@@ -69,6 +69,33 @@ func TestAdapterReferenceIsBaseModel(t *testing.T) {
 	})
 }
 
+// adapterDPOState is the compiled adapter DPO row step of these tests (β
+// 0.5, accumulation 2, clipping at 1, AdamW) over base with adapters ad,
+// and its state; both are freed when the test ends.
+func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad []*mlx.Array) (*Step, *State) {
+	t.Helper()
+	opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	optState, err := opt.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
+		len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Free)
+	st, err := NewFrozenState(s, ad, base, optState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Free)
+	return s, st
+}
+
 // rowBatch is the fixture as a row step's batch of n microbatches.
 func rowBatch(xs, ys []int32, mask []float32, n int, ref []float32) Batch {
 	b := Batch{X: xs, Y: ys, W: mask, RowW: pairWeights(8), N: n, B: 8 / n, T: 6}
@@ -89,28 +116,12 @@ func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
-			if err != nil {
-				t.Fatal(err)
-			}
 			base, _ := m.Init(1)
 			ad, err := a.Init(2, base)
 			if err != nil {
 				t.Fatal(err)
 			}
-			optState, _ := opt.Init()
-			p := Preference{Objective: DPO, Beta: 0.5}
-			s, err := NewRowStep(AdapterPreferenceLoss(m, a, p), opt, len(ad), len(base), len(optState), 0, len(PreferenceAux),
-				StepOptions{Accum: 2, GradClip: 1, Compile: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Free()
-			st, err := NewFrozenState(s, ad, base, optState)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Free()
+			s, st := adapterDPOState(t, m, a, base, ad)
 			loss, err := st.Update(1e-2, rowBatch(xs, ys, mask, 2, nil))
 			if err != nil {
 				t.Fatal(err)
@@ -371,21 +382,9 @@ func TestPreferenceStepWithMemoryTools(t *testing.T) {
 			m.Memory = mem
 			defer func() { m.Memory = model.Memory{} }()
 			a, _ := peft.New(peft.Config{Method: peft.LoRA, Rank: 2, Alpha: 4, Targets: []string{"attn", "mlp"}}, m.Specs)
-			opt, _ := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 			base, _ := m.Init(1)
 			ad, _ := a.Init(2, base)
-			optState, _ := opt.Init()
-			s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
-				len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Free()
-			st, err := NewFrozenState(s, ad, base, optState)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer st.Free()
+			_, st := adapterDPOState(t, m, a, base, ad)
 			var vals []float64
 			for i := 0; i < 3; i++ {
 				loss, err := st.Update(1e-2, rowBatch(xs, ys, mask, 2, nil))

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -215,7 +216,7 @@ func tinyGGUF(t *testing.T, arch string) {
 		t.Fatalf("the tiny %s model (untied) imports as a %s model, tied %v", arch, g.Family, c.TiedEmbeddings)
 	}
 	tokens := []int32{1, 7, 99, 3, 3, 120, 45, 0, 64}
-	closeLogits(t, "tiny GGUF", modelLogits(t, g.Model, tokens), logitsOf(t, runGGUFReference, path, tokens))
+	closeLogits(t, "tiny GGUF", modelLogits(t, g.Model, tokens), pyenv.Logits(t, runGGUFReference, path, tokens))
 }
 
 // TestGGUFRefusals: architectures, tensor types and pre-tokenizers that

@@ -2,7 +2,6 @@ package hf
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -33,28 +32,7 @@ func runReference(t testing.TB, args ...string) {
 // folder dir on tokens.
 func referenceLogits(t testing.TB, dir string, tokens []int32) []float32 {
 	t.Helper()
-	return logitsOf(t, runReference, dir, tokens)
-}
-
-// logitsOf runs a reference script's logits command (run: runReference or
-// runGGUFReference) on the model at path and returns its float32 logits.
-func logitsOf(t testing.TB, run func(testing.TB, ...string), path string, tokens []int32) []float32 {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "logits.f32")
-	args := []string{"logits", path, out}
-	for _, tok := range tokens {
-		args = append(args, strconv.Itoa(int(tok)))
-	}
-	run(t, args...)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
+	return pyenv.Logits(t, runReference, dir, tokens)
 }
 
 // modelLogits runs an imported model on tokens (batch 1) and returns its

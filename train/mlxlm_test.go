@@ -1,9 +1,7 @@
 package train
 
 import (
-	"encoding/binary"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,39 +15,17 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// mlxlmPython is the interpreter of the virtual environment that holds
-// mlx-lm over the MLX version posttrainllm builds against (make
-// mlxlm-deps): the reference for MLX-quantized folders.
-func mlxlmPython(t testing.TB) string {
-	t.Helper()
-	return pyenv.MLXLM(t)
-}
-
 // runMLXLM runs testdata/mlxlm_reference.py with args.
 func runMLXLM(t testing.TB, args ...string) {
 	t.Helper()
-	pyenv.Run(t, mlxlmPython(t), filepath.Join("testdata", "mlxlm_reference.py"), args...)
+	pyenv.Run(t, pyenv.MLXLM(t), filepath.Join("testdata", "mlxlm_reference.py"), args...)
 }
 
 // mlxlmLogits returns mlx-lm's float32 logits [T·V] of the folder dir on
 // tokens.
 func mlxlmLogits(t testing.TB, dir string, tokens []int32) []float32 {
 	t.Helper()
-	out := filepath.Join(t.TempDir(), "logits.f32")
-	args := []string{"logits", dir, out}
-	for _, tok := range tokens {
-		args = append(args, strconv.Itoa(int(tok)))
-	}
-	runMLXLM(t, args...)
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := make([]float32, len(b)/4)
-	for i := range f {
-		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return f
+	return pyenv.Logits(t, runMLXLM, dir, tokens)
 }
 
 // checkpointLogits runs the model of a checkpoint directory on tokens

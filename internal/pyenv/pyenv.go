@@ -5,9 +5,12 @@
 package pyenv
 
 import (
+	"encoding/binary"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
@@ -54,4 +57,27 @@ func Run(t testing.TB, python, script string, args ...string) []byte {
 		t.Fatalf("%s %v: %v\n%s%s", filepath.Base(script), args, err, out, stderr)
 	}
 	return out
+}
+
+// Logits runs a reference script's logits command, `SCRIPT logits PATH
+// OUT TOKEN...`, through run (which runs the script with the arguments it
+// is given), and returns the float32 logits [T·V] the script wrote to OUT,
+// little-endian.
+func Logits(t testing.TB, run func(testing.TB, ...string), path string, tokens []int32) []float32 {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "logits.f32")
+	args := []string{"logits", path, out}
+	for _, tok := range tokens {
+		args = append(args, strconv.Itoa(int(tok)))
+	}
+	run(t, args...)
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := make([]float32, len(b)/4)
+	for i := range f {
+		f[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return f
 }

@@ -49,14 +49,11 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 	if pretrainSteps < 1 || finetuneSteps < 2 {
 		return fmt.Errorf("-pretrain-steps %d and -finetune-steps %d: want >= 1 and >= 2", pretrainSteps, finetuneSteps)
 	}
-	if out == "" {
-		dir, err := os.MkdirTemp("", "posttrainllm-finetune-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		out = dir
+	out, cleanup, err := tinybase.WorkDir(out, "posttrainllm-finetune-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	base, err := tinybase.Pretrain(w, corpus, filepath.Join(out, "base"), pretrainSteps)
 	if err != nil {
 		return err

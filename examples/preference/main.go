@@ -47,14 +47,11 @@ func run(w io.Writer, corpus, out string, pretrainSteps, dpoSteps int) error {
 	if pretrainSteps < 1 || dpoSteps < 2 {
 		return fmt.Errorf("-pretrain-steps %d and -dpo-steps %d: want >= 1 and >= 2", pretrainSteps, dpoSteps)
 	}
-	if out == "" {
-		dir, err := os.MkdirTemp("", "posttrainllm-preference-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		out = dir
+	out, cleanup, err := tinybase.WorkDir(out, "posttrainllm-preference-")
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	base, err := tinybase.Pretrain(w, corpus, filepath.Join(out, "base"), pretrainSteps)
 	if err != nil {
 		return err

@@ -48,3 +48,17 @@ func Pretrain(w io.Writer, corpus, dir string, steps int) (string, error) {
 	fmt.Fprintf(w, "pretrain: %d updates of the tiny preset, loss %.4f -> %.4f\n", sum.Step, sum.FirstLoss, sum.Loss)
 	return sum.LastCheckpoint, nil
 }
+
+// WorkDir returns out, or where out is "" a new temporary folder named
+// after prefix, with the function that removes what it made (nothing for
+// a folder the caller named).
+func WorkDir(out, prefix string) (string, func(), error) {
+	if out != "" {
+		return out, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}

@@ -366,25 +366,29 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 // applies the down projection w2 together with the residual add. gelu is
 // the family's GELU (unused by SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
-	l13, grouped := f.proj.grouped(b.w1)
-	if m.Config.swiGLU() && !grouped && (f.proj.replaced(b.w1) || f.proj.replaced(b.w3)) {
+	if !m.Config.swiGLU() {
+		return gelu.apply(f.proj.linear(x, b.w1, b.b1))
+	}
+	var rows *mlx.Array // [x·W1ᵀ + b1, x·W3ᵀ + b3]
+	switch l13, grouped := f.proj.grouped(b.w1); {
+	case grouped:
+		rows = addBias(l13.apply(x), b.bias13())
+	case f.proj.replaced(b.w1) || f.proj.replaced(b.w3):
 		return mlx.Multiply(silu(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
+	default:
+		rows = f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b.bias13())
 	}
-	if m.Config.swiGLU() {
-		var b13 *mlx.Array
-		if b.b1 != nil {
-			b13 = mlx.Concatenate([]*mlx.Array{b.b1, b.b3}, 0)
-		}
-		var rows *mlx.Array
-		if grouped {
-			rows = addBias(l13.apply(x), b13)
-		} else {
-			rows = f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b13)
-		}
-		gu := mlx.Split(rows, 2, -1)
-		return mlx.Multiply(silu(gu[0]), gu[1])
+	gu := mlx.Split(rows, 2, -1)
+	return mlx.Multiply(silu(gu[0]), gu[1])
+}
+
+// bias13 is SwiGLU's two biases [b1; b3] stacked as its two projections
+// are, or nil without biases.
+func (b block) bias13() *mlx.Array {
+	if b.b1 == nil {
+		return nil
 	}
-	return gelu.apply(f.proj.linear(x, b.w1, b.b1))
+	return mlx.Concatenate([]*mlx.Array{b.b1, b.b3}, 0)
 }
 
 // silu is x·σ(x), the gate of SwiGLU.

@@ -27,13 +27,17 @@
 #            the step keeps alive rather than what the host has queued)
 #   TAG      suffix of the runs' labels and folders (to keep two settings apart)
 #   ONLY     ours or mlxlm: run only posttrainllm's or only mlx-lm's fine-tunes
+#   ROWS     the rows to run, by label without TAG (default all: lora lora-chunked
+#            lora-checkpoint lora-checkpoint-chunked qlora4 qlora4-chunked
+#            qlora4-checkpoint-chunked full-chunked mlx-lm-lora
+#            mlx-lm-lora-checkpoint mlx-lm-qlora4)
 set -eu
 work=${1:-/tmp/posttrainllm-memory-bench}
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${MODEL:-$root/.deps/models/SmolLM2-135M-Instruct}
 context=${CONTEXT:-256} batch=${BATCH:-2} steps=${STEPS:-4} chunk=${CHUNK:-128}
 dtype=${DTYPE:-float32} device=${DEVICE:-cpu}
-flags=${FLAGS:-} tag=${TAG:-} only=${ONLY:-}
+flags=${FLAGS:-} tag=${TAG:-} only=${ONLY:-} rows=${ROWS:-}
 # mlx-lm's MLX calls posttrainllm's BLAS (see memory-vs-mlxlm.sh); none on a GPU machine.
 blas=$(ls "$root"/.deps/mlx/mlx_cpu.libs/libblas-*.so.* 2>/dev/null | grep -v '\.reference$' | head -n 1 || true)
 mkdir -p "$work"
@@ -54,7 +58,9 @@ with open(sys.argv[2], "w") as out:
         out.write(json.dumps({"messages": [{"role": "user", "content": "Explain this passage: " + " ".join(q)},
                                            {"role": "assistant", "content": " ".join(a)}]}) + "\n")
 PY
+want() { [ -z "$rows" ] || case " $rows " in *" $1 "*) true ;; *) false ;; esac; }
 run() { # label base flags...
+  want "$1" || return 0
   label=$1$tag base=$2
   shift 2
   /usr/bin/time -f "maxrss_kb %M" "$bin" finetune --from "$work/$base" --data "$work/chat.jsonl" --targets all --rank 8 \
@@ -71,16 +77,19 @@ if [ "$only" != mlxlm ]; then
   run lora-checkpoint "$base" --loss-chunk -1 --grad-checkpoint
   run lora-checkpoint-chunked "$base" --loss-chunk "$chunk" --grad-checkpoint
   run qlora4 "$base" --loss-chunk -1 --quantize 4
+  run qlora4-chunked "$base" --loss-chunk "$chunk" --quantize 4
   run qlora4-checkpoint-chunked "$base" --loss-chunk "$chunk" --grad-checkpoint --quantize 4
+  run full-chunked "$base" --loss-chunk "$chunk" --method full
 fi
 
 [ -n "${MLXLM_PYTHON:-}" ] && [ "$only" != ours ] || exit 0
 mkdir -p "$work/mlxdata"
 cp "$work/chat.jsonl" "$work/mlxdata/train.jsonl"
 head -n 2 "$work/chat.jsonl" >"$work/mlxdata/valid.jsonl"
-[ -d "$work/smol-mlx-q4" ] || "$MLXLM_PYTHON" -m mlx_lm convert --hf-path "$model" --mlx-path "$work/smol-mlx-q4" \
+! want mlx-lm-qlora4 || [ -d "$work/smol-mlx-q4" ] || "$MLXLM_PYTHON" -m mlx_lm convert --hf-path "$model" --mlx-path "$work/smol-mlx-q4" \
   -q --q-bits 4 --q-group-size 64 --dtype "$dtype" >/dev/null
 mlxlm() { # label model flags...
+  want "$1" || return 0
   label=$1$tag m=$2
   shift 2
   LD_PRELOAD=$blas /usr/bin/time -f "maxrss_kb %M" "$MLXLM_PYTHON" "$root/scripts/mlxlm/lora_report.py" --model "$m" --train --data "$work/mlxdata" -c "$root/scripts/mlxlm/lora.yaml" \

@@ -50,8 +50,8 @@ func TestGradCheckpointAndChunkedLossTrainLikeThePlainStep(t *testing.T) {
 }
 
 // The automatic loss chunk: none for small logits, chunks of at most
-// 64 MiB of float32 logits on the CPU and 512 MiB on a GPU above 1 GiB of
-// them, a GPU's fused loss kept; a configured chunk or -1 as asked.
+// 64 MiB of float32 logits above 1 GiB of them on every device, a GPU's
+// fused loss kept; a configured chunk or -1 as asked.
 func TestModelMemoryChunksLargeLogits(t *testing.T) {
 	cfg := tinyConfig() // 4 × 32 positions
 	if m := cfg.ModelMemory(); m.LossChunk != 0 || m.Checkpoint {
@@ -75,12 +75,12 @@ func TestModelMemoryChunksLargeLogits(t *testing.T) {
 		t.Errorf("8 × 1,024 positions of 50,304 padded entries: chunk %d, want 256", m.LossChunk)
 	}
 	cfg.Device = "gpu"
-	if m := cfg.ModelMemory(); m.LossChunk != 2048 || !m.KeepFusedLoss {
-		t.Errorf("8 × 1,024 positions of 50,304 padded entries on a GPU: %+v, want chunks of 2,048 (393 MiB) and the fused loss kept", m)
+	if m := cfg.ModelMemory(); m.LossChunk != 256 || !m.KeepFusedLoss {
+		t.Errorf("8 × 1,024 positions of 50,304 padded entries on a GPU: %+v, want chunks of 256 (49 MiB) and the fused loss kept", m)
 	}
 	cfg.Batch, cfg.Model.VocabSize, cfg.Model.PadVocabTo = 4, 151_936, 0
-	if m := cfg.ModelMemory(); m.LossChunk != 512 {
-		t.Errorf("4 × 1,024 positions of 151,936 on a GPU: chunk %d, want 512 (297 MiB; 1,024 would be 594 MiB)", m.LossChunk)
+	if m := cfg.ModelMemory(); m.LossChunk != 64 {
+		t.Errorf("4 × 1,024 positions of 151,936 on a GPU: chunk %d, want 64 (37 MiB; 128 would be 74 MiB)", m.LossChunk)
 	}
 	cfg.LossChunk = 256
 	if m := cfg.ModelMemory(); m.LossChunk != 256 || m.KeepFusedLoss {

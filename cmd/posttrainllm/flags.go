@@ -166,7 +166,7 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	floatF("decay-fraction", "decay_fraction", false, "wsd: share of the steps spent decaying", func(c *train.Config) *float64 { return &c.DecayFraction })
 	boolF("grad-checkpoint", "grad_checkpoint", false, "recompute each transformer block's activations in the backward pass instead of keeping them: less memory, about one more forward pass of time",
 		func(c *train.Config) *bool { return &c.GradCheckpoint })
-	intF("loss-chunk", "loss_chunk", false, "positions whose logits the loss computes at a time: 0 automatic (where a microbatch has over 1 GiB of float32 logits, chunks of at most 64 MiB of them on the CPU, 512 MiB on a GPU; a GPU's fused pretraining loss stays whole), -1 all at once",
+	intF("loss-chunk", "loss_chunk", false, "positions whose logits the loss computes at a time: 0 automatic (where a microbatch has over 1 GiB of float32 logits, chunks of at most 64 MiB of them; a GPU's fused pretraining loss stays whole), -1 all at once",
 		func(c *train.Config) *int { return &c.LossChunk })
 	boolF("compile", "compile", false, "compile the whole step into one MLX function (--compile=false interprets it)", func(c *train.Config) *bool { return &c.Compile })
 	if !skipped("device") {

@@ -27,6 +27,13 @@ type Adapter struct {
 	// Quant is the quantized layout of the frozen base the adapters train
 	// over (QuantizeBase); nil for a float base.
 	Quant *Quantized
+	// PerProjection makes Linears give every adapted projection a Linear
+	// of its own (ProjectionLinears) instead of grouping those that share
+	// their input (GroupedLinears). Both compute the same function;
+	// grouping takes fewer operations, which a GPU step is bound by, and
+	// holds each group's stacked frozen weights while its product runs,
+	// which costs memory and saves no time on the CPU.
+	PerProjection bool
 }
 
 // perTarget is the number of adapter arrays per adapted projection.

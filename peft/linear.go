@@ -21,9 +21,12 @@ import (
 // takes with the Linears: base's first len(a.Base) entries.
 //
 // Adapted projections that share their input are computed together
-// (GroupedLinears); ProjectionLinears gives one Linear per projection.
-// Both compute the same function.
+// (GroupedLinears) unless a.PerProjection asks for one Linear per
+// projection (ProjectionLinears). Both compute the same function.
 func (a *Adapter) Linears(base, adapter []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+	if a.PerProjection {
+		return a.ProjectionLinears(base, adapter)
+	}
 	return a.GroupedLinears(base, adapter)
 }
 

@@ -11,12 +11,13 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
-// loraLosses runs 4 LoRA updates of a bfloat16 model with float32
-// masters, either as a fine-tune runs them (frozen base cast once to
-// bfloat16, adapters fed as bfloat16 copies) or with the float32
+// loraLosses runs 4 LoRA updates (rank 2, every projection) of cfg's
+// model, either as a fine-tune runs them (frozen base cast once to the
+// compute dtype, adapters fed as copies in it) or with the float32
 // adapters and masters fed as they are, and returns the losses and the
-// state's dtypes.
-func loraLosses(t testing.TB, cfg Config, asRun bool) (losses []float64, frozen, params []mlx.Dtype, traces int) {
+// state's dtypes. perProjection lays the adapters out one product per
+// projection (peft.Adapter.PerProjection) rather than grouped.
+func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []float64, frozen, params []mlx.Dtype, traces int) {
 	_, xs, ys, ws := weightedFixture(t)
 	m, err := model.New(cfg.Model)
 	if err != nil {
@@ -26,6 +27,7 @@ func loraLosses(t testing.TB, cfg Config, asRun bool) (losses []float64, frozen,
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.PerProjection = perProjection
 	opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +94,8 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 		if o := AdapterStepOptions(StepOptions{}, f32.Model); o.ComputeCopies {
 			t.Errorf("AdapterStepOptions of a float32 model takes copies in %v, want none", o.ComputeDtype)
 		}
-		run, frozen, params, traces := loraLosses(t, cfg, true)
-		ref, refFrozen, _, _ := loraLosses(t, cfg, false)
+		run, frozen, params, traces := loraLosses(t, cfg, true, false)
+		ref, refFrozen, _, _ := loraLosses(t, cfg, false, false)
 		for i, d := range frozen {
 			if d != mlx.BFloat16 {
 				t.Errorf("frozen base array %d is %v, want bfloat16 (the float32 reference holds %v)", i, d, refFrozen[i])
@@ -116,5 +118,44 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 			t.Errorf("losses %v do not fall", run)
 		}
 		t.Logf("bfloat16 adapter products %v, float32 %v", run, ref)
+	})
+}
+
+// NewAdapter lays a fine-tune's adapters out for its device: grouped on a
+// GPU, one product per projection on the CPU; both layouts train alike
+// (the same losses over 4 updates of a SwiGLU model with every
+// projection adapted, to float32 rounding).
+func TestNewAdapterLayoutByDevice(t *testing.T) {
+	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 2, Heads: 2, KVHeads: 1, Context: 6,
+		MLP: "swiglu"}, Accum: 2, GradClip: 1, Compile: true}
+	m, err := model.New(cfg.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := peft.Config{Method: peft.LoRA, Rank: 2, Alpha: 4, Targets: []string{"all"}}
+	for device, want := range map[string]bool{"cpu": true, "gpu": false} {
+		cfg.Device = device
+		a, err := NewAdapter(cfg, ac, m.Specs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.PerProjection != want {
+			t.Errorf("device %s: PerProjection %v, want %v", device, a.PerProjection, want)
+		}
+	}
+	if _, err := NewAdapter(cfg, peft.Config{Method: peft.LoRA, Rank: 0, Targets: []string{"all"}}, m.Specs); err == nil {
+		t.Error("NewAdapter accepted rank 0")
+	}
+	mlxtest.Run(t, func(t testing.TB) {
+		per, _, _, _ := loraLosses(t, cfg, true, true)
+		grouped, _, _, _ := loraLosses(t, cfg, true, false)
+		for i := range per {
+			if math.Abs(per[i]-grouped[i]) > 1e-5*math.Abs(grouped[i]) || math.IsNaN(per[i]) {
+				t.Errorf("update %d: loss %.7f per projection, %.7f grouped", i, per[i], grouped[i])
+			}
+		}
+		if per[3] >= per[0] {
+			t.Errorf("losses %v do not fall", per)
+		}
 	})
 }

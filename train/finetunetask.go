@@ -189,7 +189,7 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 	opts.Group = g
 	var trainable, frozen []*mlx.Array
 	if f.FineTune.UsesAdapter() {
-		if b.adapter, err = peft.New(f.FineTune.Adapter(), f.Model.Specs); err != nil {
+		if b.adapter, err = NewAdapter(cfg, f.FineTune.Adapter(), f.Model.Specs); err != nil {
 			return b, nil, err
 		}
 		b.trainNames = b.adapter.Names()

@@ -116,7 +116,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		ac := ft.Adapter
 		ac.Method = peft.Method(ft.Method)
 		var a *peft.Adapter
-		if a, err = peft.New(ac, m.Specs); err == nil {
+		if a, err = train.NewAdapter(cfg, ac, m.Specs); err == nil {
 			opt, err = train.NewOptimizerFor(cfg, train.AdapterOptimizerParams(a))
 		}
 		if err == nil {

@@ -34,6 +34,17 @@ type Adapter struct {
 	// holds each group's stacked frozen weights while its product runs,
 	// which costs memory and saves no time on the CPU.
 	PerProjection bool
+	// DequantizedProducts makes the products over a quantized base (Quant)
+	// float matmuls against each weight dequantized where it is used,
+	// instead of MLX's quantized matmuls, for weights of up to 32 MiB in
+	// float (the block projections; token tables keep the quantized
+	// matmul). The dequantized weight lives while its product runs and is
+	// formed again for the backward pass. For training: MLX's quantized
+	// matmul on the CPU is far slower than its float GEMM (221 against
+	// 6.4 ms for 384 rows through a 1,536 × 576 4-bit weight), and slower
+	// on a GPU too (docs/finetuning.md); a decoder's one row per step is
+	// better served by the quantized matmul.
+	DequantizedProducts bool
 }
 
 // perTarget is the number of adapter arrays per adapted projection.

@@ -67,14 +67,18 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 		nb = 3
 	}
 	outs := make([]int, len(g.members))
+	product, productT := plainMatmul, plainMatmulT
+	rows := 0
 	for n, i := range g.members {
-		if quantized {
-			sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
-			arrays = append(arrays, base[i], sc, b)
-		} else {
-			arrays = append(arrays, base[i])
-		}
 		outs[n] = a.Base[i].Shape[0]
+		rows += outs[n]
+		if !quantized {
+			arrays = append(arrays, base[i])
+			continue
+		}
+		sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
+		arrays = append(arrays, base[i], sc, b)
+		product, productT = a.Quant.products(rows, a.Base[i].Shape[1], sc.Dtype(), a.DequantizedProducts)
 	}
 	for _, j := range g.pos {
 		arrays = append(arrays, adapter[j*k:(j+1)*k]...)
@@ -97,10 +101,6 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 				w0 = append(w0, stack(off, nb, b))
 			}
 			return w0
-		}
-		product, productT := plainMatmul, plainMatmulT
-		if quantized {
-			product, productT = a.Quant.quantizedMatmul, a.Quant.quantizedMatmulT
 		}
 		y0 := stackedProduct(x, b, nb, outs, stackBase, product, productT)
 		A := stack(0, k, ad)                                                  // [members·r, in]

@@ -252,32 +252,8 @@ func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
 	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
-		peak := func(linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error)) uint64 {
-			vg := adapterValueAndGrad(t, m, linears, len(ad), x)
-			defer vg.Free()
-			step, err := mlx.Compile(func(in []*mlx.Array) ([]*mlx.Array, error) {
-				vals, grads, err := vg.Call(in...)
-				return append(vals, grads...), err
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer step.Free()
-			in := append(append([]*mlx.Array{}, ad...), frozen...)
-			for range 2 { // the first call traces and compiles
-				mlx.ResetPeakMemory()
-				out, err := step.Call(in...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := mlx.Eval(out...); err != nil {
-					t.Fatal(err)
-				}
-				mlx.Free(out...)
-			}
-			return mlx.Memory().Peak
-		}
-		perProjection, grouped := peak(a.ProjectionLinears), peak(a.GroupedLinears)
+		perProjection := compiledStepPeak(t, m, a.ProjectionLinears, frozen, ad, x)
+		grouped := compiledStepPeak(t, m, a.GroupedLinears, frozen, ad, x)
 		var stacked uint64
 		for _, i := range a.Targets {
 			if n := a.Base[i].Name; !strings.HasSuffix(n, "wo.weight") && !strings.HasSuffix(n, "w2.weight") {
@@ -289,4 +265,36 @@ func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
 			t.Fatalf("grouped step peaks at %d bytes, per projection %d: %d more, the stacked bases being %d", grouped, perProjection, grouped-perProjection, stacked)
 		}
 	})
+}
+
+// compiledStepPeak is MLX's peak memory over the second call (the first
+// traces and compiles) of a compiled value and gradient of m's mean
+// cross-entropy on x with respect to the adapter arrays ad, through the
+// Linears that linears builds over the frozen list.
+func compiledStepPeak(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
+	frozen, ad []*mlx.Array, x *mlx.Array) uint64 {
+	t.Helper()
+	vg := adapterValueAndGrad(t, m, linears, len(ad), x)
+	defer vg.Free()
+	step, err := mlx.Compile(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		vals, grads, err := vg.Call(in...)
+		return append(vals, grads...), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer step.Free()
+	in := append(append([]*mlx.Array{}, ad...), frozen...)
+	for range 2 {
+		mlx.ResetPeakMemory()
+		out, err := step.Call(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mlx.Eval(out...); err != nil {
+			t.Fatal(err)
+		}
+		mlx.Free(out...)
+	}
+	return mlx.Memory().Peak
 }

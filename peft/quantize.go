@@ -135,6 +135,68 @@ func (q *Quantized) product(x *mlx.Array, a []*mlx.Array, transpose bool) *mlx.A
 	return mlx.AsType(mlx.QuantizedMatmul(x, w, sc, b, transpose, q.GroupSize, q.Bits), dt)
 }
 
+// dequantizedMost is the size in bytes of the largest float weight a
+// dequantized product forms (Adapter.DequantizedProducts). The block
+// projections of the models people fine-tune are below it (Qwen2.5-0.5B's
+// largest, 4,864 × 896, is 17 MB in float32); token tables are above it
+// and keep MLX's quantized matmul, since their float copy (113 MB for
+// SmolLM2-135M in float32) would sit at the loss, where a step peaks.
+const dequantizedMost = 32 << 20
+
+// floatProduct is product computed as a float matmul against the slot's
+// weight dequantized in the scales' dtype.
+func (q *Quantized) floatProduct(x *mlx.Array, a []*mlx.Array, transpose bool) *mlx.Array {
+	dt := x.Dtype()
+	if sd := a[1].Dtype(); sd != dt {
+		x = mlx.AsType(x, sd)
+	}
+	w := mlx.Dequantize(mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2]), q.GroupSize, q.Bits)
+	if transpose {
+		w = mlx.Transpose(w)
+	}
+	return mlx.AsType(mlx.Matmul(x, w), dt)
+}
+
+// dequantizedProduct is floatProduct with a written gradient for x alone:
+// the other orientation's floatProduct of the cotangent, against the
+// weight dequantized again once the cotangent has arrived (mlx.Depends),
+// so that no dequantized weight lives from the forward pass to the
+// backward one and compiling cannot merge the two dequantizations into
+// one that does. The quantized arrays are frozen: their cotangents are
+// zeros that nothing reads.
+func (q *Quantized) dequantizedProduct(x *mlx.Array, a []*mlx.Array, transpose bool) *mlx.Array {
+	fn, err := mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		return []*mlx.Array{q.floatProduct(in[0], in[1:], transpose)}, nil
+	}, func(primals, cot, _ []*mlx.Array) ([]*mlx.Array, error) {
+		out := []*mlx.Array{q.floatProduct(cot[0], mlx.Depends(primals[1:], cot), !transpose)}
+		for _, p := range primals[1:] {
+			out = append(out, mlx.ZerosLike(p))
+		}
+		return out, nil
+	})
+	if err != nil {
+		return mlx.ErrorArray(fmt.Errorf("peft: dequantized product: %w", err))
+	}
+	defer fn.Free() // the traced graph holds what its backward pass needs
+	out, err := fn.Call(append([]*mlx.Array{x}, a...)...)
+	if err != nil {
+		return mlx.ErrorArray(fmt.Errorf("peft: dequantized product: %w", err))
+	}
+	return out[0]
+}
+
+// products returns x·Wᵀ and g·W for a quantized weight of rows × cols
+// whose scales are of dtype: MLX's quantized matmuls, or where dequantized
+// and the float weight is at most dequantizedMost bytes, float matmuls
+// against the weight dequantized per product (dequantizedProduct).
+func (q *Quantized) products(rows, cols int, dtype mlx.Dtype, dequantized bool) (apply, applyT func(*mlx.Array, []*mlx.Array) *mlx.Array) {
+	if !dequantized || rows*cols*dtype.Size() > dequantizedMost {
+		return q.quantizedMatmul, q.quantizedMatmulT
+	}
+	return func(x *mlx.Array, a []*mlx.Array) *mlx.Array { return q.dequantizedProduct(x, a, true) },
+		func(g *mlx.Array, a []*mlx.Array) *mlx.Array { return q.dequantizedProduct(g, a, false) }
+}
+
 // rows returns rows ids of a quantized table (the token embedding): the
 // packed rows, scales and biases gathered, then dequantized, in the
 // scales' dtype, so only the looked-up rows are ever float (mlx-lm's
@@ -150,13 +212,21 @@ func (q *Quantized) rows(ids *mlx.Array, a []*mlx.Array) *mlx.Array {
 // forward pass of the frozen base without adapters; the token embedding's
 // also looks up rows (a tied head's logits are its matmul).
 func (q *Quantized) Linears(frozen []*mlx.Array) (model.Linears, error) {
+	return q.linears(frozen, false)
+}
+
+// linears is Linears, the products of weights of at most dequantizedMost
+// bytes in float computed against their dequantized weight where
+// dequantized (Quantized.products).
+func (q *Quantized) linears(frozen []*mlx.Array, dequantized bool) (model.Linears, error) {
 	if err := q.check(frozen); err != nil {
 		return nil, err
 	}
 	lin := model.Linears{}
 	for k, i := range q.Indices {
 		sc, b := q.extras(frozen, k)
-		l := model.Linear{Arrays: []*mlx.Array{frozen[i], sc, b}, Apply: q.quantizedMatmul, ApplyT: q.quantizedMatmulT}
+		l := model.Linear{Arrays: []*mlx.Array{frozen[i], sc, b}}
+		l.Apply, l.ApplyT = q.products(q.Base[i].Shape[0], q.Base[i].Shape[1], sc.Dtype(), dequantized)
 		if q.Base[i].Kind == model.Embedding {
 			l.Rows = q.rows
 		}

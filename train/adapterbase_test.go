@@ -122,7 +122,8 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 }
 
 // NewAdapter lays a fine-tune's adapters out for its device: grouped on a
-// GPU, one product per projection on the CPU; both layouts train alike
+// GPU, one product per projection on the CPU, quantized weights
+// dequantized where they are used on both; both layouts train alike
 // (the same losses over 4 updates of a SwiGLU model with every
 // projection adapted, to float32 rounding).
 func TestNewAdapterLayoutByDevice(t *testing.T) {
@@ -139,8 +140,8 @@ func TestNewAdapterLayoutByDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.PerProjection != want {
-			t.Errorf("device %s: PerProjection %v, want %v", device, a.PerProjection, want)
+		if a.PerProjection != want || !a.DequantizedProducts {
+			t.Errorf("device %s: PerProjection %v, DequantizedProducts %v; want %v and true", device, a.PerProjection, a.DequantizedProducts, want)
 		}
 	}
 	if _, err := NewAdapter(cfg, peft.Config{Method: peft.LoRA, Rank: 0, Targets: []string{"all"}}, m.Specs); err == nil {

@@ -1,0 +1,84 @@
+package peft
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// TestDequantizedProductsMatchQuantized: over a 4-bit base, the loss and
+// the adapters' gradients through Linears whose products dequantize their
+// weights (Adapter.DequantizedProducts) equal those through MLX's
+// quantized matmuls, for LoRA and DoRA, per projection and grouped.
+func TestDequantizedProductsMatchQuantized(t *testing.T) {
+	m := groupModels(t)["swiglu-gqa"]
+	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	for _, method := range Methods() {
+		for _, perProjection := range []bool{true, false} {
+			label := fmt.Sprintf("%s, per projection %v", method, perProjection)
+			mlxtest.Run(t, func(t testing.TB) {
+				a, frozen, ad := groupSetup(t, m, method, 4, []string{"all"})
+				a.PerProjection = perProjection
+				loss := func(dequantized bool) func(b, ad []*mlx.Array) *mlx.Array {
+					return func(b, ad []*mlx.Array) *mlx.Array {
+						a.DequantizedProducts = dequantized
+						lin, params, err := a.Linears(b, ad)
+						if err != nil {
+							return mlx.ErrorArray(err)
+						}
+						ce, _ := m.LossTermsWith(params, lin, x, y)
+						return mlx.Mean(ce)
+					}
+				}
+				wantLoss, wantGrads := adapterLossAndGrads(t, loss(false), frozen, ad)
+				got, grads := adapterLossAndGrads(t, loss(true), frozen, ad)
+				if math.Abs(got-wantLoss) > 1e-5*wantLoss {
+					t.Fatalf("%s: loss %.7f with dequantized products, %.7f with quantized matmuls", label, got, wantLoss)
+				}
+				closeGrads(t, label, a, grads, wantGrads, 1e-4)
+			})
+		}
+	}
+}
+
+// TestDequantizedStepKeepsNoFloatBase: a compiled LoRA value and gradient
+// over a 4-bit base with dequantized products peaks no higher than with
+// quantized matmuls by more than half the float size of the dequantized
+// weights, on a model whose frozen weights are most of its memory: a
+// weight dequantized for the forward pass must not live to the backward
+// one (the products would then hold the base in float, the memory
+// quantizing saves).
+func TestDequantizedStepKeepsNoFloatBase(t *testing.T) {
+	m, err := model.New(model.Config{VocabSize: 61, DModel: 256, Layers: 4, Heads: 4, KVHeads: 2, Context: 8,
+		MLPHidden: 1024, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	mlxtest.Run(t, func(t testing.TB) {
+		a, frozen, ad := groupSetup(t, m, LoRA, 4, []string{"all"})
+		a.PerProjection = true
+		linears := func(dequantized bool) func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+			return func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error) {
+				a.DequantizedProducts = dequantized
+				return a.Linears(b, ad)
+			}
+		}
+		quantized := compiledStepPeak(t, m, linears(false), frozen, ad, x)
+		dequantized := compiledStepPeak(t, m, linears(true), frozen, ad, x)
+		var float uint64
+		for _, i := range a.Targets {
+			float += uint64(4 * a.Base[i].Shape[0] * a.Base[i].Shape[1])
+		}
+		t.Logf("peak: dequantized %d, quantized %d bytes; the projections in float32 %d bytes", dequantized, quantized, float)
+		if dequantized > quantized+float/2 {
+			t.Fatalf("dequantized products peak at %d bytes, quantized %d: %d more, the projections in float32 being %d",
+				dequantized, quantized, dequantized-quantized, float)
+		}
+	})
+}

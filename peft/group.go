@@ -46,6 +46,60 @@ func (a *Adapter) groups() []group {
 	return out
 }
 
+// groupBase is the frozen half of a group's Linear: the members' base
+// arrays (nb per member: [W], or [packed, scales, biases] for a quantized
+// base, whose members share bits and group size), their output widths,
+// and the products of one member's arrays (x·Wᵀ and g·W).
+type groupBase struct {
+	arrays            []*mlx.Array
+	nb                int
+	outs              []int
+	product, productT func(*mlx.Array, []*mlx.Array) *mlx.Array
+}
+
+// groupBase returns the frozen half of g's Linear over the frozen list.
+func (a *Adapter) groupBase(g group, base []*mlx.Array) groupBase {
+	gb := groupBase{nb: 1, outs: make([]int, len(g.members)), product: plainMatmul, productT: plainMatmulT}
+	quantized := a.Quant != nil && slices.Contains(a.Quant.Indices, g.members[0])
+	if quantized {
+		gb.nb = 3
+	}
+	rows := 0
+	for n, i := range g.members {
+		gb.outs[n] = a.Base[i].Shape[0]
+		rows += gb.outs[n]
+		if !quantized {
+			gb.arrays = append(gb.arrays, base[i])
+			continue
+		}
+		sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
+		gb.arrays = append(gb.arrays, base[i], sc, b)
+		gb.product, gb.productT = a.Quant.products(rows, a.Base[i].Shape[1], sc.Dtype(), a.DequantizedProducts)
+	}
+	return gb
+}
+
+// stack returns the members' base arrays b stacked on rows: [W0] or
+// [packed, scales, biases].
+func (gb groupBase) stack(b []*mlx.Array) []*mlx.Array {
+	members := len(gb.outs)
+	var w0 []*mlx.Array
+	for off := range gb.nb {
+		parts := make([]*mlx.Array, 0, members)
+		for n := range members {
+			parts = append(parts, b[n*gb.nb+off])
+		}
+		w0 = append(w0, mlx.Concatenate(parts, 0))
+	}
+	return w0
+}
+
+// apply is x·[W0₁; W0₂; …]ᵀ over the members' base arrays b
+// (stackedProduct).
+func (gb groupBase) apply(x *mlx.Array, b []*mlx.Array) *mlx.Array {
+	return stackedProduct(x, b, gb.nb, gb.outs, gb.stack, gb.product, gb.productT)
+}
+
 // groupLinear is the model.Linear of the adapted projections of g,
 // computing their outputs concatenated along the last axis with one base
 // product and one low-rank product: for LoRA
@@ -55,58 +109,32 @@ func (a *Adapter) groups() []group {
 // where diag(B₁, B₂, …) is block-diagonal, formed as the rows of the Bs
 // side by side, masked. For DoRA the sum is scaled by the concatenated
 // row scales m/‖W0 + s·B·A‖, whose merged matrix is the stacked one
-// W0 + s·diag(B)·A. The frozen bases are concatenated per call (quantized
-// ones as their packed weights, scales and biases, which share bits and
-// group size). base is the frozen list, adapter the adapter arrays.
+// W0 + s·diag(B)·A. The frozen bases are concatenated per call
+// (groupBase). base is the frozen list, adapter the adapter arrays.
 func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear {
 	k := a.perTarget()
-	var arrays []*mlx.Array
-	quantized := a.Quant != nil && slices.Contains(a.Quant.Indices, g.members[0])
-	nb := 1
-	if quantized {
-		nb = 3
-	}
-	outs := make([]int, len(g.members))
-	product, productT := plainMatmul, plainMatmulT
-	rows := 0
-	for n, i := range g.members {
-		outs[n] = a.Base[i].Shape[0]
-		rows += outs[n]
-		if !quantized {
-			arrays = append(arrays, base[i])
-			continue
-		}
-		sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
-		arrays = append(arrays, base[i], sc, b)
-		product, productT = a.Quant.products(rows, a.Base[i].Shape[1], sc.Dtype(), a.DequantizedProducts)
-	}
+	gb := a.groupBase(g, base)
+	arrays := slices.Clone(gb.arrays)
 	for _, j := range g.pos {
 		arrays = append(arrays, adapter[j*k:(j+1)*k]...)
 	}
 	rank, scale := a.Config.Rank, a.Config.Scale()
 	dora := a.Config.Method == DoRA
-	members := len(g.members)
+	members, quantized := len(g.members), gb.nb == 3
 	return model.Linear{Arrays: arrays, Group: slices.Clone(g.members), Apply: func(x *mlx.Array, arr []*mlx.Array) *mlx.Array {
-		b, ad := arr[:members*nb], arr[members*nb:]
-		stack := func(off, stride int, bs []*mlx.Array) *mlx.Array { // every stride-th array from off, stacked on rows
+		b, ad := arr[:members*gb.nb], arr[members*gb.nb:]
+		stack := func(off int) *mlx.Array { // adapter array off of every member, stacked on rows
 			parts := make([]*mlx.Array, 0, members)
 			for n := range members {
-				parts = append(parts, bs[n*stride+off])
+				parts = append(parts, ad[n*k+off])
 			}
 			return mlx.Concatenate(parts, 0)
 		}
-		stackBase := func(b []*mlx.Array) []*mlx.Array { // [packed, scales, biases] or [W], stacked
-			var w0 []*mlx.Array
-			for off := range nb {
-				w0 = append(w0, stack(off, nb, b))
-			}
-			return w0
-		}
-		y0 := stackedProduct(x, b, nb, outs, stackBase, product, productT)
-		A := stack(0, k, ad)                                                  // [members·r, in]
-		bt := mlx.Transpose(stack(1, k, ad))                                  // [r, out]
-		tiled := mlx.Concatenate(slices.Repeat([]*mlx.Array{bt}, members), 0) // [members·r, out]
-		bdT := mlx.Multiply(tiled, blockMask(outs, rank, scale, bt.Dtype()))  // s·diag(B)ᵀ
+		y0 := gb.apply(x, b)
+		A := stack(0)                                                           // [members·r, in]
+		bt := mlx.Transpose(stack(1))                                           // [r, out]
+		tiled := mlx.Concatenate(slices.Repeat([]*mlx.Array{bt}, members), 0)   // [members·r, out]
+		bdT := mlx.Multiply(tiled, blockMask(gb.outs, rank, scale, bt.Dtype())) // s·diag(B)ᵀ
 		h := mlx.Matmul(mlx.AsType(x, A.Dtype()), mlx.Transpose(A))
 		var y *mlx.Array
 		if x.Dtype() == A.Dtype() {
@@ -117,7 +145,7 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 		if !dora {
 			return y
 		}
-		w0 := stackBase(b)
+		w0 := gb.stack(b)
 		var wf *mlx.Array
 		if quantized {
 			wf = a.Quant.dequantize(w0)
@@ -125,7 +153,7 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 			wf = w0[0]
 		}
 		w := mlx.Add(mlx.AsType(wf, mlx.Float32), mlx.Matmul(mlx.Transpose(bdT), A))
-		gain := mlx.AsType(mlx.Divide(stack(2, k, ad), rowNorm(w)), x.Dtype())
+		gain := mlx.AsType(mlx.Divide(stack(2), rowNorm(w)), x.Dtype())
 		return mlx.Multiply(y, gain)
 	}}
 }

@@ -19,8 +19,7 @@ import (
 // bits wherever the BLAS rounds the two shapes differently.
 func TestBaseLinearsEqualFreshAdapter(t *testing.T) {
 	m := groupModels(t)["swiglu-gqa"]
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
-	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	x, y := testTokens()
 	for _, bits := range []int{0, 4} {
 		for _, perProjection := range []bool{false, true} {
 			for _, dequantized := range []bool{false, true} {

@@ -16,8 +16,7 @@ import (
 // quantized matmuls, for LoRA and DoRA, per projection and grouped.
 func TestDequantizedProductsMatchQuantized(t *testing.T) {
 	m := groupModels(t)["swiglu-gqa"]
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
-	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	x, y := testTokens()
 	for _, method := range Methods() {
 		for _, perProjection := range []bool{true, false} {
 			label := fmt.Sprintf("%s, per projection %v", method, perProjection)
@@ -59,7 +58,7 @@ func TestDequantizedStepKeepsNoFloatBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	x, _ := testTokens()
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 4, []string{"all"})
 		a.PerProjection = true

@@ -38,8 +38,7 @@ func groupModels(t testing.TB) map[string]*model.TinyGPT {
 // ProjectionLinears (one Linear per projection), for LoRA and DoRA over a
 // float and a 4-bit base.
 func TestGroupedEqualsPerProjection(t *testing.T) {
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
-	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	x, y := testTokens()
 	for name, m := range groupModels(t) {
 		for _, method := range Methods() {
 			for _, bits := range []int{0, 4} {
@@ -100,7 +99,7 @@ func TestPartialGroupsFallBack(t *testing.T) {
 // projection (the count is deterministic: it is the graph, not a timing).
 func TestGroupedStepHasFewerOps(t *testing.T) {
 	m := groupModels(t)["swiglu-gqa"]
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	x, _ := testTokens()
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
 		count := func(linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error)) int {
@@ -194,8 +193,7 @@ func argnums(n int) []int {
 // bfloat16, and the loss is the per-projection one to bfloat16 rounding.
 func TestGroupedBFloat16(t *testing.T) {
 	m := groupModels(t)["swiglu-gqa"]
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
-	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	x, y := testTokens()
 	for _, method := range Methods() {
 		mlxtest.Run(t, func(t testing.TB) {
 			a, frozen, ad := groupSetup(t, m, method, 0, []string{"all"})
@@ -249,7 +247,7 @@ func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	x, _ := testTokens()
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
 		perProjection := compiledStepPeak(t, m, a.ProjectionLinears, frozen, ad, x)

@@ -76,8 +76,7 @@ func closeGrads(t testing.TB, label string, a *Adapter, got, want [][]float64, t
 // quantized one (whose merged form is the dequantized base's merge).
 func TestUnmergedEqualsMerged(t *testing.T) {
 	m := quantModel(t)
-	x := mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
-	y := mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	x, y := testTokens()
 	for _, method := range Methods() {
 		for _, bits := range []int{0, 4, 8} {
 			label := fmt.Sprintf("%s, bits %d", method, bits)
@@ -234,4 +233,12 @@ func small(t testing.TB, ad []*mlx.Array) []*mlx.Array {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// testTokens are the [2, 8] inputs x and targets y of
+// the tests' forward passes, ids below 61.
+func testTokens() (x, y *mlx.Array) {
+	x = mlx.FromSlice([]int32{1, 5, 9, 2, 60, 7, 3, 3, 4, 8, 15, 16, 23, 42, 0, 11}, 2, 8)
+	y = mlx.FromSlice([]int32{5, 9, 2, 60, 7, 3, 3, 1, 8, 15, 16, 23, 42, 0, 11, 4}, 2, 8)
+	return x, y
 }

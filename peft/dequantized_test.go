@@ -53,11 +53,7 @@ func TestDequantizedProductsMatchQuantized(t *testing.T) {
 // one (the products would then hold the base in float, the memory
 // quantizing saves).
 func TestDequantizedStepKeepsNoFloatBase(t *testing.T) {
-	m, err := model.New(model.Config{VocabSize: 61, DModel: 256, Layers: 4, Heads: 4, KVHeads: 2, Context: 8,
-		MLPHidden: 1024, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := weightHeavyModel(t)
 	x, _ := testTokens()
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 4, []string{"all"})

@@ -242,11 +242,7 @@ func TestGroupedBFloat16(t *testing.T) {
 // bases must not live from the forward pass to the backward one (it
 // held one per group, 0.33 GB on SmolLM2-135M in float32).
 func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
-	m, err := model.New(model.Config{VocabSize: 61, DModel: 256, Layers: 4, Heads: 4, KVHeads: 2, Context: 8,
-		MLPHidden: 1024, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := weightHeavyModel(t)
 	x, _ := testTokens()
 	mlxtest.Run(t, func(t testing.TB) {
 		a, frozen, ad := groupSetup(t, m, LoRA, 0, []string{"all"})
@@ -295,4 +291,16 @@ func compiledStepPeak(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.
 		mlx.Free(out...)
 	}
 	return mlx.Memory().Peak
+}
+
+// weightHeavyModel is a SwiGLU model with grouped-query attention whose
+// frozen weights are most of a step's memory, for the peak-memory tests.
+func weightHeavyModel(t testing.TB) *model.TinyGPT {
+	t.Helper()
+	m, err := model.New(model.Config{VocabSize: 61, DModel: 256, Layers: 4, Heads: 4, KVHeads: 2, Context: 8,
+		MLPHidden: 1024, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

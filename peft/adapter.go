@@ -42,8 +42,8 @@ type Adapter struct {
 	// formed again for the backward pass. For training: MLX's quantized
 	// matmul on the CPU is far slower than its float GEMM (221 against
 	// 6.4 ms for 384 rows through a 1,536 × 576 4-bit weight), and slower
-	// on a GPU too (docs/finetuning.md); a decoder's one row per step is
-	// better served by the quantized matmul.
+	// on a CUDA GPU too (docs/finetuning.md); a decoder's one row per step
+	// is better served by the quantized matmul.
 	DequantizedProducts bool
 }
 

@@ -61,17 +61,20 @@ func CastFrozenBase(cfg Config, base []*mlx.Array) error {
 // operations. On the CPU each projection keeps its own product
 // (peft.Adapter.PerProjection), since grouping saved no time there and
 // its stacked frozen weights raised the peak (SmolLM2-135M LoRA in
-// float32: 1.463 GB grouped against 1.403 GB per projection). On both,
-// the block projections of a quantized base are dequantized where they
-// are used (peft.Adapter.DequantizedProducts): MLX's quantized matmul is
-// many times slower than its float GEMM on the CPU, and on an H200 a
-// Qwen2.5-0.5B-shaped QLoRA update took 0.091 s instead of 0.120 s and
-// peaked 0.26 GiB lower (docs/finetuning.md).
+// float32: 1.463 GB grouped against 1.403 GB per projection). On the CPU
+// and on a CUDA GPU the block projections of a quantized base are
+// dequantized where they are used (peft.Adapter.DequantizedProducts):
+// MLX's quantized matmul is many times slower than its float GEMM on the
+// CPU, and on an H200 a Qwen2.5-0.5B-shaped QLoRA update took 0.091 s
+// instead of 0.120 s and peaked 0.26 GiB lower (docs/finetuning.md). On
+// Metal, where MLX's quantized kernels are its own, they are left as
+// they are.
 func NewAdapter(cfg Config, ac peft.Config, specs []model.ParamSpec) (*peft.Adapter, error) {
 	a, err := peft.New(ac, specs)
 	if err != nil {
 		return nil, err
 	}
-	a.PerProjection, a.DequantizedProducts = cfg.Device != "gpu", true
+	cpu := cfg.Device != "gpu"
+	a.PerProjection, a.DequantizedProducts = cpu, cpu || mlx.CUDAAvailable()
 	return a, nil
 }

@@ -123,8 +123,8 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 
 // NewAdapter lays a fine-tune's adapters out for its device: grouped on a
 // GPU, one product per projection on the CPU, quantized weights
-// dequantized where they are used on both; both layouts train alike
-// (the same losses over 4 updates of a SwiGLU model with every
+// dequantized where they are used on the CPU and CUDA; both layouts train
+// alike (the same losses over 4 updates of a SwiGLU model with every
 // projection adapted, to float32 rounding).
 func TestNewAdapterLayoutByDevice(t *testing.T) {
 	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 2, Heads: 2, KVHeads: 1, Context: 6,
@@ -140,8 +140,9 @@ func TestNewAdapterLayoutByDevice(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.PerProjection != want || !a.DequantizedProducts {
-			t.Errorf("device %s: PerProjection %v, DequantizedProducts %v; want %v and true", device, a.PerProjection, a.DequantizedProducts, want)
+		dequantized := device == "cpu" || mlx.CUDAAvailable()
+		if a.PerProjection != want || a.DequantizedProducts != dequantized {
+			t.Errorf("device %s: PerProjection %v, DequantizedProducts %v; want %v and %v", device, a.PerProjection, a.DequantizedProducts, want, dequantized)
 		}
 	}
 	if _, err := NewAdapter(cfg, peft.Config{Method: peft.LoRA, Rank: 0, Targets: []string{"all"}}, m.Specs); err == nil {

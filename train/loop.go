@@ -284,6 +284,7 @@ func (r *run) log(lr float64, eval bool) error {
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
 		m.TokensPerS = m.StepsPerS * float64(r.tokensPerUpdate())
+		m.CountedTokensPerS = m.CountedTokens / dt
 	}
 	r.lastLog, r.lastLogStep = now, r.step
 	r.sum.TokensPerS = m.TokensPerS

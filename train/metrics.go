@@ -29,12 +29,18 @@ type Metrics struct {
 	// mean(logsumexp²); absent when z_loss is 0.
 	ValZLoss *float64 `json:"val_z_loss,omitempty"`
 	// ValTokens is the number of held-out tokens the evaluation covered.
-	ValTokens  int     `json:"val_tokens,omitempty"`
-	LR         float64 `json:"lr"`
-	GradNorm   float64 `json:"grad_norm"`
-	StepsPerS  float64 `json:"steps_per_s"`
+	ValTokens int     `json:"val_tokens,omitempty"`
+	LR        float64 `json:"lr"`
+	GradNorm  float64 `json:"grad_norm"`
+	StepsPerS float64 `json:"steps_per_s"`
+	// TokensPerS counts every position of the updates' rows since the
+	// previous line; in a fine-tune that includes padding and the masked
+	// prompts, which CountedTokensPerS leaves out.
 	TokensPerS float64 `json:"tokens_per_s"`
-	ElapsedS   float64 `json:"elapsed_s"`
+	// CountedTokensPerS is, for a fine-tune, CountedTokens per second: the
+	// targets it trained on (mlx-lm's "trained tokens").
+	CountedTokensPerS float64 `json:"counted_tokens_per_s,omitempty"`
+	ElapsedS          float64 `json:"elapsed_s"`
 	// PeakMemoryBytes is MLX's peak memory since the run started.
 	PeakMemoryBytes uint64 `json:"peak_memory_bytes,omitempty"`
 	// MicroBatch and AccumSteps are the plan the update ran under: a

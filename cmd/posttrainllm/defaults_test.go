@@ -160,6 +160,13 @@ func checkIntervalMeans(t *testing.T, every1, every3 []train.Metrics, weighted b
 		if weighted && m.CountedTokens != n {
 			t.Errorf("step %d: counted_tokens %g, want %g", m.Step, m.CountedTokens, n)
 		}
+		// The interval's counted targets over its time, which its 3 updates
+		// over the same time give as steps_per_s: never above tokens_per_s.
+		if want := m.CountedTokens * m.StepsPerS / 3; math.Abs(m.CountedTokensPerS-want) > 1e-9*want ||
+			(weighted && (m.CountedTokensPerS <= 0 || m.CountedTokensPerS > m.TokensPerS)) {
+			t.Errorf("step %d: counted_tokens_per_s %g, want %g (counted_tokens × steps_per_s / 3) within tokens_per_s %g",
+				m.Step, m.CountedTokensPerS, want, m.TokensPerS)
+		}
 	}
 	if lines != 2 {
 		t.Fatalf("%d logged lines, want 2 (steps 3 and 6)", lines)

@@ -109,7 +109,9 @@ func (p *progress) finish() {
 }
 
 // formatMetrics is one logged step: loss, held-out cross-entropy (and the
-// z-loss term apart), learning rate, speed and the time left at that speed.
+// z-loss term apart), learning rate, speed (for a fine-tune also the
+// trained tokens per second, padding and masked prompts left out) and the
+// time left at that speed.
 func formatMetrics(m train.Metrics, steps int) string {
 	s := fmt.Sprintf("loss %.4f", m.Loss)
 	if m.ValLoss != nil {
@@ -119,6 +121,9 @@ func formatMetrics(m train.Metrics, steps int) string {
 		}
 	}
 	s += fmt.Sprintf("  lr %.3g  %.2f step/s  %.0f tok/s", m.LR, m.StepsPerS, m.TokensPerS)
+	if m.CountedTokensPerS > 0 {
+		s += fmt.Sprintf(" (%.0f trained)", m.CountedTokensPerS)
+	}
 	if m.StepsPerS > 0 && steps > m.Step {
 		eta := time.Duration(float64(steps-m.Step) / m.StepsPerS * float64(time.Second))
 		s += "  eta " + eta.Round(time.Second).String()

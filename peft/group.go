@@ -171,15 +171,15 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 // that nothing reads.
 func stackedProduct(x *mlx.Array, base []*mlx.Array, parts int, outs []int, stack func([]*mlx.Array) []*mlx.Array,
 	product, productT func(*mlx.Array, []*mlx.Array) *mlx.Array) *mlx.Array {
-	fn, err := mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		return []*mlx.Array{product(in[0], stack(in[1:]))}, nil
-	}, func(primals, cot, _ []*mlx.Array) ([]*mlx.Array, error) {
-		g, rows := cot[0], cot[0].Dim(0)
+	return frozenProduct("stacked base product", x, base, func(x *mlx.Array, base []*mlx.Array) *mlx.Array {
+		return product(x, stack(base))
+	}, func(g *mlx.Array, base []*mlx.Array) *mlx.Array {
+		rows := g.Dim(0)
 		var dx *mlx.Array
 		col := 0
 		for n, out := range outs {
 			gn := mlx.Slice(g, []int{0, col}, []int{rows, col + out})
-			term := productT(gn, primals[1+n*parts:1+(n+1)*parts])
+			term := productT(gn, base[n*parts:(n+1)*parts])
 			if dx == nil {
 				dx = term
 			} else {
@@ -187,19 +187,31 @@ func stackedProduct(x *mlx.Array, base []*mlx.Array, parts int, outs []int, stac
 			}
 			col += out
 		}
-		out := []*mlx.Array{dx}
+		return dx
+	})
+}
+
+// frozenProduct is forward(x, frozen) with a written gradient for x alone,
+// dx(g, frozen) of its cotangent g; the frozen arrays' cotangents are
+// zeros that nothing reads. what names the product in errors.
+func frozenProduct(what string, x *mlx.Array, frozen []*mlx.Array,
+	forward, dx func(*mlx.Array, []*mlx.Array) *mlx.Array) *mlx.Array {
+	fn, err := mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
+		return []*mlx.Array{forward(in[0], in[1:])}, nil
+	}, func(primals, cot, _ []*mlx.Array) ([]*mlx.Array, error) {
+		out := []*mlx.Array{dx(cot[0], primals[1:])}
 		for _, b := range primals[1:] {
 			out = append(out, mlx.ZerosLike(b))
 		}
 		return out, nil
 	})
 	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("peft: stacked base product: %w", err))
+		return mlx.ErrorArray(fmt.Errorf("peft: %s: %w", what, err))
 	}
 	defer fn.Free() // the traced graph holds what its backward pass needs
-	out, err := fn.Call(append([]*mlx.Array{x}, base...)...)
+	out, err := fn.Call(append([]*mlx.Array{x}, frozen...)...)
 	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("peft: stacked base product: %w", err))
+		return mlx.ErrorArray(fmt.Errorf("peft: %s: %w", what, err))
 	}
 	return out[0]
 }

@@ -165,24 +165,11 @@ func (q *Quantized) floatProduct(x *mlx.Array, a []*mlx.Array, transpose bool) *
 // one that does. The quantized arrays are frozen: their cotangents are
 // zeros that nothing reads.
 func (q *Quantized) dequantizedProduct(x *mlx.Array, a []*mlx.Array, transpose bool) *mlx.Array {
-	fn, err := mlx.CustomVJP(func(in []*mlx.Array) ([]*mlx.Array, error) {
-		return []*mlx.Array{q.floatProduct(in[0], in[1:], transpose)}, nil
-	}, func(primals, cot, _ []*mlx.Array) ([]*mlx.Array, error) {
-		out := []*mlx.Array{q.floatProduct(cot[0], mlx.Depends(primals[1:], cot), !transpose)}
-		for _, p := range primals[1:] {
-			out = append(out, mlx.ZerosLike(p))
-		}
-		return out, nil
+	return frozenProduct("dequantized product", x, a, func(x *mlx.Array, a []*mlx.Array) *mlx.Array {
+		return q.floatProduct(x, a, transpose)
+	}, func(g *mlx.Array, a []*mlx.Array) *mlx.Array {
+		return q.floatProduct(g, mlx.Depends(a, []*mlx.Array{g}), !transpose)
 	})
-	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("peft: dequantized product: %w", err))
-	}
-	defer fn.Free() // the traced graph holds what its backward pass needs
-	out, err := fn.Call(append([]*mlx.Array{x}, a...)...)
-	if err != nil {
-		return mlx.ErrorArray(fmt.Errorf("peft: dequantized product: %w", err))
-	}
-	return out[0]
 }
 
 // products returns x·Wᵀ and g·W for a quantized weight of rows × cols

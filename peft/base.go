@@ -39,13 +39,10 @@ func (a *Adapter) BaseLinears(base []*mlx.Array) (model.Linears, []*mlx.Array, e
 		}
 	}
 	if !a.PerProjection {
-		for _, g := range a.groups() {
-			for _, i := range g.members {
-				delete(lin, i)
-			}
+		a.regroup(lin, func(g group) model.Linear {
 			gb := a.groupBase(g, base)
-			lin[g.members[0]] = model.Linear{Arrays: gb.arrays, Group: slices.Clone(g.members), Apply: gb.apply}
-		}
+			return model.Linear{Arrays: gb.arrays, Group: slices.Clone(g.members), Apply: gb.apply}
+		})
 	}
 	return lin, base[:len(a.Base)], nil
 }

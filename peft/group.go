@@ -46,6 +46,29 @@ func (a *Adapter) groups() []group {
 	return out
 }
 
+// regroup replaces, in lin, the Linears of each group's members by the
+// one grouped Linear linear builds for the group, held at its first
+// member.
+func (a *Adapter) regroup(lin model.Linears, linear func(group) model.Linear) {
+	for _, g := range a.groups() {
+		for _, i := range g.members {
+			delete(lin, i)
+		}
+		lin[g.members[0]] = linear(g)
+	}
+}
+
+// stackRows is arrays off, off+stride, … (n of them) concatenated on rows:
+// one kind of array of every member of a group, members laid out stride
+// arrays apart.
+func stackRows(arrays []*mlx.Array, off, stride, n int) *mlx.Array {
+	parts := make([]*mlx.Array, 0, n)
+	for m := range n {
+		parts = append(parts, arrays[m*stride+off])
+	}
+	return mlx.Concatenate(parts, 0)
+}
+
 // groupBase is the frozen half of a group's Linear: the members' base
 // arrays (nb per member: [W], or [packed, scales, biases] for a quantized
 // base, whose members share bits and group size), their output widths,
@@ -74,7 +97,10 @@ func (a *Adapter) groupBase(g group, base []*mlx.Array) groupBase {
 		}
 		sc, b := a.Quant.extras(base, slices.Index(a.Quant.Indices, i))
 		gb.arrays = append(gb.arrays, base[i], sc, b)
-		gb.product, gb.productT = a.Quant.products(rows, a.Base[i].Shape[1], sc.Dtype(), a.DequantizedProducts)
+	}
+	if quantized { // the stacked weight decides: rows × the members' common input width
+		cols := a.Base[g.members[0]].Shape[1]
+		gb.product, gb.productT = a.Quant.products(rows, cols, gb.arrays[1].Dtype(), a.DequantizedProducts)
 	}
 	return gb
 }
@@ -82,14 +108,9 @@ func (a *Adapter) groupBase(g group, base []*mlx.Array) groupBase {
 // stack returns the members' base arrays b stacked on rows: [W0] or
 // [packed, scales, biases].
 func (gb groupBase) stack(b []*mlx.Array) []*mlx.Array {
-	members := len(gb.outs)
-	var w0 []*mlx.Array
+	w0 := make([]*mlx.Array, gb.nb)
 	for off := range gb.nb {
-		parts := make([]*mlx.Array, 0, members)
-		for n := range members {
-			parts = append(parts, b[n*gb.nb+off])
-		}
-		w0 = append(w0, mlx.Concatenate(parts, 0))
+		w0[off] = stackRows(b, off, gb.nb, len(gb.outs))
 	}
 	return w0
 }
@@ -123,13 +144,7 @@ func (a *Adapter) groupLinear(g group, base, adapter []*mlx.Array) model.Linear 
 	members, quantized := len(g.members), gb.nb == 3
 	return model.Linear{Arrays: arrays, Group: slices.Clone(g.members), Apply: func(x *mlx.Array, arr []*mlx.Array) *mlx.Array {
 		b, ad := arr[:members*gb.nb], arr[members*gb.nb:]
-		stack := func(off int) *mlx.Array { // adapter array off of every member, stacked on rows
-			parts := make([]*mlx.Array, 0, members)
-			for n := range members {
-				parts = append(parts, ad[n*k+off])
-			}
-			return mlx.Concatenate(parts, 0)
-		}
+		stack := func(off int) *mlx.Array { return stackRows(ad, off, k, members) } // adapter array off of every member
 		y0 := gb.apply(x, b)
 		A := stack(0)                                                           // [members·r, in]
 		bt := mlx.Transpose(stack(1))                                           // [r, out]

@@ -40,12 +40,7 @@ func (a *Adapter) GroupedLinears(base, adapter []*mlx.Array) (model.Linears, []*
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, g := range a.groups() {
-		for _, i := range g.members {
-			delete(lin, i)
-		}
-		lin[g.members[0]] = a.groupLinear(g, base, adapter)
-	}
+	a.regroup(lin, func(g group) model.Linear { return a.groupLinear(g, base, adapter) })
 	return lin, params, nil
 }
 

@@ -295,12 +295,4 @@ func compiledStepPeak(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.
 
 // weightHeavyModel is a SwiGLU model with grouped-query attention whose
 // frozen weights are most of a step's memory, for the peak-memory tests.
-func weightHeavyModel(t testing.TB) *model.TinyGPT {
-	t.Helper()
-	m, err := model.New(model.Config{VocabSize: 61, DModel: 256, Layers: 4, Heads: 4, KVHeads: 2, Context: 8,
-		MLPHidden: 1024, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
+func weightHeavyModel(t testing.TB) *model.TinyGPT { return swigluModel(t, 4, 256, 1024) }

@@ -12,10 +12,14 @@ import (
 
 // quantModel is a model whose projections' input sides (64 and 128) are
 // multiples of every group size.
-func quantModel(t testing.TB) *model.TinyGPT {
+func quantModel(t testing.TB) *model.TinyGPT { return swigluModel(t, 2, 64, 128) }
+
+// swigluModel is a SwiGLU model with grouped-query attention (4 heads, 2
+// KV heads) of the given layers, width d and MLP hidden size.
+func swigluModel(t testing.TB, layers, d, hidden int) *model.TinyGPT {
 	t.Helper()
-	m, err := model.New(model.Config{VocabSize: 61, DModel: 64, Layers: 2, Heads: 4, KVHeads: 2, Context: 8,
-		MLPHidden: 128, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
+	m, err := model.New(model.Config{VocabSize: 61, DModel: d, Layers: layers, Heads: 4, KVHeads: 2, Context: 8,
+		MLPHidden: hidden, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
 	if err != nil {
 		t.Fatal(err)
 	}

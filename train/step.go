@@ -371,10 +371,12 @@ func (s *Step) microbatchInputs(batch []*mlx.Array, i int, mb []*mlx.Array) {
 // With a flat layout (an elementwise optimizer, optim.Flat) the inputs
 // and outputs are the layout's groups: the loss reads per-parameter views
 // of them, each microbatch's gradients are concatenated into one array
-// per group (concatGrads) and accumulated so, and the optimizer runs once
-// per group (flatUpdate). On a GPU that is three kernels per parameter and
-// update fewer: its cast, its accumulation or concatenation for the
-// norm, and its optimizer update (docs/performance/gpu.md).
+// per group and summed in float32 (groupGrads), and the optimizer runs
+// once per group (flatUpdate). On a GPU that is three kernels per
+// parameter and update fewer: its cast, its accumulation or concatenation
+// for the norm, and its optimizer update (docs/performance/gpu.md); on a
+// CUDA GPU the concatenation, the cast and the accumulation of a group
+// are one kernel.
 func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	s.traces++
 	P, C, S := s.layoutSizes()
@@ -407,6 +409,9 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	copy(args, lossParams)
 	copy(args[U:], frozen)
 	mb := args[U+F:] // this microbatch's x, y and, when weighted, w
+	// On a CUDA GPU each group's gradients are copied and summed by one
+	// kernel of the step's own (gradgroup.go).
+	groupKernels := mlx.DefaultDevice() == mlx.GPU && mlx.CUDAAvailable()
 	for i := 0; i < n; i++ {
 		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
@@ -425,20 +430,26 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		if len(vals) != 1+s.nAux {
 			return nil, fmt.Errorf("train: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
 		}
-		if s.flat != nil {
-			g = s.concatGrads(g)
-		}
 		if i == 0 {
 			lossSum, auxSum = vals[0], slices.Clone(vals[1:])
+		} else {
+			lossSum = mlx.Add(lossSum, vals[0])
+			for j, a := range vals[1:] {
+				auxSum[j] = mlx.Add(auxSum[j], a)
+			}
+		}
+		if s.flat != nil {
+			if acc, err = s.groupGrads(g, acc, groupKernels); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if i == 0 {
 			acc = make([]*mlx.Array, len(g))
 			for j := range g {
 				acc[j] = mlx.AsType(g[j], mlx.Float32)
 			}
 			continue
-		}
-		lossSum = mlx.Add(lossSum, vals[0])
-		for j, a := range vals[1:] {
-			auxSum[j] = mlx.Add(auxSum[j], a)
 		}
 		for j := range g {
 			acc[j] = mlx.Add(acc[j], mlx.AsType(g[j], mlx.Float32))

@@ -14,33 +14,8 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 )
 
-// concatGrads concatenates one microbatch's gradients of the units,
-// flattened, into one array per group of the flat layout (units come in
-// group order), in their own (compute) dtype: one copy per unit, and then
-// one cast per group to float32 where casting each gradient would launch
-// a kernel per parameter. Each group's gradient is an array of its own,
-// not a slice of one: MLX may hand an input's whole buffer to an output
-// (donation), and a slice's output would then keep the whole buffer.
-func (s *Step) concatGrads(grads []*mlx.Array) []*mlx.Array {
-	out := make([]*mlx.Array, 0, s.flat.Groups())
-	var parts []*mlx.Array
-	for u, g := range grads {
-		parts = append(parts, mlx.Reshape(g, -1))
-		if u+1 < len(grads) && s.flat.GroupOf(s.units[u+1][0]) == s.flat.GroupOf(s.units[u][0]) {
-			continue
-		}
-		if len(parts) == 1 {
-			out = append(out, parts[0])
-		} else {
-			out = append(out, mlx.Concatenate(parts, 0))
-		}
-		parts = nil
-	}
-	return out
-}
-
 // flatUpdate is update over the flat layout, given the float32 sums of
-// the microbatches' gradients per group (concatGrads): the norm reduces
+// the microbatches' gradients per group (groupGrads): the norm reduces
 // them as they are, and the optimizer runs once per group. The mean over
 // the microbatches and the clipping scale are one 0-D factor that MLX's
 // compiler fuses into each group's update kernel.

@@ -58,7 +58,25 @@ type chunkedLoss struct {
 	// output head). The logits are its Apply and h's gradient its ApplyT,
 	// over its arrays, which the function takes as inputs after y; it
 	// returns zeros for head's and their gradients, which nothing reads.
+	// A linear with Dense is converted whole once per pass (dense) and
+	// the chunks multiply the float head.
 	linear *Linear
+}
+
+// dense returns c for chunks that multiply a float head, and that head:
+// with a linear that has Dense, its float weight converted from its
+// arrays extra, after deps (nil for none), in dtype; otherwise c and head
+// as they are.
+func (c chunkedLoss) dense(head *mlx.Array, extra, deps []*mlx.Array, dtype mlx.Dtype) (chunkedLoss, *mlx.Array) {
+	if c.linear == nil || c.linear.Dense == nil {
+		return c, head
+	}
+	if len(deps) > 0 {
+		extra = mlx.Depends(extra, deps)
+	}
+	w := castTo(c.linear.Dense(extra), dtype)
+	c.linear = nil
+	return c, w
 }
 
 // terms returns ce and lse [R] float32 of rows h [R, D] for targets y [R].
@@ -146,6 +164,7 @@ func join(parts []*mlx.Array) *mlx.Array {
 // forward is the CustomVJP's function: (h, head, y) → (ce, lse).
 func (c chunkedLoss) forward(in []*mlx.Array) ([]*mlx.Array, error) {
 	h, head, y, extra := in[0], in[1], in[2], in[3:]
+	c, head = c.dense(head, extra, nil, h.Dtype())
 	var ces, lses, deps []*mlx.Array
 	c.chunks(h.Dim(0), func(start, end int) {
 		logits := mlx.AsType(c.logits(rowsOf(after(h, deps), start, end), head, extra), mlx.Float32)
@@ -215,18 +234,27 @@ func (c chunkedLoss) logitsGrad(hc, head *mlx.Array, extra []*mlx.Array, y, dce,
 }
 
 // frozenBackward is backward with a linear: h's gradient chunk by chunk
-// through its ApplyT, each chunk after the previous one's, and zeros for
-// the frozen head, y and the linear's arrays.
+// through its ApplyT (with Dense, against the float head converted once),
+// each chunk after the previous one's, and zeros for the frozen head, y
+// and the linear's arrays.
 func (c chunkedLoss) frozenBackward(primals, cotangents, outputs []*mlx.Array) ([]*mlx.Array, error) {
 	h, head, y, extra := primals[0], primals[1], primals[2], primals[3:]
 	dce, dlse, lse := cotangents[0], cotangents[1], outputs[1]
 	ids := mlx.Arange(0, float64(c.pv), 1, y.Dtype())
 	var dhs []*mlx.Array
 	deps := []*mlx.Array{dce, dlse}
+	// A dense head is converted again once the cotangents have arrived,
+	// so that no float head lives from the forward pass to this one.
+	lc, w := c.dense(head, extra, deps, h.Dtype())
 	c.chunks(h.Dim(0), func(start, end int) {
 		hc := rowsOf(after(h, deps), start, end)
-		g := c.logitsGrad(hc, head, extra, y, dce, dlse, lse, ids, start, end)
-		dh := castTo(c.linear.ApplyT(g, extra), h.Dtype())
+		g := lc.logitsGrad(hc, w, extra, y, dce, dlse, lse, ids, start, end)
+		var dh *mlx.Array
+		if lc.linear == nil {
+			dh = castTo(mlx.Matmul(g, w), h.Dtype())
+		} else {
+			dh = castTo(c.linear.ApplyT(g, extra), h.Dtype())
+		}
 		dhs = append(dhs, dh)
 		deps = []*mlx.Array{dh}
 	})

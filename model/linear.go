@@ -35,6 +35,13 @@ type Linear struct {
 	// x·Wᵀ with respect to x, which the chunked loss forms itself for the
 	// output head (Memory.LossChunk). Needed there; nil elsewhere.
 	ApplyT func(g *mlx.Array, arrays []*mlx.Array) *mlx.Array
+	// Dense, when set, returns W [out, in] whole as a float array in the
+	// dtype of Apply's product: a frozen output head held in a form of its
+	// own (quantized) that the chunked loss converts once per pass and
+	// multiplies as a float weight, instead of running Apply and ApplyT
+	// on its own form chunk by chunk. Optional, and only for the output
+	// head.
+	Dense func(arrays []*mlx.Array) *mlx.Array
 }
 
 // apply is l.Apply over l's own arrays.

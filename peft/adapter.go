@@ -45,6 +45,13 @@ type Adapter struct {
 	// on a CUDA GPU too (docs/finetuning.md); a decoder's one row per step
 	// is better served by the quantized matmul.
 	DequantizedProducts bool
+	// DequantizedHead makes a quantized output head (the tied token
+	// embedding or an untied head) dequantized whole once per pass of the
+	// chunked loss (model.Linear.Dense) and multiplied as a float weight,
+	// instead of MLX's quantized matmuls chunk by chunk. Its float copy
+	// (272 MB in bf16 for Qwen2.5-0.5B's tied table) lives while the loss
+	// runs.
+	DequantizedHead bool
 }
 
 // perTarget is the number of adapter arrays per adapted projection.

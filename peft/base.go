@@ -29,7 +29,7 @@ func (a *Adapter) BaseLinears(base []*mlx.Array) (model.Linears, []*mlx.Array, e
 	lin := model.Linears{}
 	if a.Quant != nil {
 		var err error
-		if lin, err = a.Quant.linears(base, a.DequantizedProducts); err != nil {
+		if lin, err = a.Quant.linears(base, a.DequantizedProducts, a.DequantizedHead); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -45,6 +45,53 @@ func TestDequantizedProductsMatchQuantized(t *testing.T) {
 	}
 }
 
+// TestDequantizedHeadMatchesQuantized: with a 4-bit output head (the
+// tied token embedding, or an untied head) and the loss chunked, the loss
+// and the adapters' gradients with the head dequantized once per pass
+// (Adapter.DequantizedHead, model.Linear.Dense) equal those through MLX's
+// quantized matmuls chunk by chunk.
+func TestDequantizedHeadMatchesQuantized(t *testing.T) {
+	x, y := testTokens()
+	for _, tied := range []bool{false, true} {
+		mlxtest.Run(t, func(t testing.TB) {
+			m, err := model.New(model.Config{VocabSize: 61, DModel: 64, Layers: 2, Heads: 4, KVHeads: 2, Context: 8,
+				MLPHidden: 128, Norm: model.NormRMS, MLP: model.MLPSwiGLU, TiedEmbeddings: tied})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.Memory.LossChunk = 5 // 16 rows: chunks of 5, 5, 5 and 1
+			a, frozen, ad := groupSetup(t, m, LoRA, 4, []string{"all"})
+			head := m.Specs[len(m.Specs)-1].Name
+			if tied {
+				head = model.TokenEmbeddingName
+			}
+			loss := func(dense bool) func(b, ad []*mlx.Array) *mlx.Array {
+				return func(b, ad []*mlx.Array) *mlx.Array {
+					a.DequantizedHead = dense
+					lin, params, err := a.Linears(b, ad)
+					if err != nil {
+						return mlx.ErrorArray(err)
+					}
+					for i, l := range lin {
+						if m.Specs[i].Name == head && (l.Dense != nil) != dense {
+							return mlx.ErrorArray(fmt.Errorf("the Linear of %s has Dense %t, want %t", head, l.Dense != nil, dense))
+						}
+					}
+					ce, _ := m.LossTermsWith(params, lin, x, y)
+					return mlx.Mean(ce)
+				}
+			}
+			wantLoss, wantGrads := adapterLossAndGrads(t, loss(false), frozen, ad)
+			got, grads := adapterLossAndGrads(t, loss(true), frozen, ad)
+			label := fmt.Sprintf("tied %t", tied)
+			if math.Abs(got-wantLoss) > 1e-5*wantLoss {
+				t.Fatalf("%s: loss %.7f with the head dequantized, %.7f with quantized matmuls", label, got, wantLoss)
+			}
+			closeGrads(t, label, a, grads, wantGrads, 1e-4)
+		})
+	}
+}
+
 // TestDequantizedStepKeepsNoFloatBase: a compiled LoRA value and gradient
 // over a 4-bit base with dequantized products peaks no higher than with
 // quantized matmuls by more than half the float size of the dequantized

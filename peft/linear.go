@@ -54,7 +54,7 @@ func (a *Adapter) ProjectionLinears(base, adapter []*mlx.Array) (model.Linears, 
 	lin := model.Linears{}
 	if a.Quant != nil {
 		var err error
-		if lin, err = a.Quant.linears(base, a.DequantizedProducts); err != nil {
+		if lin, err = a.Quant.linears(base, a.DequantizedProducts, a.DequantizedHead); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -150,7 +150,7 @@ func (q *Quantized) floatProduct(x *mlx.Array, a []*mlx.Array, transpose bool) *
 	if sd := a[1].Dtype(); sd != dt {
 		x = mlx.AsType(x, sd)
 	}
-	w := mlx.Dequantize(mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2]), q.GroupSize, q.Bits)
+	w := q.dense(a)
 	if transpose {
 		w = mlx.Transpose(w)
 	}
@@ -184,6 +184,12 @@ func (q *Quantized) products(rows, cols int, dtype mlx.Dtype, dequantized bool) 
 		func(g *mlx.Array, a []*mlx.Array) *mlx.Array { return q.dequantizedProduct(g, a, false) }
 }
 
+// dense returns a quantized weight whole, dequantized in the scales'
+// dtype.
+func (q *Quantized) dense(a []*mlx.Array) *mlx.Array {
+	return mlx.Dequantize(mlx.StopGradient(a[0]), mlx.StopGradient(a[1]), mlx.StopGradient(a[2]), q.GroupSize, q.Bits)
+}
+
 // rows returns rows ids of a quantized table (the token embedding): the
 // packed rows, scales and biases gathered, then dequantized, in the
 // scales' dtype, so only the looked-up rows are ever float (mlx-lm's
@@ -199,13 +205,14 @@ func (q *Quantized) rows(ids *mlx.Array, a []*mlx.Array) *mlx.Array {
 // forward pass of the frozen base without adapters; the token embedding's
 // also looks up rows (a tied head's logits are its matmul).
 func (q *Quantized) Linears(frozen []*mlx.Array) (model.Linears, error) {
-	return q.linears(frozen, false)
+	return q.linears(frozen, false, false)
 }
 
 // linears is Linears, the products of weights of at most dequantizedMost
 // bytes in float computed against their dequantized weight where
-// dequantized (Quantized.products).
-func (q *Quantized) linears(frozen []*mlx.Array, dequantized bool) (model.Linears, error) {
+// dequantized (Quantized.products), and the output head's Linear with
+// Dense where denseHead.
+func (q *Quantized) linears(frozen []*mlx.Array, dequantized, denseHead bool) (model.Linears, error) {
 	if err := q.check(frozen); err != nil {
 		return nil, err
 	}
@@ -216,6 +223,9 @@ func (q *Quantized) linears(frozen []*mlx.Array, dequantized bool) (model.Linear
 		l.Apply, l.ApplyT = q.products(q.Base[i].Shape[0], q.Base[i].Shape[1], sc.Dtype(), dequantized)
 		if q.Base[i].Kind == model.Embedding {
 			l.Rows = q.rows
+		}
+		if denseHead && (q.Base[i].Kind == model.Head || q.Base[i].Kind == model.Embedding) {
+			l.Dense = q.dense // a tied table's is used only as the head
 		}
 		lin[i] = l
 	}

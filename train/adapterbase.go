@@ -75,6 +75,7 @@ func NewAdapter(cfg Config, ac peft.Config, specs []model.ParamSpec) (*peft.Adap
 		return nil, err
 	}
 	cpu := cfg.Device != "gpu"
-	a.PerProjection, a.DequantizedProducts = cpu, cpu || mlx.CUDAAvailable()
+	cuda := !cpu && mlx.CUDAAvailable()
+	a.PerProjection, a.DequantizedProducts, a.DequantizedHead = cpu, cpu || cuda, cuda
 	return a, nil
 }

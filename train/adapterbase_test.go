@@ -141,8 +141,10 @@ func TestNewAdapterLayoutByDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 		dequantized := device == "cpu" || mlx.CUDAAvailable()
-		if a.PerProjection != want || a.DequantizedProducts != dequantized {
-			t.Errorf("device %s: PerProjection %v, DequantizedProducts %v; want %v and %v", device, a.PerProjection, a.DequantizedProducts, want, dequantized)
+		head := device == "gpu" && mlx.CUDAAvailable()
+		if a.PerProjection != want || a.DequantizedProducts != dequantized || a.DequantizedHead != head {
+			t.Errorf("device %s: PerProjection %v, DequantizedProducts %v, DequantizedHead %v; want %v, %v and %v",
+				device, a.PerProjection, a.DequantizedProducts, a.DequantizedHead, want, dequantized, head)
 		}
 	}
 	if _, err := NewAdapter(cfg, peft.Config{Method: peft.LoRA, Rank: 0, Targets: []string{"all"}}, m.Specs); err == nil {

@@ -67,8 +67,15 @@ func CastFrozenBase(cfg Config, base []*mlx.Array) error {
 // MLX's quantized matmul is many times slower than its float GEMM on the
 // CPU, and on an H200 a Qwen2.5-0.5B-shaped QLoRA update took 0.091 s
 // instead of 0.120 s and peaked 0.26 GiB lower (docs/finetuning.md). On
-// Metal, where MLX's quantized kernels are its own, they are left as
-// they are.
+// a CUDA GPU a quantized output head is also dequantized once per pass of
+// the chunked loss (peft.Adapter.DequantizedHead): the same update then
+// took 0.060–0.066 s instead of 0.092–0.094 s and peaked at 10.2–10.7 GiB
+// instead of 12.4. On the CPU MLX's dequantize holds temporaries several
+// times its output, and the float head raised SmolLM2-135M's QLoRA peak
+// from 0.85 to 1.22 GB in chunks of 128, above mlx-lm's
+// (docs/performance/memory.md), so the CPU keeps the quantized matmul
+// there. On Metal, where MLX's quantized kernels are its own, the
+// products are left as they are.
 func NewAdapter(cfg Config, ac peft.Config, specs []model.ParamSpec) (*peft.Adapter, error) {
 	a, err := peft.New(ac, specs)
 	if err != nil {

@@ -17,9 +17,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/posttrainllm/posttrainllm/internal/hostheap"
 )
 
 func main() {
+	hostheap.KeepFreedMemory() // MLX's CPU buffers reused, not mapped anew (package hostheap)
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

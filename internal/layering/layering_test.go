@@ -17,7 +17,7 @@ const module = "github.com/posttrainllm/posttrainllm/"
 // within its own tree (data/chattemplate → data). A package missing here
 // fails the test, so a new package has to be placed.
 var layers = [][]string{
-	{"internal/qos", "internal/distenv", "internal/darwinlink", "internal/realmodel", "internal/layering", "tboard/tbpb"},
+	{"internal/qos", "internal/hostheap", "internal/distenv", "internal/darwinlink", "internal/realmodel", "internal/layering", "tboard/tbpb"},
 	{"mlx", "internal/pyenv"},
 	{"model", "optim", "data", "tboard", "internal/mlxtest"},
 	{"peft", "hf", "internal/tokentest"},

@@ -9,8 +9,8 @@
 // 384 positions) takes page faults and has the kernel zero every page
 // again each time. KeepFreedMemory has glibc serve such allocations from
 // its heap, which keeps what is freed for the next allocation: a
-// SmolLM2-135M LoRA update on a 2-core CPU took 4–5% less time, its
-// process's peak resident memory 2–7% higher and flat over the run
+// SmolLM2-135M LoRA update on a 2-core CPU took 4–6% less time, the
+// process's peak resident memory 1–2% higher and flat over the run
 // (docs/performance/memory.md). MLX's own peak figure does not change.
 //
 // Elsewhere (macOS, a C library other than glibc, a build without cgo)

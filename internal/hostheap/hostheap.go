@@ -21,8 +21,9 @@ package hostheap
 // from its heap rather than from its own mapping, and return freed heap
 // memory to the system only once more than trimThreshold bytes are free at
 // its top. It reports whether the allocator took the settings (glibc
-// only). It is process-wide: posttrainllm's command calls it at start;
-// a Go program using the packages may too.
+// only). It is process-wide, and posttrainllm's command calls it at
+// start; a Go program using the packages gets the same settings from the
+// environment: GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=1073741824.
 func KeepFreedMemory() bool { return keepFreedMemory(trimThreshold) }
 
 // trimThreshold is how much free memory the heap keeps at its top before

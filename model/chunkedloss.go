@@ -130,6 +130,15 @@ func (c chunkedLoss) logits(h, head *mlx.Array, extra []*mlx.Array) *mlx.Array {
 	return mlx.Matmul(h, mlx.Transpose(head))
 }
 
+// rowsGrad returns the gradient of rows h from the gradient g of their
+// logits (logits' transpose): the linear's ApplyT, or g·head.
+func (c chunkedLoss) rowsGrad(g, head *mlx.Array, extra []*mlx.Array) *mlx.Array {
+	if c.linear != nil {
+		return c.linear.ApplyT(g, extra)
+	}
+	return mlx.Matmul(g, head)
+}
+
 // chunks calls fn for the row range of every chunk of rows rows.
 func (c chunkedLoss) chunks(rows int, fn func(start, end int)) {
 	for start := 0; start < rows; start += c.chunk {
@@ -194,7 +203,7 @@ func (c chunkedLoss) backward(primals, cotangents, outputs []*mlx.Array) ([]*mlx
 	c.chunks(h.Dim(0), func(start, end int) {
 		hc := rowsOf(after(h, deps), start, end)
 		g := c.logitsGrad(hc, head, nil, y, dce, dlse, lse, ids, start, end)
-		dh := castTo(mlx.Matmul(g, head), h.Dtype())
+		dh := castTo(c.rowsGrad(g, head, nil), h.Dtype())
 		switch {
 		case dhead == nil:
 			dhead = castTo(mlx.Matmul(mlx.Transpose(g), hc), mlx.Float32)
@@ -249,12 +258,7 @@ func (c chunkedLoss) frozenBackward(primals, cotangents, outputs []*mlx.Array) (
 	c.chunks(h.Dim(0), func(start, end int) {
 		hc := rowsOf(after(h, deps), start, end)
 		g := lc.logitsGrad(hc, w, extra, y, dce, dlse, lse, ids, start, end)
-		var dh *mlx.Array
-		if lc.linear == nil {
-			dh = castTo(mlx.Matmul(g, w), h.Dtype())
-		} else {
-			dh = castTo(c.linear.ApplyT(g, extra), h.Dtype())
-		}
+		dh := castTo(lc.rowsGrad(g, w, extra), h.Dtype())
 		dhs = append(dhs, dh)
 		deps = []*mlx.Array{dh}
 	})

@@ -26,9 +26,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/internal/distenv"
@@ -115,6 +117,12 @@ func Run(cfg Config) error {
 		return err
 	}
 	defer cleanup()
+	// Signals are caught before the first rank starts, so that a Ctrl-C
+	// during start-up reaches the supervisor rather than ending the parent
+	// with its children left running.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	ranks := make([]*rank, cfg.Nproc)
 	exits := make(chan rankExit, cfg.Nproc)
 	ready := make(chan int, cfg.Nproc)
@@ -135,7 +143,7 @@ func Run(cfg Config) error {
 		pids[i] = fmt.Sprintf("rank %d pid %d", i, r.cmd.Process.Pid)
 	}
 	fmt.Fprintf(stderr, "posttrainllm: started %d ranks (%s backend): %s\n", cfg.Nproc, backendOf(cfg.Device), strings.Join(pids, ", "))
-	return supervise(ranks, stderr, ready, exits, b)
+	return supervise(ranks, stderr, ready, exits, sigs, b)
 }
 
 // lockedWriter is a writer that several goroutines may write to: each

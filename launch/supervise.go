@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,15 +68,13 @@ func startRank(exe string, args, env []string, id int, stdout, stderr io.Writer,
 }
 
 // supervise waits for the ranks, ending the others when one fails, when
-// they do not connect in time, or on a second signal.
-func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan rankExit, b Bounds) error {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-
+// they do not connect in time, or on a second signal (sigs carries the
+// parent's SIGINT and SIGTERM).
+func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan rankExit, sigs <-chan os.Signal, b Bounds) error {
 	connect := time.NewTimer(b.Connect)
 	defer connect.Stop()
 	var grace <-chan time.Time
+	graceAfter := "rank 0 finished" // what started the grace period
 	connected, running := 0, len(ranks)
 	var result error   // the run's outcome, set by the first failure
 	var signalled bool // a signal was passed on to rank 0
@@ -102,7 +99,7 @@ func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan r
 		case <-grace:
 			for _, r := range ranks {
 				if !r.exited && result == nil {
-					fmt.Fprintf(stderr, "posttrainllm: rank %d had not exited %s after rank 0 finished; ended it\n", r.id, b.Grace)
+					fmt.Fprintf(stderr, "posttrainllm: rank %d had not exited %s after %s; ended it\n", r.id, b.Grace, graceAfter)
 				}
 			}
 			killOthers(-1)
@@ -132,6 +129,15 @@ func supervise(ranks []*rank, stderr io.Writer, ready <-chan int, exits <-chan r
 				// a checkpoint); the others write nothing.
 				killOthers(0)
 				result = rankZeroExit(e.err)
+			case e.err != nil && signalled:
+				// Rank 0 is stopping on the signal passed on to it: after
+				// its step it leaves the group, so a peer's next collective
+				// fails, possibly before rank 0's exit is seen here. Rank
+				// 0's exit (its checkpoint, status 130) decides the run.
+				if grace == nil {
+					grace = time.After(b.Grace)
+					graceAfter = fmt.Sprintf("rank %d left the interrupted run", r.id)
+				}
 			case e.err != nil:
 				result = fmt.Errorf("rank %d of %d %s; ended the other ranks (rank 0 had %s to write a checkpoint), "+
 					"the run folder's last checkpoint is intact%s", r.id, len(ranks), describeExit(e.err), b.Grace, r.stderr.quoted())

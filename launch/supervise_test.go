@@ -3,8 +3,11 @@ package launch
 import (
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -13,6 +16,13 @@ import (
 // rank: a rank reports that it connected with `echo ready >&3`. The
 // timeout detects a hang of the supervisor; it measures no speed.
 func superviseShells(t *testing.T, b Bounds, scripts ...string) error {
+	t.Helper()
+	return superviseSignalled(t, b, nil, scripts...)
+}
+
+// superviseSignalled is superviseShells with the parent's signals read from
+// sigs.
+func superviseSignalled(t *testing.T, b Bounds, sigs <-chan os.Signal, scripts ...string) error {
 	t.Helper()
 	ranks := make([]*rank, len(scripts))
 	exits := make(chan rankExit, len(scripts))
@@ -26,7 +36,7 @@ func superviseShells(t *testing.T, b Bounds, scripts ...string) error {
 		ranks[i] = r
 	}
 	done := make(chan error, 1)
-	go func() { done <- supervise(ranks, io.Discard, ready, exits, b) }()
+	go func() { done <- supervise(ranks, io.Discard, ready, exits, sigs, b) }()
 	select {
 	case err := <-done:
 		wg.Wait()
@@ -86,5 +96,27 @@ func TestSuperviseKeepsRankZeroStatus(t *testing.T) {
 func TestSuperviseAllFinish(t *testing.T) {
 	if err := superviseShells(t, Bounds{Connect: time.Minute, Grace: time.Minute}, "echo ready >&3", "echo ready >&3"); err != nil {
 		t.Fatalf("supervise = %v, want nil", err)
+	}
+}
+
+// An interrupt goes to rank 0, which finishes its step and exits 130; a
+// peer whose collective then fails because rank 0 left may exit first, and
+// the run still ends with rank 0's status, not as that peer's failure.
+func TestSuperviseInterruptedPeerFailingFirst(t *testing.T) {
+	dir := t.TempDir()
+	trapped, left := filepath.Join(dir, "trapped"), filepath.Join(dir, "left")
+	rank0 := "trap 'touch " + left + "; sleep 0.5; exit 130' INT; touch " + trapped + "; echo ready >&3; while :; do sleep 0.05; done"
+	rank1 := "echo ready >&3; while [ ! -e " + left + " ]; do sleep 0.02; done; echo 'connection to a peer was lost' >&2; exit 1"
+	sigs := make(chan os.Signal, 2)
+	go func() {
+		for _, err := os.Stat(trapped); err != nil; _, err = os.Stat(trapped) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		sigs <- syscall.SIGINT
+	}()
+	err := superviseSignalled(t, Bounds{Connect: time.Minute, Grace: time.Minute}, sigs, rank0, rank1)
+	var ee *ExitError
+	if !errors.As(err, &ee) || ee.Code != 130 {
+		t.Fatalf("supervise = %v, want rank 0's exit status 130", err)
 	}
 }

@@ -15,8 +15,10 @@
 //     names the rank;
 //   - ranks that have not all connected within Bounds.Connect are ended;
 //   - the first SIGINT or SIGTERM to the parent goes to rank 0 alone, which
-//     finishes its step, checkpoints and exits; the others are then ended;
-//     a second signal ends every rank.
+//     finishes its step, checkpoints and exits; the others are then ended
+//     (one whose next collective fails because rank 0 left does not change
+//     the outcome: rank 0's status is the run's); a second signal ends
+//     every rank.
 //
 // Each rank, a process in which InRank reports true, calls Join to connect
 // to its group; Join tells the supervising parent that it connected.

@@ -53,18 +53,25 @@ func main() {
 		cfg.Device = *device
 	}
 	cfg.MicroBatch, cfg.Steps, cfg.Corpus = *micro, *steps, *corpus
+	if err := run(cfg, *preset, *rounds); err != nil {
+		log.Fatal("loopbench: ", err)
+	}
+}
+
+// run prints rounds rounds of the bench row and the train rows of cfg.
+func run(cfg train.Config, preset string, rounds int) error {
 	tok, err := data.NewTokenizer(cfg.Tokenizer)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	ds, err := train.OpenDatasetWith(*corpus, tok, "", cfg.Model.Context, cfg.ValFraction)
+	ds, err := train.OpenDatasetWith(cfg.Corpus, tok, "", cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer ds.Close()
 	tmp, err := os.MkdirTemp("", "loopbench-")
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer os.RemoveAll(tmp)
 
@@ -77,10 +84,10 @@ func main() {
 		{"train, log every 50", func(c *train.Config) { c.LogEvery = 50 }},
 		{"train, prefetch depth 8", func(c *train.Config) { c.PrefetchDepth = 8 }},
 	}
-	for r := 1; r <= *rounds; r++ {
-		res, err := bench.Run(cfg, bench.Options{Label: *preset, Warmup: 20, Steps: *steps, Data: ds, Pipelined: true})
+	for r := 1; r <= rounds; r++ {
+		res, err := bench.Run(cfg, bench.Options{Label: preset, Warmup: 20, Steps: cfg.Steps, Data: ds, Pipelined: true})
 		if err != nil {
-			log.Fatal(err)
+			return err
 		}
 		fmt.Printf("round %d  %-26s waited %.2f ms, pipelined %.2f ms per update (plan %d × %d)\n",
 			r, "bench", res.MsPerStepMedian, res.PipelinedMsPerStep, res.MicroBatch, res.AccumSteps)
@@ -89,11 +96,12 @@ func main() {
 			v.edit(&c)
 			med, lo, hi, err := trainRow(c, ds, tmp)
 			if err != nil {
-				log.Fatal(err)
+				return err
 			}
 			fmt.Printf("round %d  %-26s %.2f ms per update (intervals %.2f–%.2f)\n", r, v.name, med, lo, hi)
 		}
 	}
+	return nil
 }
 
 // trainRow runs cfg's training and returns the median, least and most ms

@@ -11,7 +11,7 @@
 //   - train: train.Trainer.Run as `posttrainllm train` runs it (the
 //     preset's logging, evaluation and checkpoint settings), the median ms
 //     per update over the log intervals after the first 40 updates and
-//     before the last 20;
+//     before the last 20, those ending in an evaluation left out;
 //   - train variants, each changing one setting: no held-out evaluation,
 //     a metrics line every 50 updates, a prefetch depth of 8.
 //
@@ -105,7 +105,8 @@ func run(cfg train.Config, preset string, rounds int) error {
 }
 
 // trainRow runs cfg's training and returns the median, least and most ms
-// per update over the log intervals between update 40 and cfg.Steps-20.
+// per update over the log intervals between update 40 and cfg.Steps-20,
+// leaving out those that end in a held-out evaluation.
 func trainRow(cfg train.Config, ds *train.Dataset, tmp string) (med, lo, hi float64, err error) {
 	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
@@ -120,7 +121,8 @@ func trainRow(cfg train.Config, ds *train.Dataset, tmp string) (med, lo, hi floa
 	last, lastStep := time.Time{}, 0
 	tr.Hooks.OnLog = func(m train.Metrics) {
 		now := time.Now()
-		if lastStep >= 40 && m.Step <= cfg.Steps-20 && m.Step > lastStep {
+		evaluated := cfg.EvalEvery > 0 && m.Step%cfg.EvalEvery == 0 // the interval holds an evaluation
+		if lastStep >= 40 && m.Step <= cfg.Steps-20 && m.Step > lastStep && !evaluated {
 			ms = append(ms, float64(now.Sub(last).Microseconds())/1e3/float64(m.Step-lastStep))
 		}
 		last, lastStep = now, m.Step

@@ -176,6 +176,8 @@ int ptlm_take(ptlm_array a, ptlm_array indices, int axis, ptlm_array* out);
 int ptlm_take_along_axis(ptlm_array a, ptlm_array indices, int axis, ptlm_array* out);
 int ptlm_put_along_axis(ptlm_array a, ptlm_array indices, ptlm_array values, int axis, ptlm_array* out);
 int ptlm_topk(ptlm_array a, int k, int axis, ptlm_array* out);
+int ptlm_sort(ptlm_array a, int axis, ptlm_array* out);
+int ptlm_cumsum(ptlm_array a, int axis, bool reverse, bool inclusive, ptlm_array* out);
 int ptlm_arange(double start, double stop, double step, int dtype, ptlm_array* out);
 int ptlm_zeros(const int* shape, int ndim, int dtype, ptlm_array* out);
 int ptlm_ones(const int* shape, int ndim, int dtype, ptlm_array* out);
@@ -190,6 +192,9 @@ int ptlm_fast_rope(ptlm_array x, int dims, bool traditional, float base, float s
 // rope with the period of each rotated pair given (freqs, [dims/2]) instead of a base.
 int ptlm_fast_rope_freqs(ptlm_array x, int dims, bool traditional, float scale, int offset, ptlm_array freqs,
                         ptlm_array* out);
+// rope with one start position per row of x ([B, ...] with offsets [B], int32); freqs may be NULL (then base).
+int ptlm_fast_rope_offsets(ptlm_array x, int dims, bool traditional, float base, float scale, ptlm_array offsets,
+                          ptlm_array freqs, ptlm_array* out);
 int ptlm_fast_sdpa(ptlm_array q, ptlm_array k, ptlm_array v, float scale, const char* mask_mode,
                   ptlm_array mask, ptlm_array* out);
 int ptlm_fast_cross_entropy(ptlm_array logits, ptlm_array targets, ptlm_array* out);

@@ -87,6 +87,10 @@ int ptlm_put_along_axis(ptlm_array a, ptlm_array indices, ptlm_array values, int
   PTLM_TRY(*out = wrap(mx::put_along_axis(A(a), A(indices), A(values), axis)))
 }
 int ptlm_topk(ptlm_array a, int k, int axis, ptlm_array* out) { PTLM_TRY(*out = wrap(mx::topk(A(a), k, axis))) }
+int ptlm_sort(ptlm_array a, int axis, ptlm_array* out) { PTLM_TRY(*out = wrap(mx::sort(A(a), axis))) }
+int ptlm_cumsum(ptlm_array a, int axis, bool reverse, bool inclusive, ptlm_array* out) {
+  PTLM_TRY(*out = wrap(mx::cumsum(A(a), axis, reverse, inclusive)))
+}
 int ptlm_arange(double start, double stop, double step, int dtype, ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::arange(start, stop, step, dtype_of(dtype))))
 }
@@ -114,6 +118,12 @@ int ptlm_fast_rope(ptlm_array x, int dims, bool traditional, float base, float s
 int ptlm_fast_rope_freqs(ptlm_array x, int dims, bool traditional, float scale, int offset, ptlm_array freqs,
                         ptlm_array* out) {
   PTLM_TRY(*out = wrap(mx::fast::rope(A(x), dims, traditional, std::nullopt, scale, offset, A(freqs))))
+}
+int ptlm_fast_rope_offsets(ptlm_array x, int dims, bool traditional, float base, float scale, ptlm_array offsets,
+                          ptlm_array freqs, ptlm_array* out) {
+  std::optional<float> b = base;
+  if (freqs) b = std::nullopt;
+  PTLM_TRY(*out = wrap(mx::fast::rope(A(x), dims, traditional, b, scale, A(offsets), opt(freqs))))
 }
 int ptlm_fast_sdpa(ptlm_array q, ptlm_array k, ptlm_array v, float scale, const char* mask_mode, ptlm_array mask,
                   ptlm_array* out) {

@@ -84,6 +84,28 @@ func RoPEFreqs(x *Array, dims int, traditional bool, freqs *Array, scale float32
 	})
 }
 
+// RoPERows is RoPE with each row of x ([B, ...]) starting at its own
+// position, offsets [B] (int32): batched generation, whose rows hold
+// sequences of different lengths, rotates each new token by its own
+// position. freqs, when not nil, gives each rotated pair's period as for
+// RoPEFreqs, and base is then unused.
+func RoPERows(x *Array, dims int, traditional bool, base, scale float32, offsets, freqs *Array) *Array {
+	if err := firstErr(x, offsets); err != nil {
+		return errArray(err)
+	}
+	if err := optionalErr(freqs); err != nil {
+		return errArray(err)
+	}
+	var h C.ptlm_array
+	onThread, err := call(func() C.int {
+		return C.ptlm_fast_rope_offsets(x.h, C.int(dims), C.bool(traditional), C.float(base), C.float(scale), offsets.h, handleOrNil(freqs), &h)
+	})
+	if err != nil {
+		return errArray(opError("rope", err, x, offsets))
+	}
+	return newArray(h, onThread)
+}
+
 // AttentionMask selects the mask of ScaledDotProductAttention.
 type AttentionMask string
 

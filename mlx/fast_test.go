@@ -122,6 +122,29 @@ func TestRoPE(t *testing.T) {
 	})
 }
 
+// RoPERows rotates each batch row from its own position: row b equals
+// RoPE of that row alone with offset offsets[b], with a base and with
+// periods.
+func TestRoPERows(t *testing.T) {
+	onMLX(t, func() {
+		const B, H, T, D = 3, 2, 4, 8
+		x := lcg(8, B*H*T*D)
+		offsets := []int32{0, 5, 17}
+		periods := make([]float32, D/2)
+		for i := range periods {
+			periods[i] = float32(math.Pow(500, 2*float64(i)/D))
+		}
+		for _, freqs := range []*Array{nil, FromSlice(periods, D/2)} {
+			got := values(t, RoPERows(f32(x, B, H, T, D), D, false, 500, 1, FromSlice(offsets, B), freqs))
+			for b, off := range offsets {
+				row := x[b*H*T*D : (b+1)*H*T*D]
+				want := refRoPE(row, H, T, D, D, 500, 1, int(off))
+				closeSlices(t, "rope rows", got[b*H*T*D:(b+1)*H*T*D], want, 1e-5)
+			}
+		}
+	})
+}
+
 // RoPE with frequencies given as periods base^(2i/dims) is RoPE with that
 // base; halving one period doubles that pair's rotation and no other's.
 func TestRoPEFreqs(t *testing.T) {

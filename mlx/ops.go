@@ -270,3 +270,17 @@ func Triu(a *Array, k int) *Array {
 func TopK(a *Array, k, axis int) *Array {
 	return unary("topk", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_topk(x, C.int(k), C.int(axis), o) })
 }
+
+// Sort returns a sorted ascending along axis.
+func Sort(a *Array, axis int) *Array {
+	return unary("sort", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_sort(x, C.int(axis), o) })
+}
+
+// CumSum returns the running sums of a along axis: inclusive sums count
+// each element itself, exclusive ones only those before it; reverse runs
+// from the end of the axis.
+func CumSum(a *Array, axis int, reverse, inclusive bool) *Array {
+	return unary("cumsum", a, func(x C.ptlm_array, o *C.ptlm_array) C.int {
+		return C.ptlm_cumsum(x, C.int(axis), C.bool(reverse), C.bool(inclusive), o)
+	})
+}

@@ -126,6 +126,16 @@ func TestTopK(t *testing.T) {
 	})
 }
 
+func TestSortAndCumSum(t *testing.T) {
+	onMLX(t, func() {
+		a := f32([]float64{3, 1, 4, 1, 5, 9, 2, 6}, 2, 4)
+		checkClose(t, "sort", Sort(a, -1), []int{2, 4}, []float64{1, 1, 3, 4, 2, 5, 6, 9}, 0)
+		checkClose(t, "cumsum", CumSum(a, -1, false, true), []int{2, 4}, []float64{3, 4, 8, 9, 5, 14, 16, 22}, 0)
+		checkClose(t, "cumsum exclusive", CumSum(a, -1, false, false), []int{2, 4}, []float64{0, 3, 4, 8, 0, 5, 14, 16}, 0)
+		checkClose(t, "cumsum reverse", CumSum(a, 0, true, true), []int{2, 4}, []float64{8, 10, 6, 7, 5, 9, 2, 6}, 0)
+	})
+}
+
 func TestStopGradient(t *testing.T) {
 	onMLX(t, func() {
 		x := f32([]float64{1, -2, 3})

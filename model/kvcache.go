@@ -57,8 +57,44 @@ func (c *KVCache) Free() {
 	c.Offset = 0
 }
 
+// kvStore is where attention keeps the keys and values of the positions
+// a forward pass continues: a KVCache, whose rows share one length, or a
+// view of a SlotCache, whose rows have lengths of their own. forwardTo
+// asks it for the tokens' positions, hands it each layer's new keys and
+// values, and tells it how many positions the pass added.
+type kvStore interface {
+	// check reports a store that does not fit config cfg and tokens [B, T].
+	check(cfg Config, B, T int) error
+	// start returns the tokens' first position: one offset for every row,
+	// or, when rows is not nil, each row's own ([B], int32).
+	start() (offset int, rows *mlx.Array)
+	// store takes layer l's new keys and values [B, KVHeads, T, HeadDim]
+	// and returns those attention reads with the mask that keeps each
+	// query to the positions it may see.
+	store(l int, k, v *mlx.Array) (keys, values *mlx.Array, mask mlx.AttentionMask, maskArr *mlx.Array)
+	// advance records that the pass added T positions.
+	advance(T int)
+}
+
+// start is the cache's length: new tokens continue from it.
+func (c *KVCache) start() (int, *mlx.Array) { return c.Offset, nil }
+
+// store appends layer l's keys and values. New positions attend causally
+// to each other and to every cached one; a single new position sees all.
+func (c *KVCache) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.AttentionMask, *mlx.Array) {
+	T := k.Dim(2)
+	k, v = c.append(l, k, v)
+	if T == 1 {
+		return k, v, mlx.NoMask, nil
+	}
+	return k, v, mlx.CausalMask, nil
+}
+
+// advance grows the cache's length by T.
+func (c *KVCache) advance(T int) { c.Offset += T }
+
 // check reports a cache that does not fit config c and batch size B.
-func (c *KVCache) check(cfg Config, B int) error {
+func (c *KVCache) check(cfg Config, B, _ int) error {
 	if len(c.keys) != cfg.Layers {
 		return fmt.Errorf("model: cache holds %d layers, the model has %d", len(c.keys), cfg.Layers)
 	}

@@ -106,7 +106,7 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 		}
 		// A rotation of its own: forwardTo's (and its frequency table) is
 		// released by the time the backward pass recomputes the block.
-		out := m.block(g, ks, m.newRotary(0), gelu, nb, args[0], B, T, nil, l)
+		out := m.block(g, ks, m.newRotary(0, nil), gelu, nb, args[0], B, T, nil, l)
 		return []*mlx.Array{out}, out.Err()
 	}
 	c, err := mlx.Checkpoint(fn)

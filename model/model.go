@@ -189,14 +189,14 @@ func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulatio
 // forward is rowLogits continuing the positions held in cache (nil for
 // none): the tokens sit at positions cache.Offset…, attend to the cached
 // keys and values as well as their own, and cache takes theirs.
-func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache *KVCache, f formulation) *mlx.Array {
+func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation) *mlx.Array {
 	return m.forwardTo(params, tokens, cache, f, logitsHead)[0]
 }
 
 // forwardTo runs the model up to its final norm and hands the rows
 // [B·T, D], with the output projection's weight, to head, whose outputs it
 // returns (one array carrying the error on failure).
-func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCache, f formulation, head headFunc) []*mlx.Array {
+func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation, head headFunc) []*mlx.Array {
 	fail := func(err error) []*mlx.Array { return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)} }
 	if err := tokens.Err(); err != nil {
 		return fail(err)
@@ -210,12 +210,12 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 		return fail(err)
 	}
 	c := m.Config
-	offset := 0
+	offset, rows := 0, (*mlx.Array)(nil) // the first position, or each row's
 	if cache != nil {
-		if err := cache.check(c, B); err != nil {
+		if err := cache.check(c, B, T); err != nil {
 			return fail(err)
 		}
-		offset = cache.Offset
+		offset, rows = cache.start()
 	}
 	var gelu activation
 	if !c.swiGLU() {
@@ -235,13 +235,15 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 	}
 	defer f.proj.Free()
 	f = f.withLinears(w.flat)
-	rot := m.newRotary(offset)
+	rot := m.newRotary(offset, rows)
 	x := f.tokenRows(w.tokEmb, mlx.Reshape(tokens, B*T), cache == nil, c.ComputeDtype()) // [B·T, D]
 	if f.seg != nil && cache == nil {
 		f.docMask = documentMask(f.seg)
 		if w.posEmb != nil {
 			x = mlx.Add(x, mlx.Take(w.posEmb, documentPositions(f.seg), 0))
 		}
+	} else if w.posEmb != nil && rows != nil {
+		x = mlx.Add(x, mlx.Take(w.posEmb, rowPositions(rows, T), 0))
 	} else if w.posEmb != nil {
 		if offset+T > c.Context {
 			return fail(fmt.Errorf("model: positions up to %d, the learned position table holds %d (context)", offset+T, c.Context))
@@ -260,7 +262,7 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache *KVCac
 		x = m.block(f, ks, rot, gelu, b, x, B, T, cache, l)
 	}
 	if cache != nil {
-		cache.Offset += T
+		cache.advance(T)
 	}
 	x = m.norm(ks, x, w.norm, w.normB)
 	return head(m, f, x, w.head)
@@ -281,7 +283,7 @@ func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
 }
 
 // block is transformer block l applied to the residual stream x [B·T, D].
-func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
 	h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
 	x = f.residualBias(res, m.attention(f, ks, rot, b, h, B, T, cache, l), b.wo, b.bo)
 	h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
@@ -327,7 +329,7 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // checkpoints are unchanged. On a CUDA GPU, without a cache, one kernel of
 // ks splits the stacked projection into heads and rotates q and k
 // (kernels.go) in place of the split, the head views and MLX's RoPE.
-func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *mlx.Array, B, T int, cache *KVCache, l int) *mlx.Array {
+func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
 	c := m.Config
 	hd, kvh := c.HeadDim(), c.KVHeadCount()
 	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
@@ -345,14 +347,10 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 		}
 		q, k = rot.apply(q), rot.apply(k)
 	}
-	mask := mlx.CausalMask
+	mask, maskArr := mlx.CausalMask, (*mlx.Array)(nil)
 	if cache != nil {
-		k, v = cache.append(l, k, v)
-		if T == 1 {
-			mask = mlx.NoMask // one new position sees every cached one
-		}
+		k, v, mask, maskArr = cache.store(l, k, v)
 	}
-	var maskArr *mlx.Array
 	if f.docMask != nil && cache == nil {
 		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
 	}

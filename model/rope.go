@@ -17,15 +17,20 @@ type rotary struct {
 	base, scale float32
 	periods     *mlx.Array // [HeadDim/2], Llama 3's; nil for the base's
 	offset      int
+	// rows, when not nil, holds each batch row's first position [B]
+	// (int32) in place of offset: rows of a batched decode sit at
+	// positions of their own.
+	rows *mlx.Array
 }
 
-// newRotary returns the rotation of m's config for positions from offset.
-func (m *TinyGPT) newRotary(offset int) rotary {
+// newRotary returns the rotation of m's config for positions from offset,
+// or from rows' positions, one per batch row, when rows is not nil.
+func (m *TinyGPT) newRotary(offset int, rows *mlx.Array) rotary {
 	c := m.Config
 	if c.learnedPositions() {
 		return rotary{}
 	}
-	r := rotary{on: true, dims: c.HeadDim(), base: float32(c.RoPEBase), scale: c.ropeScale(), offset: offset}
+	r := rotary{on: true, dims: c.HeadDim(), base: float32(c.RoPEBase), scale: c.ropeScale(), offset: offset, rows: rows}
 	if inv := c.ropeInvFreqs(); inv != nil {
 		periods := make([]float32, len(inv))
 		for i, f := range inv {
@@ -41,6 +46,8 @@ func (r rotary) apply(t *mlx.Array) *mlx.Array {
 	switch {
 	case !r.on:
 		return t
+	case r.rows != nil:
+		return mlx.RoPERows(t, r.dims, false, r.base, r.scale, r.rows, r.periods)
 	case r.periods != nil:
 		return mlx.RoPEFreqs(t, r.dims, false, r.periods, r.scale, r.offset)
 	}

@@ -1,0 +1,193 @@
+package generate
+
+import (
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
+)
+
+// read feeds a chunk of a row's prompt into its slot. When the chunk ends
+// the prompt, it samples the first token of each completion of the group
+// from the last position's logits and copies the prompt's keys and values
+// into the other rows' slots: they decode from the next step on. Call on
+// the MLX thread.
+func (b *batch) read(params []*mlx.Array, rd readPlan) error {
+	r, seq, vocab := rd.r, rd.r.job.seq, b.e.net.Config.VocabSize
+	P, n := len(seq.Prompt), rd.end-rd.start
+	tokens := mlx.FromSlice(seq.Prompt[rd.start:rd.end], 1, n)
+	logits := b.e.net.PrefillSlot(params, b.cache, r.slot, rd.start, tokens, seq.PromptLogprobs)
+	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{logits.Dim(0), vocab}), mlx.Float32)
+	b.e.stats.prefilled.Add(int64(n))
+	r.length = rd.end
+	if seq.PromptLogprobs {
+		if rd.start == 0 {
+			r.stream.result.Prompt = append(r.stream.result.Prompt, PromptScore{})
+		}
+		if err := b.score(r, logits, rd); err != nil {
+			return err
+		}
+		logits = mlx.Slice(logits, []int{n - 1, 0}, []int{n, vocab})
+	}
+	if rd.end < P {
+		return mlx.Eval(b.cache.Arrays()...)
+	}
+	group := r.group
+	samplings := make([]*rowSampling, len(group))
+	for i, g := range group {
+		samplings[i] = &g.sampling
+		if g != r && g.slot >= 0 {
+			b.cache.CopySlot(r.slot, g.slot, P)
+		}
+	}
+	temp, topK, topP, u, filter := samplingInputs(samplings)
+	ids, lps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, filter)
+	if err := mlx.Eval(append([]*mlx.Array{ids, lps}, b.cache.Arrays()...)...); err != nil {
+		return err
+	}
+	hostIDs, err := ids.Int32s()
+	if err != nil {
+		return err
+	}
+	hostLps, err := lps.Float32s()
+	if err != nil {
+		return err
+	}
+	for i, g := range group {
+		if g.slot < 0 {
+			continue // ended while the prompt was read
+		}
+		if g != r {
+			g.stream.result.Prompt = r.stream.result.Prompt
+		}
+		g.length, g.state = P, decoding
+		b.accept(g, hostIDs[i], hostLps[i])
+	}
+	return nil
+}
+
+// score appends to r's prompt scores those of the prompt positions whose
+// context is the chunk read: position i's score comes from the logits of
+// position i−1 ([n, vocab], float32).
+func (b *batch) score(r *row, logits *mlx.Array, rd readPlan) error {
+	prompt, vocab := r.job.seq.Prompt, logits.Dim(1)
+	m := min(rd.end-rd.start, len(prompt)-1-rd.start) // positions rd.start+1 … rd.start+m
+	if m <= 0 {
+		return nil
+	}
+	lp := mlx.Subtract(logits, mlx.LogSumExpKeep(logits, -1))
+	lp = mlx.Slice(lp, []int{0, 0}, []int{m, vocab})
+	targets := mlx.FromSlice(prompt[rd.start+1:rd.start+1+m], m, 1)
+	given := mlx.Reshape(mlx.TakeAlongAxis(lp, targets, -1), m)
+	top := mlx.AsType(mlx.Argmax(lp, -1, false), mlx.Int32)
+	topLp := mlx.Max(lp, -1)
+	if err := mlx.Eval(given, top, topLp); err != nil {
+		return err
+	}
+	g, err := given.Float32s()
+	if err != nil {
+		return err
+	}
+	t, err := top.Int32s()
+	if err != nil {
+		return err
+	}
+	tl, err := topLp.Float32s()
+	if err != nil {
+		return err
+	}
+	for i := range m {
+		r.stream.result.Prompt = append(r.stream.result.Prompt, PromptScore{Logprob: g[i], Top: t[i], TopLogprob: tl[i], HasLogprobs: true})
+	}
+	return nil
+}
+
+// decodeStep feeds every decoding row its next token, samples each row's
+// following one and hands it to accept. Rows still reading their prompt
+// (or waiting for it) are fed a placeholder at their next position, which
+// their own prompt overwrites. Call on the MLX thread.
+func (b *batch) decodeStep(params []*mlx.Array) error {
+	S, decodingRows := b.cache.Slots(), 0
+	tokens, positions := make([]int32, S), make([]int32, S)
+	samplings := make([]*rowSampling, S)
+	for s, r := range b.rows {
+		if r == nil {
+			continue
+		}
+		positions[s] = int32(r.length)
+		if r.state == decoding {
+			tokens[s], samplings[s] = r.next, &r.sampling
+			decodingRows++
+		}
+	}
+	temp, topK, topP, u, filter := samplingInputs(samplings)
+	step, err := b.decoder(filter)
+	if err != nil {
+		return err
+	}
+	L := len(b.cache.Keys)
+	inputs := append(append(append([]*mlx.Array(nil), params...), b.cache.Arrays()...),
+		mlx.FromSlice(tokens, S), mlx.FromSlice(positions, S), temp, topK, topP, u)
+	outs, err := step.Call(inputs...)
+	if err != nil {
+		return err
+	}
+	b.cache.Free()
+	copy(b.cache.Keys, outs[2:2+L])
+	copy(b.cache.Values, outs[2+L:])
+	if err := mlx.Eval(outs...); err != nil {
+		return err
+	}
+	ids, err := outs[0].Int32s()
+	if err != nil {
+		return err
+	}
+	lps, err := outs[1].Float32s()
+	if err != nil {
+		return err
+	}
+	b.e.stats.steps.Add(1)
+	b.e.stats.decoded.Add(int64(decodingRows))
+	if int64(decodingRows) > b.e.stats.maxRows.Load() {
+		b.e.stats.maxRows.Store(int64(decodingRows))
+	}
+	for s, r := range b.rows {
+		if r != nil && r.state == decoding {
+			r.length++
+			b.accept(r, ids[s], lps[s])
+		}
+	}
+	return nil
+}
+
+// decoder returns the decode step, with or without the top-k/top-p
+// filter, compiled on first use (or op by op with Interpreted). Its
+// inputs are the parameters, the cache's keys and values, the tokens and
+// positions [S] and the sampling inputs; its outputs the sampled tokens,
+// their log-probabilities and the cache's new keys and values.
+func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
+	i := 0
+	if filter {
+		i = 1
+	}
+	if b.decode[i] != nil {
+		return b.decode[i], nil
+	}
+	net, e := b.e.net, b.e
+	P, L, vocab := len(net.Specs), net.Config.Layers, net.Config.VocabSize
+	fn := func(in []*mlx.Array) ([]*mlx.Array, error) {
+		if !e.opts.Interpreted {
+			e.stats.traces.Add(1)
+		}
+		cache := &model.SlotCache{Keys: append([]*mlx.Array(nil), in[P:P+L]...), Values: append([]*mlx.Array(nil), in[P+L:P+2*L]...)}
+		x := in[P+2*L:]
+		logits := net.DecodeSlots(in[:P], cache, x[0], x[1])
+		ids, lps := sampleRows(logits, x[2], x[3], x[4], x[5], vocab, filter)
+		return append([]*mlx.Array{ids, lps}, cache.Arrays()...), nil
+	}
+	var err error
+	if e.opts.Interpreted {
+		b.decode[i], err = mlx.NewClosure(fn)
+	} else {
+		b.decode[i], err = mlx.Compile(fn)
+	}
+	return b.decode[i], err
+}

@@ -1,0 +1,266 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+)
+
+// SlotCache holds the keys and values of a batch of sequences of different
+// lengths, for batched generation: each layer's keys and values are
+// [Slots, KVHeads, Capacity, HeadDim] in the compute dtype, slot s holding
+// one sequence's positions 0…n−1 after rotary positions, whatever the
+// other slots hold. A decode step writes each slot's new position in place
+// (DecodeSlots) and a prompt is written into its slot chunk by chunk
+// (PrefillSlot), so sequences join and leave the batch without the others'
+// keys and values being read again. Which positions of a slot are valid is
+// the caller's to track (package generate's engine does).
+//
+// Its arrays outlive MLX scopes: keep them (Arrays) when a step runs inside
+// mlx.Run, and Free the cache when done.
+type SlotCache struct {
+	Keys, Values []*mlx.Array // per layer
+}
+
+// NewSlotCache returns a cache of zeros with slots rows of capacity
+// positions each. Call on the MLX thread.
+func (m *TinyGPT) NewSlotCache(slots, capacity int) (*SlotCache, error) {
+	c := m.Config
+	if slots < 1 || capacity < 1 {
+		return nil, fmt.Errorf("model: a slot cache of %d slots × %d positions; want at least 1 of each", slots, capacity)
+	}
+	shape := []int{slots, c.KVHeadCount(), capacity, c.HeadDim()}
+	sc := &SlotCache{Keys: make([]*mlx.Array, c.Layers), Values: make([]*mlx.Array, c.Layers)}
+	for l := range sc.Keys {
+		sc.Keys[l] = mlx.Zeros(shape, c.ComputeDtype())
+		sc.Values[l] = mlx.Zeros(shape, c.ComputeDtype())
+	}
+	return sc, nil
+}
+
+// KVBytesPerToken is what one position of one sequence takes in a key/value
+// cache: keys and values of every layer in the compute dtype.
+func (c Config) KVBytesPerToken() int {
+	return 2 * c.Layers * c.KVHeadCount() * c.HeadDim() * c.ComputeDtype().Size()
+}
+
+// Slots is the number of sequences the cache holds.
+func (c *SlotCache) Slots() int { return c.Keys[0].Dim(0) }
+
+// Capacity is the most positions a slot holds.
+func (c *SlotCache) Capacity() int { return c.Keys[0].Dim(2) }
+
+// Arrays returns the cache's arrays, to keep them out of a closing scope.
+func (c *SlotCache) Arrays() []*mlx.Array {
+	return append(append([]*mlx.Array(nil), c.Keys...), c.Values...)
+}
+
+// Free releases the cache's arrays.
+func (c *SlotCache) Free() {
+	mlx.Free(c.Arrays()...)
+	clear(c.Keys)
+	clear(c.Values)
+}
+
+// Rearrange replaces the cache by one of len(from) slots and capacity
+// positions: new slot i holds old slot from[i] (−1 for an empty one), its
+// positions cut or padded with zeros to the new capacity. The engine grows
+// the cache as sequences join and lengthen and shrinks it as they leave.
+// Call where the cache's arrays are kept, as for PrefillSlot.
+func (c *SlotCache) Rearrange(from []int, capacity int) error {
+	old := c.Slots()
+	for _, s := range from {
+		if s < -1 || s >= old {
+			return fmt.Errorf("model: slot cache: slot %d of %d", s, old)
+		}
+	}
+	idx := make([]int32, len(from))
+	for i, s := range from {
+		idx[i] = int32(max(s, 0))
+	}
+	take := mlx.FromSlice(idx, len(idx))
+	defer take.Free()
+	var keepRow *mlx.Array // [S, 1, 1, 1]: 1 for a kept slot, 0 for an empty one
+	for _, s := range from {
+		if s < 0 {
+			keep := make([]float32, len(from))
+			for i, s := range from {
+				if s >= 0 {
+					keep[i] = 1
+				}
+			}
+			keepRow = mlx.FromSlice(keep, len(from), 1, 1, 1)
+			defer keepRow.Free()
+			break
+		}
+	}
+	resize := func(a *mlx.Array) *mlx.Array {
+		out := mlx.Take(a, take, 0)
+		if keepRow != nil {
+			out = mlx.Multiply(out, mlx.AsType(keepRow, a.Dtype()))
+		}
+		s := out.Shape()
+		switch {
+		case capacity < s[2]:
+			out = mlx.Slice(out, []int{0, 0, 0, 0}, []int{s[0], s[1], capacity, s[3]})
+		case capacity > s[2]:
+			pad := mlx.Zeros([]int{s[0], s[1], capacity - s[2], s[3]}, a.Dtype())
+			out = mlx.Concatenate([]*mlx.Array{out, pad}, 2)
+		}
+		return out
+	}
+	for l := range c.Keys {
+		k, v := c.Keys[l], c.Values[l]
+		c.Keys[l], c.Values[l] = resize(k), resize(v)
+		k.Free()
+		v.Free()
+	}
+	return mlx.Eval(c.Arrays()...)
+}
+
+// CopySlot writes slot from's first n positions into slot to: sequences
+// that share a prompt (K samples of one prompt) read it once and copy it.
+// Call where the cache's arrays are kept.
+func (c *SlotCache) CopySlot(from, to, n int) {
+	if from == to || n == 0 {
+		return
+	}
+	for l := range c.Keys {
+		for _, arrs := range [][]*mlx.Array{c.Keys, c.Values} {
+			a := arrs[l]
+			s := a.Shape()
+			row := mlx.Slice(a, []int{from, 0, 0, 0}, []int{from + 1, s[1], n, s[3]})
+			arrs[l] = mlx.SliceUpdate(a, row, []int{to, 0, 0, 0}, []int{to + 1, s[1], n, s[3]})
+			a.Free()
+		}
+	}
+}
+
+// DecodeSlots is one decode step of every slot: tokens [S] (int32), slot
+// s's token at position positions[s] ([S], int32), attending to that
+// slot's positions before it. It writes the new keys and values into the
+// cache's arrays in place of the old ones (which it frees) and returns the
+// next-token logits [S, V]. A pure function of its inputs (parameters,
+// cache arrays, tokens, positions) when the cache's arrays are inputs, so
+// it traces into a compiled function; call on the MLX thread.
+func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions *mlx.Array) *mlx.Array {
+	S := tokens.Dim(0)
+	store := &slotDecode{c: c, positions: positions}
+	logits := m.forward(params, mlx.Reshape(tokens, S, 1), store, m.formulation())
+	return logits
+}
+
+// PrefillSlot feeds tokens [1, T] to slot slot at positions start…
+// start+T−1: they attend to the slot's positions before start and
+// causally to each other, and their keys and values are written into the
+// slot. It returns the logits [T, V] of every position when all is set,
+// else of the last one alone, [1, V] (the output projection of the other
+// rows is skipped). Call on the MLX thread, where the cache's arrays are
+// kept.
+func (m *TinyGPT) PrefillSlot(params []*mlx.Array, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
+	head := logitsHead
+	if !all {
+		head = lastRowHead
+	}
+	store := &slotPrefill{c: c, slot: slot, offset: start}
+	return m.forwardTo(params, tokens, store, m.formulation(), head)[0]
+}
+
+// lastRowHead is logitsHead of the last row of x alone.
+func lastRowHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
+	n, d := x.Dim(0), x.Dim(1)
+	return logitsHead(m, f, mlx.Slice(x, []int{n - 1, 0}, []int{n, d}), head)
+}
+
+// rowPositions is each row's positions [B·T] (int32) for rows starting at
+// rows [B] and T tokens each.
+func rowPositions(rows *mlx.Array, T int) *mlx.Array {
+	B := rows.Dim(0)
+	steps := mlx.Arange(0, float64(T), 1, mlx.Int32)
+	return mlx.Reshape(mlx.Add(mlx.Reshape(rows, B, 1), mlx.Reshape(steps, 1, T)), B*T)
+}
+
+// slotDecode is the kvStore of DecodeSlots: one new position per slot,
+// written at the slot's own position.
+type slotDecode struct {
+	c         *SlotCache
+	positions *mlx.Array // [S] int32
+	mask      *mlx.Array // [S, 1, 1, Capacity]: the positions each slot's query sees
+}
+
+func (d *slotDecode) check(cfg Config, B, T int) error {
+	if len(d.c.Keys) != cfg.Layers {
+		return fmt.Errorf("model: slot cache holds %d layers, the model has %d", len(d.c.Keys), cfg.Layers)
+	}
+	if T != 1 || B != d.c.Slots() || d.positions.Ndim() != 1 || d.positions.Dim(0) != B {
+		return fmt.Errorf("model: decode of tokens [%d %d] at positions %v over %d slots; want one token per slot",
+			B, T, d.positions.Shape(), d.c.Slots())
+	}
+	return nil
+}
+
+func (d *slotDecode) start() (int, *mlx.Array) { return 0, d.positions }
+
+func (d *slotDecode) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.AttentionMask, *mlx.Array) {
+	S := k.Dim(0)
+	at := mlx.BroadcastTo(mlx.Reshape(d.positions, S, 1, 1, 1), k.Shape()...)
+	for i, pair := range [][]*mlx.Array{d.c.Keys, d.c.Values} {
+		src := k
+		if i == 1 {
+			src = v
+		}
+		old := pair[l]
+		pair[l] = mlx.PutAlongAxis(old, at, src, 2)
+		old.Free()
+	}
+	if d.mask == nil {
+		capacity := d.c.Capacity()
+		seen := mlx.Reshape(mlx.Arange(0, float64(capacity), 1, mlx.Int32), 1, 1, 1, capacity)
+		d.mask = mlx.LessEqual(seen, mlx.Reshape(d.positions, S, 1, 1, 1))
+	}
+	return d.c.Keys[l], d.c.Values[l], mlx.NoMask, d.mask
+}
+
+func (d *slotDecode) advance(int) {}
+
+// slotPrefill is the kvStore of PrefillSlot: a chunk of one slot's
+// positions from offset on.
+type slotPrefill struct {
+	c            *SlotCache
+	slot, offset int
+}
+
+func (p *slotPrefill) check(cfg Config, B, T int) error {
+	if len(p.c.Keys) != cfg.Layers {
+		return fmt.Errorf("model: slot cache holds %d layers, the model has %d", len(p.c.Keys), cfg.Layers)
+	}
+	if B != 1 || p.slot < 0 || p.slot >= p.c.Slots() || p.offset < 0 || p.offset+T > p.c.Capacity() {
+		return fmt.Errorf("model: prefill of tokens [%d %d] into slot %d from position %d; the cache has %d slots of %d positions",
+			B, T, p.slot, p.offset, p.c.Slots(), p.c.Capacity())
+	}
+	return nil
+}
+
+func (p *slotPrefill) start() (int, *mlx.Array) { return p.offset, nil }
+
+func (p *slotPrefill) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.AttentionMask, *mlx.Array) {
+	T := k.Dim(2)
+	var seen [2]*mlx.Array
+	for i, pair := range [][]*mlx.Array{p.c.Keys, p.c.Values} {
+		src := k
+		if i == 1 {
+			src = v
+		}
+		old := pair[l]
+		s := old.Shape()
+		pair[l] = mlx.SliceUpdate(old, src, []int{p.slot, 0, p.offset, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
+		old.Free()
+		seen[i] = mlx.Slice(pair[l], []int{p.slot, 0, 0, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
+	}
+	if T == 1 {
+		return seen[0], seen[1], mlx.NoMask, nil
+	}
+	return seen[0], seen[1], mlx.CausalMask, nil
+}
+
+func (p *slotPrefill) advance(T int) { p.offset += T }

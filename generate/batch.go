@@ -25,9 +25,9 @@ type batch struct {
 type rowState int
 
 const (
-	reading rowState = iota // its prompt is read into its slot, chunk by chunk
-	copying                 // it waits for its group's leader to read their prompt
-	decoding                // it is fed one token per decode step
+	reading  rowState = iota // its prompt is read into its slot, chunk by chunk
+	copying                  // it waits for its group's leader to read their prompt
+	decoding                 // it is fed one token per decode step
 )
 
 // row is one completion in one slot of the cache.

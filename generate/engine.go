@@ -367,4 +367,3 @@ func (e *Engine) Stats() EngineStats {
 	return EngineStats{Queued: s.queued.Load(), Traces: s.traces.Load(), DecodeSteps: s.steps.Load(),
 		Decoded: s.decoded.Load(), Prefilled: s.prefilled.Load(), Rearranged: s.rearranged.Load(), MaxRows: s.maxRows.Load()}
 }
-

@@ -307,11 +307,12 @@ func finish(s *Stream, reason FinishReason, err error) {
 	close(s.done)
 }
 
-// accept takes token id (log-probability lp) sampled for row r, whose
+// accept takes token t sampled for row r, whose
 // slot holds r.length positions: a stop token ends the row; otherwise the
 // token is the row's and is sent, and the row ends when it has its
 // budget of tokens or prompt and completion fill the model's context.
-func (b *batch) accept(r *row, id int32, lp float32) {
+func (b *batch) accept(r *row, t Token) {
+	id := t.ID
 	res := &r.stream.result
 	if slices.Contains(r.job.seq.StopTokens, id) {
 		res.StopToken = id
@@ -319,8 +320,10 @@ func (b *batch) accept(r *row, id int32, lp float32) {
 		return
 	}
 	res.Tokens = append(res.Tokens, id)
-	res.Logprobs = append(res.Logprobs, lp)
-	r.stream.tokens <- Token{ID: id, Logprob: lp}
+	res.Logprobs = append(res.Logprobs, t.Logprob)
+	res.Top = append(res.Top, t.Top)
+	res.TopLogprobs = append(res.TopLogprobs, t.TopLogprob)
+	r.stream.tokens <- t
 	if len(res.Tokens) >= r.job.seq.MaxTokens || r.length+1 >= b.e.net.Config.Context {
 		b.end(r, FinishLength, nil)
 		return

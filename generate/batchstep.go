@@ -39,15 +39,11 @@ func (b *batch) read(params []*mlx.Array, rd readPlan) error {
 		}
 	}
 	temp, topK, topP, u, filter := samplingInputs(samplings)
-	ids, lps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, filter)
-	if err := mlx.Eval(append([]*mlx.Array{ids, lps}, b.cache.Arrays()...)...); err != nil {
+	ids, lps, top, topLps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, filter)
+	if err := mlx.Eval(append([]*mlx.Array{ids, lps, top, topLps}, b.cache.Arrays()...)...); err != nil {
 		return err
 	}
-	hostIDs, err := ids.Int32s()
-	if err != nil {
-		return err
-	}
-	hostLps, err := lps.Float32s()
+	host, err := sampled(ids, lps, top, topLps)
 	if err != nil {
 		return err
 	}
@@ -59,7 +55,7 @@ func (b *batch) read(params []*mlx.Array, rd readPlan) error {
 			g.stream.result.Prompt = r.stream.result.Prompt
 		}
 		g.length, g.state = P, decoding
-		b.accept(g, hostIDs[i], hostLps[i])
+		b.accept(g, host.at(i))
 	}
 	return nil
 }
@@ -131,16 +127,12 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 		return err
 	}
 	b.cache.Free()
-	copy(b.cache.Keys, outs[2:2+L])
-	copy(b.cache.Values, outs[2+L:])
+	copy(b.cache.Keys, outs[4:4+L])
+	copy(b.cache.Values, outs[4+L:])
 	if err := mlx.Eval(outs...); err != nil {
 		return err
 	}
-	ids, err := outs[0].Int32s()
-	if err != nil {
-		return err
-	}
-	lps, err := outs[1].Float32s()
+	host, err := sampled(outs[0], outs[1], outs[2], outs[3])
 	if err != nil {
 		return err
 	}
@@ -152,17 +144,44 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 	for s, r := range b.rows {
 		if r != nil && r.state == decoding {
 			r.length++
-			b.accept(r, ids[s], lps[s])
+			b.accept(r, host.at(s))
 		}
 	}
 	return nil
+}
+
+// hostSamples are sampleRows' outputs on the host.
+type hostSamples struct {
+	ids, top    []int32
+	lps, topLps []float32
+}
+
+// at is row i's token.
+func (h hostSamples) at(i int) Token {
+	return Token{ID: h.ids[i], Logprob: h.lps[i], Top: h.top[i], TopLogprob: h.topLps[i]}
+}
+
+// sampled copies sampleRows' outputs, evaluated, to the host.
+func sampled(ids, lps, top, topLps *mlx.Array) (h hostSamples, err error) {
+	if h.ids, err = ids.Int32s(); err != nil {
+		return h, err
+	}
+	if h.top, err = top.Int32s(); err != nil {
+		return h, err
+	}
+	if h.lps, err = lps.Float32s(); err != nil {
+		return h, err
+	}
+	h.topLps, err = topLps.Float32s()
+	return h, err
 }
 
 // decoder returns the decode step, with or without the top-k/top-p
 // filter, compiled on first use (or op by op with Interpreted). Its
 // inputs are the parameters, the cache's keys and values, the tokens and
 // positions [S] and the sampling inputs; its outputs the sampled tokens,
-// their log-probabilities and the cache's new keys and values.
+// their log-probabilities, the most likely tokens' log-probabilities and
+// the cache's new keys and values.
 func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
 	i := 0
 	if filter {
@@ -180,8 +199,8 @@ func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
 		cache := &model.SlotCache{Keys: append([]*mlx.Array(nil), in[P:P+L]...), Values: append([]*mlx.Array(nil), in[P+L:P+2*L]...)}
 		x := in[P+2*L:]
 		logits := net.DecodeSlots(in[:P], cache, x[0], x[1])
-		ids, lps := sampleRows(logits, x[2], x[3], x[4], x[5], vocab, filter)
-		return append([]*mlx.Array{ids, lps}, cache.Arrays()...), nil
+		ids, lps, top, topLps := sampleRows(logits, x[2], x[3], x[4], x[5], vocab, filter)
+		return append([]*mlx.Array{ids, lps, top, topLps}, cache.Arrays()...), nil
 	}
 	var err error
 	if e.opts.Interpreted {

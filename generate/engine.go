@@ -104,6 +104,10 @@ type Sequence struct {
 type Token struct {
 	ID      int32
 	Logprob float32
+	// Top is the most likely token at that step (ID itself for a greedy
+	// row), TopLogprob its log-probability.
+	Top        int32
+	TopLogprob float32
 }
 
 // PromptScore is what the model thought of one prompt position: the
@@ -118,8 +122,12 @@ type PromptScore struct {
 
 // Completion is a finished completion.
 type Completion struct {
-	Tokens       []int32
-	Logprobs     []float32
+	Tokens   []int32
+	Logprobs []float32
+	// Top and TopLogprobs are the most likely tokens and their
+	// log-probabilities, step by step.
+	Top          []int32
+	TopLogprobs  []float32
 	FinishReason FinishReason
 	// StopToken is the stop token that ended it (not in Tokens), -1 for none.
 	StopToken int32

@@ -18,11 +18,13 @@ import (
 // says whether any row limits by top-k or top-p: without, the sort they
 // need is skipped.
 //
-// It returns the tokens [S] (int32) and their log-probabilities [S] under
+// It returns the tokens [S] (int32), their log-probabilities [S] under
 // the model's distribution (the softmax of the logits at temperature 1),
-// the numbers online RL and prompt scoring need. A pure function of its
-// inputs, so it traces into the engine's compiled decode step.
-func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, filter bool) (tokens, logprobs *mlx.Array) {
+// the numbers online RL and prompt scoring need, and the most likely token
+// [S] (int32) with its log-probability [S] (the logprobs field of OpenAI's
+// API reports it beside the sampled one). A pure function of its inputs,
+// so it traces into the engine's compiled decode step.
+func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, filter bool) (tokens, logprobs, top, topLogprobs *mlx.Array) {
 	S := logits.Dim(0)
 	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{S, vocab}), mlx.Float32)
 	greedy := mlx.AsType(mlx.Argmax(logits, -1, false), mlx.Int32)
@@ -48,8 +50,10 @@ func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, filter bool) 
 	drawn = mlx.Minimum(drawn, mlx.Scalar(float64(vocab-1), mlx.Int32))
 	tokens = mlx.Where(hot, drawn, greedy)
 	logZ := mlx.LogSumExpKeep(logits, -1)
-	logprobs = mlx.Reshape(mlx.Subtract(mlx.TakeAlongAxis(logits, col(tokens), -1), logZ), S)
-	return tokens, logprobs
+	lp := mlx.Subtract(logits, logZ)
+	logprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(tokens), -1), S)
+	topLogprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(greedy), -1), S)
+	return tokens, logprobs, greedy, topLogprobs
 }
 
 // rowSampling is one row's sampling settings as sampleRows takes them.

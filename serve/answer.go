@@ -23,6 +23,8 @@ type answer struct {
 	text    strings.Builder // the whole text, when not streaming
 	started bool            // the stream's headers and first chunk are out
 	broken  bool            // writing to the client failed
+	// tokenText is the backend's, for logprobs.
+	tokenText func(id int32) string
 }
 
 // newAnswer starts the answer of job j to w; prompt counts its tokens.
@@ -84,6 +86,12 @@ func (a *answer) finish(gen Generation, err error) {
 		} else {
 			choice["text"] = a.text.String()
 			choice["logprobs"] = nil
+			if a.j.echo {
+				choice["text"] = a.j.prompt + a.text.String()
+			}
+			if a.j.params.Logprobs {
+				choice["logprobs"] = a.logprobs(gen)
+			}
 		}
 		body["choices"] = []any{choice}
 		body["usage"] = usage
@@ -99,6 +107,30 @@ func (a *answer) finish(gen Generation, err error) {
 		a.event(body)
 	}
 	a.write("data: [DONE]\n\n")
+}
+
+// logprobs is a completion's logprobs object as the legacy completions
+// API writes it: the echoed prompt's tokens (the first without a
+// log-probability) and the generated ones, each with its text, its
+// log-probability, the most likely token's as {text: log-probability} and
+// its offset in the choice's text.
+func (a *answer) logprobs(gen Generation) map[string]any {
+	all := gen.Logprobs
+	if a.j.echo {
+		all = append(append([]TokenLogprob(nil), gen.Prompt...), gen.Logprobs...)
+	}
+	tokens, offsets := make([]string, len(all)), make([]int, len(all))
+	lps, tops := make([]any, len(all)), make([]any, len(all))
+	offset := 0
+	for i, t := range all {
+		tokens[i], offsets[i] = a.tokenText(t.ID), offset
+		offset += len(tokens[i])
+		if t.Scored {
+			lps[i] = t.Logprob
+			tops[i] = map[string]float64{a.tokenText(t.Top): t.TopLogprob}
+		}
+	}
+	return map[string]any{"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 }
 
 // envelope is the fields every response and chunk has.

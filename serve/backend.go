@@ -1,10 +1,12 @@
 // Package serve answers the OpenAI HTTP API (GET /v1/models, POST
 // /v1/completions and POST /v1/chat/completions, streamed or not) over a
 // model that generates text. It holds no MLX code: a Backend (package
-// generate's model, through the command line) encodes prompts and
-// generates; this package parses and checks requests, queues them so that
-// one generation runs at a time, applies stop strings, and writes the
-// OpenAI response and error shapes.
+// generate's batched engine, through the command line) encodes prompts and
+// generates; this package parses and checks requests, lets as many
+// generations run at once as the backend batches and queues the rest,
+// applies stop strings, and writes the OpenAI response and error shapes,
+// the legacy completions' logprobs and echo included (what evaluation
+// harnesses score prompts with).
 package serve
 
 import (
@@ -14,9 +16,19 @@ import (
 )
 
 // Backend is a model the server generates with. Its methods may be called
-// from any goroutine, but the server never runs two Generate calls at
-// once, so a backend keeps one KV cache and one MLX thread busy at a time.
+// from any goroutine; the server runs at most Concurrency Generate calls
+// at once.
 type Backend interface {
+	// Concurrency is how many generations the backend runs together
+	// (its batch); the server queues requests beyond it.
+	Concurrency() int
+	// VocabSize bounds the token ids a prompt given as ids may hold.
+	VocabSize() int
+	// TokenText is the text of one token, for logprobs.
+	TokenText(id int32) string
+	// DecodeText is the text of a list of tokens, for an echoed prompt
+	// given as ids.
+	DecodeText(ids []int32) string
 	// Model is the model's id, listed by /v1/models and accepted in the
 	// requests' "model" field.
 	Model() string
@@ -50,6 +62,17 @@ type Params struct {
 	// one (without, each request draws its own).
 	Seed    int64
 	HasSeed bool
+	// Logprobs asks for Generation.Logprobs; Echo for Generation.Prompt.
+	Logprobs, Echo bool
+}
+
+// TokenLogprob is one token with its log-probability under the model and
+// the most likely token at that position with its own.
+type TokenLogprob struct {
+	ID, Top             int32
+	Logprob, TopLogprob float64
+	// Scored is false for a prompt's first token, which has no context.
+	Scored bool
 }
 
 // Finish reasons, as the OpenAI API names them.
@@ -64,4 +87,10 @@ type Generation struct {
 	Tokens int
 	// Finish is FinishStop or FinishLength.
 	Finish string
+	// Logprobs are the generated tokens' (an end token excluded), when
+	// Params.Logprobs asked for them.
+	Logprobs []TokenLogprob
+	// Prompt are the prompt's tokens, scored, when Params.Echo and
+	// Params.Logprobs asked for them.
+	Prompt []TokenLogprob
 }

@@ -56,6 +56,7 @@ type chatMessage struct {
 type job struct {
 	model       string
 	prompt      string         // completions
+	promptIDs   []int32        // completions whose prompt came as token ids
 	messages    []data.Message // chat
 	chat        bool
 	params      Params
@@ -63,6 +64,7 @@ type job struct {
 	stop        []string
 	stream      bool
 	streamUsage bool
+	echo        bool
 }
 
 // decode reads a JSON body of at most limit bytes into v: an apiError for
@@ -131,15 +133,28 @@ func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
 		return badRequest("n", "n = %d is not supported: want 1", *req.N)
 	}
 	if req.Logprobs != nil && string(*req.Logprobs) != "null" && string(*req.Logprobs) != "false" {
-		return badRequest("logprobs", "logprobs are not supported")
+		var n int
+		if j.chat || json.Unmarshal(*req.Logprobs, &n) != nil {
+			return badRequest("logprobs", "logprobs = %s: this server reports them on /v1/completions as an integer, 0 or 1", *req.Logprobs)
+		}
+		if n < 0 || n > 1 {
+			return badRequest("logprobs", "logprobs = %d: this server reports the most likely token alone, want 0 or 1", n)
+		}
+		if req.Stream {
+			return badRequest("logprobs", "logprobs are answered without streaming: want stream false")
+		}
+		j.params.Logprobs = n > 0 || req.Echo
 	}
 	if req.Echo {
-		return badRequest("echo", "echo is not supported")
+		if j.chat || req.Stream {
+			return badRequest("echo", "echo is answered on /v1/completions without streaming")
+		}
+		j.echo = true
 	}
 	if req.Tools != nil && string(*req.Tools) != "null" {
 		return badRequest("tools", "tools are not supported")
 	}
-	j.params = Params{MaxTokens: defaultMax, Temperature: 1, TopP: 1}
+	j.params = Params{MaxTokens: defaultMax, Temperature: 1, TopP: 1, Logprobs: j.params.Logprobs, Echo: j.echo}
 	max, name := req.MaxTokens, "max_tokens"
 	if max == nil {
 		max, name = req.MaxCompletionTokens, "max_completion_tokens"
@@ -210,24 +225,45 @@ func parseStop(raw *json.RawMessage) ([]string, *apiError) {
 	return list, nil
 }
 
-// parsePrompt reads a completion's "prompt": a string, or a list of one
-// string (what the openai client sends for a single prompt in a list).
-func parsePrompt(raw *json.RawMessage) (string, *apiError) {
+// parsePrompt reads a completion's "prompt": a string, a list of one
+// string (what the openai client sends for a single prompt in a list), or
+// token ids, a list or a list of one list (what evaluation harnesses
+// send: taken as given, nothing added). ids is nil for a text prompt.
+func parsePrompt(raw *json.RawMessage, vocab int) (string, []int32, *apiError) {
 	if raw == nil {
-		return "", badRequest("prompt", "'prompt' is required")
+		return "", nil, badRequest("prompt", "'prompt' is required")
 	}
 	var s string
 	if json.Unmarshal(*raw, &s) == nil {
-		return s, nil
+		return s, nil, nil
 	}
 	var list []string
 	if json.Unmarshal(*raw, &list) == nil {
 		if len(list) != 1 {
-			return "", badRequest("prompt", "prompt is a list of %d strings, want one prompt per request", len(list))
+			return "", nil, badRequest("prompt", "prompt is a list of %d strings, want one prompt per request", len(list))
 		}
-		return list[0], nil
+		return list[0], nil, nil
 	}
-	return "", badRequest("prompt", "prompt is %s, want a string", *raw)
+	var ids []int32
+	if json.Unmarshal(*raw, &ids) != nil {
+		var lists [][]int32
+		if json.Unmarshal(*raw, &lists) != nil {
+			return "", nil, badRequest("prompt", "prompt is %.80s, want a string or a list of token ids", *raw)
+		}
+		if len(lists) != 1 {
+			return "", nil, badRequest("prompt", "prompt is %d lists of token ids, want one prompt per request", len(lists))
+		}
+		ids = lists[0]
+	}
+	if len(ids) == 0 {
+		return "", nil, badRequest("prompt", "prompt is an empty list of token ids, want at least one")
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return "", nil, badRequest("prompt", "prompt token %d is id %d, want an id in [0, %d)", i, id, vocab)
+		}
+	}
+	return "", ids, nil
 }
 
 // parseMessages reads a chat request's messages: roles system, user and

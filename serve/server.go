@@ -16,8 +16,8 @@ type Options struct {
 	// MaxBodyBytes is the largest request body answered; larger ones get
 	// 413. Default 4 MiB.
 	MaxBodyBytes int64
-	// MaxQueue is how many requests may wait for the model while one
-	// generates; more get 503. Default 64.
+	// MaxQueue is how many requests may wait for the model while the
+	// backend's batch is full; more get 503. Default 64.
 	MaxQueue int
 	// CompletionMaxTokens is /v1/completions' max_tokens when a request
 	// gives none (the OpenAI API's default is 16). Chat completions
@@ -39,21 +39,23 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Server is the OpenAI-compatible HTTP handler over one Backend. One
-// generation runs at a time; the others wait their turn in arrival order
+// Server is the OpenAI-compatible HTTP handler over one Backend. Up to
+// the backend's Concurrency generations run at once (it batches them);
+// the others wait their turn in arrival order, at most MaxQueue of them
 // (a request whose client leaves while it waits gives up its place, and
-// one that leaves while it generates stops its generation).
+// one that leaves while it generates stops its generation and frees its
+// row).
 type Server struct {
 	b       Backend
 	opts    Options
-	slot    chan struct{} // holds a token while a generation runs
+	slot    chan struct{} // holds a token per generation running
 	waiting atomic.Int64
 	created int64
 }
 
 // New returns the server of b.
 func New(b Backend, opts Options) *Server {
-	return &Server{b: b, opts: opts.withDefaults(), slot: make(chan struct{}, 1), created: time.Now().Unix()}
+	return &Server{b: b, opts: opts.withDefaults(), slot: make(chan struct{}, max(1, b.Concurrency())), created: time.Now().Unix()}
 }
 
 // ServeHTTP routes GET /v1/models, POST /v1/completions and POST
@@ -105,16 +107,20 @@ func (s *Server) completions(w http.ResponseWriter, r *http.Request) {
 		err.write(w)
 		return
 	}
-	prompt, apiErr := parsePrompt(req.Prompt)
+	prompt, ids, apiErr := parsePrompt(req.Prompt, s.b.VocabSize())
 	if apiErr != nil {
 		apiErr.write(w)
 		return
 	}
-	j.prompt = prompt
-	ids, err := s.b.EncodePrompt(prompt)
-	if err != nil {
-		badRequest("prompt", "%v", err).write(w)
-		return
+	j.prompt, j.promptIDs = prompt, ids
+	if ids == nil {
+		var err error
+		if ids, err = s.b.EncodePrompt(prompt); err != nil {
+			badRequest("prompt", "%v", err).write(w)
+			return
+		}
+	} else {
+		j.prompt = s.b.DecodeText(ids)
 	}
 	s.run(w, r, j, ids)
 }
@@ -126,7 +132,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		err.write(w)
 		return
 	}
-	var j job
+	j := job{chat: true}
 	if err := req.check(s.b, &j, 0); err != nil {
 		err.write(w)
 		return
@@ -174,6 +180,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, prompt []int
 	}
 	defer func() { <-s.slot }()
 	a := newAnswer(w, j, s.b.Model(), len(prompt))
+	a.tokenText = s.b.TokenText
 	gen, err := s.b.Generate(r.Context(), prompt, j.params, a.emit)
 	a.finish(gen, err)
 }
@@ -181,10 +188,10 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, prompt []int
 // errBusy is acquire's error when the queue is full.
 var errBusy = errors.New("server busy: too many requests are waiting for the model; retry later")
 
-// acquire waits for the generation slot, in arrival order, until ctx is
+// acquire waits for a generation slot, in arrival order, until ctx is
 // done.
 func (s *Server) acquire(ctx context.Context) error {
-	if s.waiting.Add(1) > int64(s.opts.MaxQueue)+1 {
+	if s.waiting.Add(1) > int64(s.opts.MaxQueue+cap(s.slot)) {
 		s.waiting.Add(-1)
 		return errBusy
 	}

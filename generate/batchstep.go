@@ -101,7 +101,7 @@ func (b *batch) score(r *row, logits *mlx.Array, rd readPlan) error {
 // (or waiting for it) are fed a placeholder at their next position, which
 // their own prompt overwrites. Call on the MLX thread.
 func (b *batch) decodeStep(params []*mlx.Array) error {
-	S, decodingRows := b.cache.Slots(), 0
+	S, decodingRows, longest := b.cache.Slots(), 0, 0
 	tokens, positions := make([]int32, S), make([]int32, S)
 	samplings := make([]*rowSampling, S)
 	for s, r := range b.rows {
@@ -109,6 +109,7 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 			continue
 		}
 		positions[s] = int32(r.length)
+		longest = max(longest, r.length)
 		if r.state == decoding {
 			tokens[s], samplings[s] = r.next, &r.sampling
 			decodingRows++
@@ -120,8 +121,11 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 		return err
 	}
 	L := len(b.cache.Keys)
+	// Attention reads the slots up to the next power of two past the
+	// longest row, not the whole capacity.
+	span := min(b.cache.Capacity(), pow2(max(longest+1, 32)))
 	inputs := append(append(append([]*mlx.Array(nil), params...), b.cache.Arrays()...),
-		mlx.FromSlice(tokens, S), mlx.FromSlice(positions, S), temp, topK, topP, u)
+		mlx.FromSlice(tokens, S), mlx.FromSlice(positions, S), mlx.Arange(0, float64(span), 1, mlx.Int32), temp, topK, topP, u)
 	outs, err := step.Call(inputs...)
 	if err != nil {
 		return err
@@ -179,7 +183,7 @@ func sampled(ids, lps, top, topLps *mlx.Array) (h hostSamples, err error) {
 // decoder returns the decode step, with or without the top-k/top-p
 // filter, compiled on first use (or op by op with Interpreted). Its
 // inputs are the parameters, the cache's keys and values, the tokens and
-// positions [S] and the sampling inputs; its outputs the sampled tokens,
+// positions [S], the span attention reads and the sampling inputs; its outputs the sampled tokens,
 // their log-probabilities, the most likely tokens' log-probabilities and
 // the cache's new keys and values.
 func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
@@ -198,8 +202,8 @@ func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
 		}
 		cache := &model.SlotCache{Keys: append([]*mlx.Array(nil), in[P:P+L]...), Values: append([]*mlx.Array(nil), in[P+L:P+2*L]...)}
 		x := in[P+2*L:]
-		logits := net.DecodeSlots(in[:P], cache, x[0], x[1])
-		ids, lps, top, topLps := sampleRows(logits, x[2], x[3], x[4], x[5], vocab, filter)
+		logits := net.DecodeSlots(in[:P], cache, x[0], x[1], x[2])
+		ids, lps, top, topLps := sampleRows(logits, x[3], x[4], x[5], x[6], vocab, filter)
 		return append([]*mlx.Array{ids, lps, top, topLps}, cache.Arrays()...), nil
 	}
 	var err error

@@ -3,6 +3,7 @@ package generate
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -231,5 +232,21 @@ func TestBuiltInFormatAndPrompts(t *testing.T) {
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Fatalf("%+v: prompt %v, %v; want %v", tc.req, got, err, tc.want)
 		}
+	}
+}
+
+func TestTimingCountsPromptAndGeneration(t *testing.T) {
+	m := testModel(t, chatTokenizer(), nil, nil)
+	var timing Timing
+	prompt := []int32{'a', 'b', 'c', 'd'}
+	out, _, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 9, Timing: &timing}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if timing.PromptTokens != len(prompt) || timing.Generated != len(out) || len(out) != 9 || timing.Prompt <= 0 || timing.Generation <= 0 {
+		t.Fatalf("timing %+v for a %d-token prompt and %d tokens", timing, len(prompt), len(out))
+	}
+	if r := timing.GenerationRate(); !(r > 0) || math.IsInf(r, 0) {
+		t.Fatalf("generation rate %v", r)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -27,6 +28,25 @@ type Options struct {
 	// StopTokens end generation when sampled; the stop token is not part
 	// of the completion. Model.Generate adds the model's end tokens.
 	StopTokens []int32
+	// Timing, when not nil, receives what the one-sequence decoder
+	// (Tokens, Model.Generate, Session) measured: the prompt's and the
+	// generation's rates, which sample prints.
+	Timing *Timing
+}
+
+// Timing is how long a generation took: reading the prompt (until the
+// first token was sampled) and generating the rest.
+type Timing struct {
+	PromptTokens, Generated int
+	Prompt, Generation      time.Duration
+}
+
+// PromptRate is the prompt tokens read per second.
+func (t Timing) PromptRate() float64 { return float64(t.PromptTokens) / t.Prompt.Seconds() }
+
+// GenerationRate is the tokens generated per second after the first.
+func (t Timing) GenerationRate() float64 {
+	return float64(max(t.Generated-1, 0)) / t.Generation.Seconds()
 }
 
 // Validate reports an option that cannot generate.
@@ -138,6 +158,17 @@ func (d *decoder) run(ctx context.Context, prompt []int32, opts Options, emit Em
 	}
 	d.stopToken = -1
 	m, cfg := d.m, d.m.Config
+	start := time.Now()
+	if t := opts.Timing; t != nil {
+		*t = Timing{PromptTokens: len(prompt)}
+		defer func() {
+			if t.Prompt == 0 {
+				t.Prompt = time.Since(start)
+			} else {
+				t.Generation = time.Since(start) - t.Prompt
+			}
+		}()
+	}
 	key := mlx.RandomKey(opts.Seed)
 	defer func() { key.Free() }()
 	out := append([]int32(nil), prompt...)
@@ -206,6 +237,12 @@ func (d *decoder) run(ctx context.Context, prompt []int32, opts Options, emit Em
 		})
 		if stepErr != nil {
 			return nil, "", fmt.Errorf("generate: %w", stepErr)
+		}
+		if t := opts.Timing; t != nil {
+			if i == 0 {
+				t.Prompt = time.Since(start)
+			}
+			t.Generated++
 		}
 		if slices.Contains(opts.StopTokens, next) {
 			d.stopToken = next

@@ -138,14 +138,18 @@ func (c *SlotCache) CopySlot(from, to, n int) {
 
 // DecodeSlots is one decode step of every slot: tokens [S] (int32), slot
 // s's token at position positions[s] ([S], int32), attending to that
-// slot's positions before it. It writes the new keys and values into the
-// cache's arrays in place of the old ones (which it frees) and returns the
-// next-token logits [S, V]. A pure function of its inputs (parameters,
-// cache arrays, tokens, positions) when the cache's arrays are inputs, so
-// it traces into a compiled function; call on the MLX thread.
-func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions *mlx.Array) *mlx.Array {
+// slot's positions before it. span [W] (int32, 0…W−1) bounds what
+// attention reads to the first W positions of every slot, W above every
+// position (a power of two, say, so that few shapes are traced): the
+// capacity beyond is neither read nor masked. It writes the new keys and
+// values into the cache's arrays in place of the old ones (which it frees)
+// and returns the next-token logits [S, V]. A pure function of its inputs
+// (parameters, cache arrays, tokens, positions, span) when the cache's
+// arrays are inputs, so it traces into a compiled function; call on the
+// MLX thread.
+func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
 	S := tokens.Dim(0)
-	store := &slotDecode{c: c, positions: positions}
+	store := &slotDecode{c: c, positions: positions, span: span}
 	logits := m.forward(params, mlx.Reshape(tokens, S, 1), store, m.formulation())
 	return logits
 }
@@ -185,7 +189,8 @@ func rowPositions(rows *mlx.Array, T int) *mlx.Array {
 type slotDecode struct {
 	c         *SlotCache
 	positions *mlx.Array // [S] int32
-	mask      *mlx.Array // [S, 1, 1, Capacity]: the positions each slot's query sees
+	span      *mlx.Array // [W] int32: 0…W−1, the positions attention reads
+	mask      *mlx.Array // [S, 1, 1, W]: the positions each slot's query sees
 }
 
 func (d *slotDecode) check(cfg Config, B, T int) error {
@@ -195,6 +200,9 @@ func (d *slotDecode) check(cfg Config, B, T int) error {
 	if T != 1 || B != d.c.Slots() || d.positions.Ndim() != 1 || d.positions.Dim(0) != B {
 		return fmt.Errorf("model: decode of tokens [%d %d] at positions %v over %d slots; want one token per slot",
 			B, T, d.positions.Shape(), d.c.Slots())
+	}
+	if d.span.Ndim() != 1 || d.span.Dim(0) > d.c.Capacity() {
+		return fmt.Errorf("model: decode span %v over a cache of %d positions; want [W] with W at most the capacity", d.span.Shape(), d.c.Capacity())
 	}
 	return nil
 }
@@ -213,12 +221,18 @@ func (d *slotDecode) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.
 		pair[l] = mlx.PutAlongAxis(old, at, src, 2)
 		old.Free()
 	}
+	W := d.span.Dim(0)
 	if d.mask == nil {
-		capacity := d.c.Capacity()
-		seen := mlx.Reshape(mlx.Arange(0, float64(capacity), 1, mlx.Int32), 1, 1, 1, capacity)
-		d.mask = mlx.LessEqual(seen, mlx.Reshape(d.positions, S, 1, 1, 1))
+		d.mask = mlx.LessEqual(mlx.Reshape(d.span, 1, 1, 1, W), mlx.Reshape(d.positions, S, 1, 1, 1))
 	}
-	return d.c.Keys[l], d.c.Values[l], mlx.NoMask, d.mask
+	read := func(a *mlx.Array) *mlx.Array {
+		s := a.Shape()
+		if W == s[2] {
+			return a
+		}
+		return mlx.Slice(a, []int{0, 0, 0, 0}, []int{s[0], s[1], W, s[3]})
+	}
+	return read(d.c.Keys[l]), read(d.c.Values[l]), mlx.NoMask, d.mask
 }
 
 func (d *slotDecode) advance(int) {}

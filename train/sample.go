@@ -31,11 +31,14 @@ type SampleOptions struct {
 	// one package data does not know (HFTokenizer); nil for
 	// data.NewTokenizer. Generate does not use it.
 	Tokenizers TokenizerOpener
+	// Timing, when not nil, receives the generation's prompt and
+	// generation rates (generate.Options.Timing).
+	Timing *generate.Timing
 }
 
 // Generation returns the options as package generate takes them.
 func (o SampleOptions) Generation() generate.Options {
-	return generate.Options{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Recompute: o.Recompute}
+	return generate.Options{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Recompute: o.Recompute, Timing: o.Timing}
 }
 
 // Validate reports an option that cannot generate.

@@ -25,6 +25,7 @@ type benchOptions struct {
 	tokenCache string
 	nproc      int
 	finetune   finetuneBench
+	generate   generateBench
 }
 
 func newBenchCmd() *cobra.Command {
@@ -81,7 +82,15 @@ also times that preference objective's step of the same shape after each
 supervised one (the windows taken as pairs, so the batch must be even; a
 LoRA or DoRA DPO step includes the adapter-off reference forward pass) and
 prints its time and peak memory relative to the supervised step's;
---rounds N repeats the pair N times.`,
+--rounds N repeats the pair N times.
+
+--generate FROM times generation instead, from a run, Hugging Face folder
+or GGUF file: the one-sequence decoder (what chat uses) on one stream, then
+the batched engine (what serve, evaluation and online RL use) at each
+--streams count of concurrent streams, each a prompt of --prompt-tokens
+random tokens and --gen-tokens greedy tokens. It reports prompt and
+generated tokens per second over all streams, the mean time to first token,
+and the engine's traces; --rounds N repeats the rows N times, alternating.`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
@@ -89,7 +98,8 @@ prints its time and peak memory relative to the supervised step's;
   posttrainllm bench --preset tiny --compile=false --corpus input.txt
   posttrainllm bench --preset mega --device gpu --nproc 2 --json
   posttrainllm bench --preset tiny --finetune lora,full --compare
-  posttrainllm bench --preset small --finetune lora --objective dpo --rounds 3`,
+  posttrainllm bench --preset small --finetune lora --objective dpo --rounds 3
+  posttrainllm bench --generate ~/models/SmolLM2-135M-Instruct --streams 1,8,32 --rounds 2`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
@@ -108,6 +118,11 @@ prints its time and peak memory relative to the supervised step's;
 	fs.StringSliceVar(&opts.finetune.targets, "targets", []string{"attn"}, "with --finetune: projections to adapt")
 	fs.StringVar(&opts.finetune.objective, "objective", "", "with --finetune: also time this preference objective's step (dpo, ipo, orpo, simpo) beside the supervised one")
 	fs.Float64Var(&opts.finetune.beta, "beta", 0, "with --objective: its beta (0: the objective's default)")
+	fs.StringVar(&opts.generate.src.from, "generate", "", "time generation from this run, Hugging Face folder or GGUF file instead: the one-sequence decoder and the batched engine")
+	fs.IntSliceVar(&opts.generate.streams, "streams", []int{1, 8, 32}, "with --generate: counts of concurrent streams to time the engine at")
+	fs.IntVar(&opts.generate.promptTokens, "prompt-tokens", 128, "with --generate: prompt tokens per stream (random tokens)")
+	fs.IntVar(&opts.generate.genTokens, "gen-tokens", 128, "with --generate: tokens generated per stream (greedy, no stop tokens)")
+	fs.IntVar(&opts.generate.maxBatch, "max-batch", 0, "with --generate: the engine's batch (0: the largest --streams)")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		return runBench(cmd, opts, ov)
@@ -116,6 +131,13 @@ prints its time and peak memory relative to the supervised step's;
 }
 
 func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
+	if opts.generate.src.from != "" {
+		if err := opts.generate.src.check("bench --generate"); err != nil {
+			return err
+		}
+		opts.generate.rounds = opts.rounds
+		return runGenerateBench(cmd.OutOrStdout(), opts.generate, ov.value("device"), opts.json)
+	}
 	if opts.steps < 1 {
 		return usageError("invalid --steps %d: want >= 1 timed step", opts.steps)
 	}

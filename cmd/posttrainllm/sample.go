@@ -64,7 +64,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				if prompt != "" {
 					return usageError("--chat and --prompt: give one (--chat asks a question through the chat template, --prompt continues text)")
 				}
-				return sampleChat(cmd.OutOrStdout(), generationSource{from, adapter}, system, chat, gen)
+				return sampleChat(cmd.OutOrStdout(), cmd.ErrOrStderr(), generationSource{from, adapter}, system, chat, gen)
 			}
 			if system != "" {
 				return usageError("--system goes with --chat")
@@ -94,6 +94,8 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				return err
 			}
 			opts.Tokenizers = openTokenizer
+			var timing generate.Timing
+			opts.Timing = &timing
 			var text string
 			switch {
 			case adapter != "":
@@ -109,6 +111,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), text)
+			printRates(cmd.ErrOrStderr(), timing)
 			return nil
 		},
 	}
@@ -128,9 +131,16 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 	return cmd
 }
 
+// printRates writes a generation's prompt and generation rates, as
+// mlx_lm generate does.
+func printRates(w io.Writer, t generate.Timing) {
+	fmt.Fprintf(w, "prompt: %d tokens, %.1f tokens/s; generation: %d tokens, %.1f tokens/s\n",
+		t.PromptTokens, t.PromptRate(), t.Generated, t.GenerationRate())
+}
+
 // sampleChat answers one question through the chat template, streaming
-// the reply to out.
-func sampleChat(out io.Writer, src generationSource, system, question string, gen genFlags) error {
+// the reply to out and its rates to errOut.
+func sampleChat(out, errOut io.Writer, src generationSource, system, question string, gen genFlags) error {
 	m, err := src.openOn("sample", gen.device)
 	if err != nil {
 		return err
@@ -141,13 +151,19 @@ func sampleChat(out io.Writer, src generationSource, system, question string, ge
 		msgs = append(msgs, data.Message{Role: "system", Content: system})
 	}
 	msgs = append(msgs, data.Message{Role: "user", Content: question})
-	_, err = m.Generate(context.Background(), generate.Request{Messages: msgs, Options: gen.opts}, func(delta string) error {
+	var timing generate.Timing
+	opts := gen.opts
+	opts.Timing = &timing
+	_, err = m.Generate(context.Background(), generate.Request{Messages: msgs, Options: opts}, func(delta string) error {
 		_, err := io.WriteString(out, delta)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(out)
-	return err
+	if _, err = fmt.Fprintln(out); err != nil {
+		return err
+	}
+	printRates(errOut, timing)
+	return nil
 }

@@ -315,7 +315,7 @@ func (b *batch) accept(r *row, t Token) {
 	id := t.ID
 	res := &r.stream.result
 	if slices.Contains(r.job.seq.StopTokens, id) {
-		res.StopToken = id
+		res.StopToken, res.StopLogprob = id, t.Logprob
 		b.end(r, FinishStop, nil)
 		return
 	}

@@ -129,8 +129,11 @@ type Completion struct {
 	Top          []int32
 	TopLogprobs  []float32
 	FinishReason FinishReason
-	// StopToken is the stop token that ended it (not in Tokens), -1 for none.
-	StopToken int32
+	// StopToken is the stop token that ended it (not in Tokens), -1 for
+	// none, and StopLogprob its log-probability (online RL trains the
+	// model to stop).
+	StopToken   int32
+	StopLogprob float32
 	// Prompt scores each prompt position when PromptLogprobs was asked.
 	Prompt []PromptScore
 }

@@ -165,6 +165,10 @@ func runGenerateBench(out io.Writer, b generateBench, device string, asJSON bool
 		enc.SetIndent("", "  ")
 		return enc.Encode(rows)
 	}
+	c := m.Net.Config
+	per := c.KVBytesPerToken()
+	fmt.Fprintf(out, "kv cache: %d bytes per token per row (32 rows × 1,024 tokens: %.1f MiB); the memory plan's default batch at context %d: %d rows\n",
+		per, float64(32*1024*per)/(1<<20), c.Context, generate.DefaultMaxBatch(c, 0))
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "round\tpath\tstreams\tprompt tok/s\tgen tok/s\tTTFT ms\twall s\ttraces\t\n")
 	for _, r := range rows {

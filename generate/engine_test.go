@@ -22,6 +22,11 @@ var engineFamilies = map[string]model.Config{
 	"llama": {VocabSize: 300, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 160, MLP: "swiglu", InitStd: 0.4},
 	"gpt2": {VocabSize: 300, DModel: 32, Layers: 2, Heads: 2, Context: 160, Norm: "layer", Bias: true,
 		Positions: "learned", GELU: "tanh", InitStd: 0.4},
+	// Qwen3's per-head q/k norms and a head width of its own, Llama 3's
+	// scaled rotary frequencies (passed to RoPE as periods), a tied head.
+	"qwen3-llama3rope": {VocabSize: 300, DModel: 32, Layers: 2, Heads: 4, KVHeads: 1, HeadDimension: 16, QKNorm: true,
+		Context: 160, MLP: "swiglu", TiedEmbeddings: true, RoPEType: "llama3", RoPEFactor: 8, RoPELowFreqFactor: 1,
+		RoPEHighFreqFactor: 4, RoPEOriginalContext: 64, InitStd: 0.4},
 }
 
 func engineNet(t *testing.T, cfg model.Config) (*model.TinyGPT, []*mlx.Array) {

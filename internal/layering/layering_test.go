@@ -22,6 +22,7 @@ var layers = [][]string{
 	{"model", "optim", "data", "tboard", "internal/mlxtest"},
 	{"peft", "hf", "internal/tokentest"},
 	{"generate", "checkpoint"},
+	{"rl"},
 	{"train", "launch", "serve"},
 	{"train/bench", "presets"},
 	{"cmd", "examples", "scripts"},

@@ -175,15 +175,30 @@ func TestProgramHangKilled(t *testing.T) {
 	if _, err := os.Stat("/proc/self/stat"); err != nil {
 		return // no /proc to look at the child in
 	}
-	// The child is gone or a zombie awaiting its reaper, never still
-	// sleeping: the signal went to the whole process group.
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err == nil {
-		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
-		if len(f) > 0 && f[0] != "Z" && f[0] != "X" {
-			t.Errorf("the program's child %d is still alive (state %s) after the timeout", pid, f[0])
+	// The child dies (gone, or a zombie awaiting its reaper) rather than
+	// sleeping on: the kill went to the whole process group. A killed
+	// process takes a moment to exit; ten seconds bound the wait.
+	state := "S"
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if state = procState(pid); state == "" || state == "Z" || state == "X" {
+			return
 		}
 	}
+	t.Errorf("the program's child %d is still alive (state %s) after the timeout", pid, state)
+}
+
+// procState is the state letter of process pid in /proc, "" when there
+// is no such process.
+func procState(pid int) string {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }
 
 func TestProgramIgnoresUnreadInput(t *testing.T) {

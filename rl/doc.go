@@ -10,6 +10,6 @@
 // the completion's tokens by, as in GRPO (Shao et al., 2024) and its
 // Dr. GRPO and DAPO variants.
 //
-// The reward and advantage parts are plain Go: they run on the host,
-// concurrently with nothing on the MLX thread.
+// The reward and advantage parts are plain Go on the host: they never
+// touch the MLX thread.
 package rl

@@ -1,47 +1,71 @@
-"""Measures posttrainllm serve's generation throughput through the OpenAI
-API, as clients see it: completion tokens per second of wall time for one
-client asking one question after another, and for CLIENTS clients asking at
-once (the server runs one generation at a time, so concurrency shows the
-queue's cost, not batching).
+"""Measures an OpenAI-compatible server's generation throughput as clients
+see it: for each count of concurrent clients, total completion tokens per
+second of wall time and the mean time to first token, every client asking
+--per-client streamed greedy completions of at most --tokens tokens, one
+after another. It speaks only the API, so the same run measures
+posttrainllm serve and mlx_lm.server on the same model.
 
-  serve-bench.py URL MODEL [--tokens N] [--requests R] [--clients C]
+  serve-bench.py URL MODEL [--tokens N] [--clients 1,8,32] [--per-client K] [--json]
 
-Every request is a greedy completion of a short prompt, at most --tokens
-tokens (usage.completion_tokens is what counts).
-Needs the pinned openai client (.deps/py, make py-deps).
+usage.completion_tokens (from stream_options.include_usage) is what
+counts. Python's standard library alone: it runs wherever python3 does.
 """
 
 import argparse
 import concurrent.futures
+import json
 import time
+import urllib.request
 
-from openai import OpenAI
 
-
-def ask(client, model, i, tokens):
-    r = client.completions.create(model=model, prompt=f"ROMEO {i}:", max_tokens=tokens, temperature=0)
-    return r.usage.completion_tokens
+def ask(url, model, i, tokens):
+    body = json.dumps({"model": model, "prompt": f"Once upon a time, in the story numbered {i}, ", "max_tokens": tokens,
+                       "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    first, n = None, 0
+    with urllib.request.urlopen(req, timeout=3600) as resp:
+        for line in resp:
+            line = line.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and chunk.get("choices") and chunk["choices"][0].get("text"):
+                first = time.perf_counter() - start
+            if chunk.get("usage"):
+                n = chunk["usage"]["completion_tokens"]
+    return n, first if first is not None else time.perf_counter() - start
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("url")
     p.add_argument("model")
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--requests", type=int, default=8)
-    p.add_argument("--clients", type=int, default=8)
+    p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--clients", default="1,8,32")
+    p.add_argument("--per-client", type=int, default=2)
+    p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    client = OpenAI(base_url=a.url + "/v1", api_key="unused", max_retries=0, timeout=3600)
+    client = a.url
     ask(client, a.model, -1, 4)  # warm-up: first kernels, caches
-    t = time.perf_counter()
-    n = sum(ask(client, a.model, i, a.tokens) for i in range(a.requests))
-    one = n / (time.perf_counter() - t)
-    t = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
-        n = sum(pool.map(lambda i: ask(client, a.model, i, a.tokens), range(a.requests)))
-    many = n / (time.perf_counter() - t)
-    print(f"{a.model}: 1 client {one:.1f} tokens/s, {a.clients} clients {many:.1f} tokens/s "
-          f"({a.requests} requests of {a.tokens} tokens each; ratio {many / one:.2f})")
+    rows = []
+    for c in [int(s) for s in a.clients.split(",")]:
+        with concurrent.futures.ThreadPoolExecutor(c) as pool:
+            ask(client, a.model, -2, 4)
+            t = time.perf_counter()
+            futures = [pool.submit(lambda k: [ask(client, a.model, k * a.per_client + j, a.tokens) for j in range(a.per_client)], k)
+                       for k in range(c)]
+            results = [r for f in futures for r in f.result()]
+            wall = time.perf_counter() - t
+        tokens = sum(n for n, _ in results)
+        row = {"clients": c, "requests": len(results), "completion_tokens": tokens, "wall_s": wall,
+               "tokens_per_s": tokens / wall, "ttft_ms": 1e3 * sum(f for _, f in results) / len(results)}
+        rows.append(row)
+        if not a.json:
+            print(f"{c:3d} clients: {tokens} tokens in {wall:.2f} s = {row['tokens_per_s']:.1f} tokens/s, "
+                  f"mean time to first token {row['ttft_ms']:.0f} ms", flush=True)
+    if a.json:
+        print(json.dumps(rows))
 
 
 if __name__ == "__main__":

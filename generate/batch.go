@@ -16,9 +16,9 @@ type batch struct {
 	cache   *model.SlotCache // nil while no row runs
 	rows    []*row           // by slot; nil for a free slot
 	waiting []*job
-	// decode holds the compiled decode step without and with top-k/top-p
-	// filtering (the filter's sort is skipped where no row asks for it).
-	decode [2]*mlx.Closure
+	// decode holds the compiled decode step of each sampling mode: rows
+	// all greedy skip the draw, rows without top-k or top-p the sort.
+	decode [3]*mlx.Closure
 }
 
 // rowState is where a row is in its life.

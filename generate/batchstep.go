@@ -38,8 +38,8 @@ func (b *batch) read(params []*mlx.Array, rd readPlan) error {
 			b.cache.CopySlot(r.slot, g.slot, P)
 		}
 	}
-	temp, topK, topP, u, filter := samplingInputs(samplings)
-	ids, lps, top, topLps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, filter)
+	temp, topK, topP, u, mode := samplingInputs(samplings)
+	ids, lps, top, topLps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, mode)
 	if err := mlx.Eval(append([]*mlx.Array{ids, lps, top, topLps}, b.cache.Arrays()...)...); err != nil {
 		return err
 	}
@@ -115,8 +115,8 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 			decodingRows++
 		}
 	}
-	temp, topK, topP, u, filter := samplingInputs(samplings)
-	step, err := b.decoder(filter)
+	temp, topK, topP, u, mode := samplingInputs(samplings)
+	step, err := b.decoder(mode)
 	if err != nil {
 		return err
 	}
@@ -180,17 +180,14 @@ func sampled(ids, lps, top, topLps *mlx.Array) (h hostSamples, err error) {
 	return h, err
 }
 
-// decoder returns the decode step, with or without the top-k/top-p
-// filter, compiled on first use (or op by op with Interpreted). Its
-// inputs are the parameters, the cache's keys and values, the tokens and
-// positions [S], the span attention reads and the sampling inputs; its outputs the sampled tokens,
-// their log-probabilities, the most likely tokens' log-probabilities and
-// the cache's new keys and values.
-func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
-	i := 0
-	if filter {
-		i = 1
-	}
+// decoder returns the decode step of sampling mode mode, compiled on
+// first use (or op by op with Interpreted). Its inputs are the
+// parameters, the cache's keys and values, the tokens and positions [S],
+// the span attention reads and the sampling inputs; its outputs the
+// sampled tokens, their log-probabilities, the most likely tokens and
+// their log-probabilities, and the cache's new keys and values.
+func (b *batch) decoder(mode samplingMode) (*mlx.Closure, error) {
+	i := int(mode)
 	if b.decode[i] != nil {
 		return b.decode[i], nil
 	}
@@ -203,7 +200,7 @@ func (b *batch) decoder(filter bool) (*mlx.Closure, error) {
 		cache := &model.SlotCache{Keys: append([]*mlx.Array(nil), in[P:P+L]...), Values: append([]*mlx.Array(nil), in[P+L:P+2*L]...)}
 		x := in[P+2*L:]
 		logits := net.DecodeSlots(in[:P], cache, x[0], x[1], x[2])
-		ids, lps, top, topLps := sampleRows(logits, x[3], x[4], x[5], x[6], vocab, filter)
+		ids, lps, top, topLps := sampleRows(logits, x[3], x[4], x[5], x[6], vocab, mode)
 		return append([]*mlx.Array{ids, lps, top, topLps}, cache.Arrays()...), nil
 	}
 	var err error

@@ -14,9 +14,9 @@ import (
 // likely tokens whose probabilities add up to at least topP ([S]; above 1
 // for no limit). The draw is by inverse CDF with the row's uniform number
 // u in (0, 1] ([S]), which the engine takes from the row's own random
-// stream, so a row's tokens do not depend on the rows beside it. filter
-// says whether any row limits by top-k or top-p: without, the sort they
-// need is skipped.
+// stream, so a row's tokens do not depend on the rows beside it. mode
+// says what the batch's rows need: greedy rows alone skip the draw, and
+// rows without top-k or top-p skip the sort those need.
 //
 // It returns the tokens [S] (int32), their log-probabilities [S] under
 // the model's distribution (the softmax of the logits at temperature 1),
@@ -24,15 +24,21 @@ import (
 // [S] (int32) with its log-probability [S] (the logprobs field of OpenAI's
 // API reports it beside the sampled one). A pure function of its inputs,
 // so it traces into the engine's compiled decode step.
-func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, filter bool) (tokens, logprobs, top, topLogprobs *mlx.Array) {
+func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, mode samplingMode) (tokens, logprobs, top, topLogprobs *mlx.Array) {
 	S := logits.Dim(0)
 	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{S, vocab}), mlx.Float32)
 	greedy := mlx.AsType(mlx.Argmax(logits, -1, false), mlx.Int32)
 	col := func(a *mlx.Array) *mlx.Array { return mlx.Reshape(a, S, 1) }
+	logZ := mlx.LogSumExpKeep(logits, -1)
+	lp := mlx.Subtract(logits, logZ)
+	topLogprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(greedy), -1), S)
+	if mode == greedyRows {
+		return greedy, topLogprobs, greedy, topLogprobs
+	}
 	hot := mlx.Greater(temp, mlx.Scalar(0, mlx.Float32))
 	scaled := mlx.Divide(logits, col(mlx.Where(hot, temp, mlx.Scalar(1, mlx.Float32))))
 	negInf := mlx.Scalar(math.Inf(-1), mlx.Float32)
-	if filter {
+	if mode == filteredRows {
 		desc := mlx.Negative(mlx.Sort(mlx.Negative(scaled), -1)) // [S, V], most likely first
 		rank := mlx.Reshape(mlx.Arange(0, float64(vocab), 1, mlx.Int32), 1, vocab)
 		desc = mlx.Where(mlx.GreaterEqual(rank, col(topK)), negInf, desc)
@@ -49,12 +55,18 @@ func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, filter bool) 
 	drawn := mlx.Sum(mlx.AsType(below, mlx.Int32), -1)
 	drawn = mlx.Minimum(drawn, mlx.Scalar(float64(vocab-1), mlx.Int32))
 	tokens = mlx.Where(hot, drawn, greedy)
-	logZ := mlx.LogSumExpKeep(logits, -1)
-	lp := mlx.Subtract(logits, logZ)
 	logprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(tokens), -1), S)
-	topLogprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(greedy), -1), S)
 	return tokens, logprobs, greedy, topLogprobs
 }
+
+// samplingMode is what a batch's rows need of sampleRows.
+type samplingMode int
+
+const (
+	greedyRows   samplingMode = iota // every row takes its most likely token
+	drawnRows                        // some rows draw, none limits by top-k or top-p
+	filteredRows                     // some rows limit by top-k or top-p
+)
 
 // rowSampling is one row's sampling settings as sampleRows takes them.
 type rowSampling struct {
@@ -93,7 +105,7 @@ func (s rowSampling) draw() float32 {
 
 // samplingInputs are sampleRows' per-row inputs for a batch of rows (nil
 // entries, free slots, decode greedily and are ignored).
-func samplingInputs(rows []*rowSampling) (temp, topK, topP, u *mlx.Array, filter bool) {
+func samplingInputs(rows []*rowSampling) (temp, topK, topP, u *mlx.Array, mode samplingMode) {
 	n := len(rows)
 	t, k, p, us := make([]float32, n), make([]int32, n), make([]float32, n), make([]float32, n)
 	for i, r := range rows {
@@ -102,7 +114,12 @@ func samplingInputs(rows []*rowSampling) (temp, topK, topP, u *mlx.Array, filter
 			continue
 		}
 		t[i], k[i], p[i], us[i] = r.temp, r.topK, r.topP, r.draw()
-		filter = filter || r.limit
+		switch {
+		case r.limit:
+			mode = filteredRows
+		case r.rng != nil:
+			mode = max(mode, drawnRows)
+		}
 	}
-	return mlx.FromSlice(t, n), mlx.FromSlice(k, n), mlx.FromSlice(p, n), mlx.FromSlice(us, n), filter
+	return mlx.FromSlice(t, n), mlx.FromSlice(k, n), mlx.FromSlice(p, n), mlx.FromSlice(us, n), mode
 }

@@ -39,9 +39,9 @@ type row struct {
 	sampling rowSampling
 	length   int   // positions written into the slot
 	next     int32 // the token to feed at position length (decoding)
-	group    []*row
-	// leader reads the job's prompt; the other rows of the group copy it.
-	leader bool
+	// group is the job's rows; the first reads the prompt, the others
+	// copy it.
+	group []*row
 }
 
 func newBatch(e *Engine) *batch { return &batch{e: e} }
@@ -83,8 +83,8 @@ func (b *batch) step(params []*mlx.Array) (worked bool, err error) {
 		if err := b.layout(reads); err != nil {
 			return err
 		}
-		for _, rd := range reads {
-			if err := b.read(params, rd); err != nil {
+		if len(reads) > 0 {
+			if err := b.read(params, reads); err != nil {
 				return err
 			}
 		}
@@ -137,8 +137,10 @@ func (b *batch) admit() {
 				sampling: newRowSampling(j.seq.Options, b.e.net.Config.VocabSize, i)}
 			b.place(group[i])
 		}
-		group[0].state, group[0].leader = reading, true
-		group[0].group = group
+		for _, g := range group {
+			g.group = group
+		}
+		group[0].state = reading
 	}
 }
 

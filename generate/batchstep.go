@@ -5,41 +5,130 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// read feeds a chunk of a row's prompt into its slot. When the chunk ends
-// the prompt, it samples the first token of each completion of the group
-// from the last position's logits and copies the prompt's keys and values
-// into the other rows' slots: they decode from the next step on. Call on
-// the MLX thread.
-func (b *batch) read(params []*mlx.Array, rd readPlan) error {
-	r, seq, vocab := rd.r, rd.r.job.seq, b.e.net.Config.VocabSize
-	P, n := len(seq.Prompt), rd.end-rd.start
-	tokens := mlx.FromSlice(seq.Prompt[rd.start:rd.end], 1, n)
-	logits := b.e.net.PrefillSlot(params, b.cache, r.slot, rd.start, tokens, seq.PromptLogprobs)
-	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{logits.Dim(0), vocab}), mlx.Float32)
-	b.e.stats.prefilled.Add(int64(n))
-	r.length = rd.end
-	if seq.PromptLogprobs {
-		if rd.start == 0 {
-			r.stream.result.Prompt = append(r.stream.result.Prompt, PromptScore{})
+// read feeds this round's prompt chunks into their slots: the rows that
+// ask for prompt scores one by one (every position's logits), the others
+// together, in one forward pass (PrefillSlots) where their padded chunks
+// fit the cache. The groups whose prompts are then read start decoding
+// (startGroups). Call on the MLX thread.
+func (b *batch) read(params []*mlx.Array, reads []readPlan) error {
+	var done []readDone
+	var together []readPlan
+	for _, rd := range reads {
+		if !rd.r.job.seq.PromptLogprobs {
+			together = append(together, rd)
+			continue
 		}
-		if err := b.score(r, logits, rd); err != nil {
+		last, err := b.readScored(params, rd)
+		if err != nil {
 			return err
 		}
-		logits = mlx.Slice(logits, []int{n - 1, 0}, []int{n, vocab})
+		if rd.end == len(rd.r.job.seq.Prompt) {
+			done = append(done, readDone{rd.r, last})
+		}
 	}
-	if rd.end < P {
+	// Chunks are padded to the longest; a row whose padded chunk would run
+	// past the cache's capacity is read on its own.
+	C := 0
+	for _, rd := range together {
+		C = max(C, rd.end-rd.start)
+	}
+	var batches [][]readPlan
+	var fits []readPlan
+	for _, rd := range together {
+		if rd.start+C > b.cache.Capacity() {
+			batches = append(batches, []readPlan{rd})
+		} else {
+			fits = append(fits, rd)
+		}
+	}
+	if len(fits) > 0 {
+		batches = append(batches, fits)
+	}
+	for _, batch := range batches {
+		d, err := b.readTogether(params, batch)
+		if err != nil {
+			return err
+		}
+		done = append(done, d...)
+	}
+	if len(done) == 0 {
 		return mlx.Eval(b.cache.Arrays()...)
 	}
-	group := r.group
-	samplings := make([]*rowSampling, len(group))
-	for i, g := range group {
-		samplings[i] = &g.sampling
-		if g != r && g.slot >= 0 {
-			b.cache.CopySlot(r.slot, g.slot, P)
+	return b.startGroups(done)
+}
+
+// readTogether feeds the chunks of reads in one forward pass, each padded
+// to the longest, and returns the rows whose prompts are then read.
+func (b *batch) readTogether(params []*mlx.Array, reads []readPlan) ([]readDone, error) {
+	vocab, R, C := b.e.net.Config.VocabSize, len(reads), 0
+	for _, rd := range reads {
+		C = max(C, rd.end-rd.start)
+	}
+	ids := make([]int32, R*C)
+	slots, starts, lengths := make([]int, R), make([]int, R), make([]int, R)
+	for i, rd := range reads {
+		copy(ids[i*C:], rd.r.job.seq.Prompt[rd.start:rd.end])
+		slots[i], starts[i], lengths[i] = rd.r.slot, rd.start, rd.end-rd.start
+	}
+	logits := b.e.net.PrefillSlots(params, b.cache, slots, starts, lengths, mlx.FromSlice(ids, R, C))
+	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{R, vocab}), mlx.Float32)
+	var done []readDone
+	for i, rd := range reads {
+		b.e.stats.prefilled.Add(int64(rd.end - rd.start))
+		rd.r.length = rd.end
+		if rd.end == len(rd.r.job.seq.Prompt) {
+			done = append(done, readDone{rd.r, mlx.Slice(logits, []int{i, 0}, []int{i + 1, vocab})})
+		}
+	}
+	return done, nil
+}
+
+// readDone is a group leader whose prompt is read, with the logits
+// [1, vocab] (float32) of its last position.
+type readDone struct {
+	r    *row
+	last *mlx.Array
+}
+
+// readScored feeds a chunk of a row's prompt that asks for prompt scores
+// and scores its positions; it returns the logits [1, vocab] (float32) of
+// the chunk's last position.
+func (b *batch) readScored(params []*mlx.Array, rd readPlan) (*mlx.Array, error) {
+	r, seq, vocab := rd.r, rd.r.job.seq, b.e.net.Config.VocabSize
+	n := rd.end - rd.start
+	tokens := mlx.FromSlice(seq.Prompt[rd.start:rd.end], 1, n)
+	logits := b.e.net.PrefillSlot(params, b.cache, r.slot, rd.start, tokens, true)
+	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{n, vocab}), mlx.Float32)
+	b.e.stats.prefilled.Add(int64(n))
+	r.length = rd.end
+	if rd.start == 0 {
+		r.stream.result.Prompt = append(r.stream.result.Prompt, PromptScore{})
+	}
+	if err := b.score(r, logits, rd); err != nil {
+		return nil, err
+	}
+	return mlx.Slice(logits, []int{n - 1, 0}, []int{n, vocab}), nil
+}
+
+// startGroups samples the first token of every completion of the groups
+// whose prompts are read, from their leader's last logits, and copies the
+// prompt's keys and values into the other rows' slots: they decode from
+// the next step on.
+func (b *batch) startGroups(done []readDone) error {
+	vocab := b.e.net.Config.VocabSize
+	var rows []*row
+	var parts []*mlx.Array
+	var samplings []*rowSampling
+	for _, d := range done {
+		for _, g := range d.r.group {
+			rows, parts, samplings = append(rows, g), append(parts, d.last), append(samplings, &g.sampling)
+			if g != d.r && g.slot >= 0 {
+				b.cache.CopySlot(d.r.slot, g.slot, d.r.length)
+			}
 		}
 	}
 	temp, topK, topP, u, mode := samplingInputs(samplings)
-	ids, lps, top, topLps := sampleRows(mlx.BroadcastTo(logits, len(group), vocab), temp, topK, topP, u, vocab, mode)
+	ids, lps, top, topLps := sampleRows(mlx.Concatenate(parts, 0), temp, topK, topP, u, vocab, mode)
 	if err := mlx.Eval(append([]*mlx.Array{ids, lps, top, topLps}, b.cache.Arrays()...)...); err != nil {
 		return err
 	}
@@ -47,14 +136,15 @@ func (b *batch) read(params []*mlx.Array, rd readPlan) error {
 	if err != nil {
 		return err
 	}
-	for i, g := range group {
+	for i, g := range rows {
 		if g.slot < 0 {
 			continue // ended while the prompt was read
 		}
-		if g != r {
-			g.stream.result.Prompt = r.stream.result.Prompt
+		leader := g.group[0]
+		if g != leader {
+			g.stream.result.Prompt = leader.stream.result.Prompt
 		}
-		g.length, g.state = P, decoding
+		g.length, g.state = leader.length, decoding
 		b.accept(g, host.at(i))
 	}
 	return nil

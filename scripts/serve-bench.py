@@ -7,6 +7,10 @@ posttrainllm serve and mlx_lm.server on the same model.
 
   serve-bench.py URL MODEL [--tokens N] [--clients 1,8,32] [--per-client K] [--json]
 
+--json prints one JSON object per client count as it is measured. A
+request whose connection is refused or reset counts as failed (the row's
+"failed"), not as tokens.
+
 usage.completion_tokens (from stream_options.include_usage) is what
 counts. Python's standard library alone: it runs wherever python3 does.
 """
@@ -48,24 +52,29 @@ def main():
     a = p.parse_args()
     client = a.url
     ask(client, a.model, -1, 4)  # warm-up: first kernels, caches
-    rows = []
     for c in [int(s) for s in a.clients.split(",")]:
+        def client_run(k):
+            out = []
+            for j in range(a.per_client):
+                try:
+                    out.append(ask(client, a.model, k * a.per_client + j, a.tokens))
+                except OSError as e:  # a refused or reset connection counts as a failed request
+                    out.append(e)
+            return out
         with concurrent.futures.ThreadPoolExecutor(c) as pool:
             ask(client, a.model, -2, 4)
             t = time.perf_counter()
-            futures = [pool.submit(lambda k: [ask(client, a.model, k * a.per_client + j, a.tokens) for j in range(a.per_client)], k)
-                       for k in range(c)]
-            results = [r for f in futures for r in f.result()]
+            results = [r for f in [pool.submit(client_run, k) for k in range(c)] for r in f.result()]
             wall = time.perf_counter() - t
-        tokens = sum(n for n, _ in results)
-        row = {"clients": c, "requests": len(results), "completion_tokens": tokens, "wall_s": wall,
-               "tokens_per_s": tokens / wall, "ttft_ms": 1e3 * sum(f for _, f in results) / len(results)}
-        rows.append(row)
-        if not a.json:
+        ok = [r for r in results if not isinstance(r, Exception)]
+        tokens = sum(n for n, _ in ok)
+        row = {"clients": c, "requests": len(results), "failed": len(results) - len(ok), "completion_tokens": tokens,
+               "wall_s": wall, "tokens_per_s": tokens / wall, "ttft_ms": 1e3 * sum(f for _, f in ok) / max(len(ok), 1)}
+        if a.json:
+            print(json.dumps(row), flush=True)
+        else:
             print(f"{c:3d} clients: {tokens} tokens in {wall:.2f} s = {row['tokens_per_s']:.1f} tokens/s, "
-                  f"mean time to first token {row['ttft_ms']:.0f} ms", flush=True)
-    if a.json:
-        print(json.dumps(rows))
+                  f"mean time to first token {row['ttft_ms']:.0f} ms, {row['failed']} failed", flush=True)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ wait_up() { # waits for the server on $port to answer /v1/models
 }
 bench() { # tool model-name
   "$BENCH_PY" "$root/scripts/serve-bench.py" "http://127.0.0.1:$port" "$2" --tokens "$TOKENS" --clients "$CLIENTS" --per-client "$PER_CLIENT" --json |
-    "$BENCH_PY" -c 'import json,sys; [print(json.dumps(dict(r, tool="'"$1"'", round='"$r"'))) for r in json.load(sys.stdin)]' >>"$rows"
+    "$BENCH_PY" -c 'import json,sys; [print(json.dumps(dict(json.loads(l), tool="'"$1"'", round='"$r"'))) for l in sys.stdin]' >>"$rows"
 }
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r: posttrainllm serve" >&2
@@ -56,10 +56,12 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 clients = sorted({r["clients"] for r in rows})
 med = lambda tool, c, f: statistics.median(r[f] for r in rows if r["tool"] == tool and r["clients"] == c)
-print("| clients | posttrainllm tok/s | mlx_lm.server tok/s | ratio | posttrainllm TTFT ms | mlx_lm.server TTFT ms |")
-print("|---:|---:|---:|---:|---:|---:|")
+failed = lambda tool, c: sum(r.get("failed", 0) for r in rows if r["tool"] == tool and r["clients"] == c)
+print("| clients | posttrainllm tok/s | mlx_lm.server tok/s | ratio | posttrainllm TTFT ms | mlx_lm.server TTFT ms | failed requests (posttrainllm, mlx-lm) |")
+print("|---:|---:|---:|---:|---:|---:|---|")
 for c in clients:
     p, m = med("posttrainllm", c, "tokens_per_s"), med("mlx-lm", c, "tokens_per_s")
-    print("| %d | %.1f | %.1f | %.2f× | %.0f | %.0f |" % (c, p, m, p / m, med("posttrainllm", c, "ttft_ms"), med("mlx-lm", c, "ttft_ms")))
+    print("| %d | %.1f | %.1f | %.2f× | %.0f | %.0f | %d, %d |" % (c, p, m, p / m, med("posttrainllm", c, "ttft_ms"), med("mlx-lm", c, "ttft_ms"),
+                                                  failed("posttrainllm", c), failed("mlx-lm", c)))
 PYEOF
 cat "$out/table.md"

@@ -69,7 +69,7 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 		}
 		opts := RunStepOptions(cfg)
 		opts.dependsOn = dependsOn
-		step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+		step, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestOrderedAccumulationMatchesUnordered(t *testing.T) {
 			for k, dependsOn := range []func([]*mlx.Array) []*mlx.Array{nil, orderings[1].dependsOn} {
 				opt := plainSGD(t, m)
 				state, _ := opt.Init()
-				s, err := NewStep(m.Loss, opt, len(m.Specs), len(state), StepOptions{Accum: 4, Compile: compile, dependsOn: dependsOn})
+				s, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(state)}, StepOptions{Accum: 4, Compile: compile, dependsOn: dependsOn})
 				if err != nil {
 					t.Fatal(err)
 				}

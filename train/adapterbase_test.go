@@ -51,7 +51,7 @@ func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []f
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(AdapterLoss(m, a), opt, len(ad), len(base), len(optState), opts)
+	s, err := NewStep(adapterLoss(m, a), opt, Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: WeightedInputs}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

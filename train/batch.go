@@ -17,27 +17,27 @@ type Batch struct {
 	N, B, T int
 	// W weighs each target's loss, N·B·T values (typically 1 for a
 	// target that counts and 0 for prompt or padding); only a weighted
-	// step (NewWeightedStep) reads it, and needs it.
+	// step (Layout.Inputs WeightedInputs) reads it, and needs it.
 	W []float32
 	// WeightSum is what W is normalised by: the update's loss is
 	// Σ W·loss / WeightSum. Zero means the sum of W, this update's own
 	// token count. A data-parallel loop passes the sum over all ranks, so
 	// every rank divides by the global count. An update whose weights are
 	// all zero has loss 0 and zero gradients, not 0/0. For a row step
-	// (NewRowStep) it normalises RowW instead, and W is passed as it is.
+	// (RowInputs) it normalises RowW instead, and W is passed as it is.
 	WeightSum float64
 	// RowW weighs each row's loss, N·B values, for a row step only
-	// (NewRowStep), which needs it: a preference loss puts 1 on the chosen
+	// (RowInputs), which needs it: a preference loss puts 1 on the chosen
 	// row of each pair and 0 on the rejected one, so the update's loss is
 	// the mean over its pairs (Σ RowW·loss / WeightSum). W then is the
 	// token mask the loss sums log-probabilities under, not normalised.
 	RowW []float32
 	// RowInputs are a row step's per-row inputs after RowW, N·B values
-	// each, laid out [N, B] (NewRowStep's nRowInputs of them).
+	// each, laid out [N, B] (Layout.RowInputs of them).
 	RowInputs [][]float32
 	// Seg numbers, for packed rows, the example each input position
 	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
-	// (NewPackedStep) reads it, and needs it.
+	// (PackedInputs) reads it, and needs it.
 	Seg []int32
 	// Stream and Starts, set together in place of X and Y, hold the batch
 	// as windows of a token stream on the device (TokenStream.Batch):

@@ -24,17 +24,23 @@ func (k *fineTuneTask) probe() planProbe {
 			// system once the state and the step have released them.
 			defer mlx.ClearCache()
 			// A base stored quantized is probed in float: an upper bound.
-			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, nil, "")
+			if err := k.f.Objective.Check(c); err != nil {
+				mlx.Free(base...)
+				return 0, fmt.Errorf("micro-batch %d: %w", c.Batch, err)
+			}
+			a, err := k.newAdapter(c)
+			if err != nil {
+				mlx.Free(base...)
+				return 0, err
+			}
+			b, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, a, base, nil, "")
 			if err != nil {
 				return 0, err
 			}
 			defer b.free()
-			rows := probeRows(c, T, k.f.FineTune.Pack)
-			if b.objective.rowLoss != nil {
-				if c.Batch%2 != 0 {
-					return 0, fmt.Errorf("an odd micro-batch splits a preference pair")
-				}
-				rows = probePairs(rows, b.objective.rowInputs)
+			rows := probeRows(c, T, b.step.Layout().Inputs == PackedInputs)
+			if l := b.step.Layout(); l.Inputs == RowInputs {
+				rows = probePairs(rows, l.RowInputs)
 			}
 			return probeUpdates(b.state, rows)
 		},
@@ -69,9 +75,9 @@ func probeRows(c Config, T int, packed bool) Batch {
 	return b
 }
 
-// probePairs is a probe batch b taken as preference pairs: each pair's
-// weight on its chosen row, and inputs more row inputs of zeros (the
-// reference log-probabilities of a full DPO fine-tune).
+// probePairs is a probe batch b taken as rows of a RowInputs step, in
+// pairs: each pair's weight on its chosen row, and inputs more row inputs
+// of zeros (the reference log-probabilities of a full DPO fine-tune).
 func probePairs(b Batch, inputs int) Batch {
 	b.RowW = make([]float32, b.N*b.B)
 	for r := range b.RowW {

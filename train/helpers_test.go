@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/peft"
 )
 
 // syntheticText is deterministic, learnable text: repeated phrases with
@@ -130,4 +131,17 @@ func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces i
 		t.Fatal(err)
 	}
 	return losses, s.Step.Traces(), params
+}
+
+// fullLoss is SFT's loss of a full fine-tune of m.
+func fullLoss(m *model.TinyGPT) Loss { return SupervisedObjective{}.Loss(Policy{Model: m}) }
+
+// adapterLoss is SFT's loss of fine-tuning m through adapter a.
+func adapterLoss(m *model.TinyGPT, a *peft.Adapter) Loss {
+	return SupervisedObjective{}.Loss(Policy{Model: m, Adapter: a})
+}
+
+// packedFullLoss is SFT's loss of a full fine-tune of m over packed rows.
+func packedFullLoss(m *model.TinyGPT) Loss {
+	return SupervisedObjective{Pack: true}.Loss(Policy{Model: m})
 }

@@ -97,7 +97,7 @@ func (s *State) IntervalLoss() (mean, tokens float64, updates int, err error) {
 	return mean, tokens, updates, err
 }
 
-// IntervalAux returns the means of a row step's auxiliary sums (NewRowStep)
+// IntervalAux returns the means of the step's auxiliary sums (Layout.Aux)
 // over the interval the last IntervalLoss call closed, weighted as its
 // loss mean is; nil before that call and for other steps.
 func (s *State) IntervalAux() []float64 {

@@ -217,7 +217,7 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
-	r.sum.InitialValPreference, r.sum.ValPreference = m.ValPreference, m.ValPreference
+	r.sum.InitialValAux, r.sum.ValAux, r.sum.ValRows = m.ValAux, m.ValAux, m.ValRows
 	return r.sink.Log(m)
 }
 
@@ -276,10 +276,20 @@ func (r *run) log(lr float64, eval bool) error {
 	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
-	if m.Preference = intervalPreference(r.parts.step, r.parts.state, counted); m.Preference != nil {
-		m.Preference.Loss = mean // the loss averages the pairs
-	} else if r.parts.step.Weighted() { // the loss averages the counted targets alone
+	switch l := r.parts.step.Layout(); {
+	case l.Inputs == RowInputs: // the loss averages the weighted rows
+		m.CountedRows = counted
+	case r.parts.step.Weighted(): // the loss averages the counted targets alone
 		m.CountedTokens = counted
+	}
+	if names := r.parts.step.Layout().Aux; len(names) > 0 {
+		aux := r.parts.state.IntervalAux()
+		m.Aux = make(map[string]float64, len(names))
+		for i, name := range names {
+			if i < len(aux) {
+				m.Aux[name] = aux[i]
+			}
+		}
 	}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
@@ -296,7 +306,7 @@ func (r *run) log(lr float64, eval bool) error {
 		if err != nil {
 			return err
 		}
-		r.sum.ValLoss, r.sum.ValPreference = v, m.ValPreference
+		r.sum.ValLoss, r.sum.ValAux, r.sum.ValRows = v, m.ValAux, m.ValRows
 	}
 	m.PeakMemoryBytes = mlx.Memory().Peak
 	if err := r.sink.Log(m); err != nil {

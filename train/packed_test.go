@@ -60,9 +60,9 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 			opts := StepOptions{Accum: 1, Compile: true}
 			var step *Step
 			if isPacked {
-				step, err = NewPackedStep(PackedFullLoss(m), opt, len(base), 0, len(optState), opts)
+				step, err = NewStep(packedFullLoss(m), opt, Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: PackedInputs}, opts)
 			} else {
-				step, err = NewWeightedStep(FullLoss(m), opt, len(base), 0, len(optState), opts)
+				step, err = NewStep(fullLoss(m), opt, Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: WeightedInputs}, opts)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -101,7 +101,7 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 		opt, _ := NewOptimizer(cfg, m.Specs)
 		base, _ := m.Init(3)
 		optState, _ := opt.Init()
-		step, err := NewPackedStep(PackedFullLoss(m), opt, len(base), 0, len(optState), StepOptions{Accum: 1})
+		step, err := NewStep(packedFullLoss(m), opt, Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: PackedInputs}, StepOptions{Accum: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,8 +36,7 @@ func rowGroupRun(t testing.TB, g *mlx.Group) []float64 {
 		}
 		opt := plainSGD(t, m)
 		state, _ := opt.Init()
-		s, err := NewRowStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, len(m.Specs), 0, len(state), 1, len(PreferenceAux),
-			StepOptions{Accum: 2, GradClip: 0.05, Compile: true, Group: g})
+		s, err := NewStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: RowInputs, RowInputs: 1, Aux: PreferenceAux}, StepOptions{Accum: 2, GradClip: 0.05, Compile: true, Group: g})
 		if err != nil {
 			return err
 		}

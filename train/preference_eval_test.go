@@ -31,7 +31,7 @@ func TestPairEvaluatorMatchesStep(t *testing.T) {
 			}
 			opt := plainSGD(t, m)
 			state, _ := opt.Init()
-			s, err := NewRowStep(loss, opt, len(m.Specs), 0, len(state), len(inputs), len(PreferenceAux), StepOptions{Accum: 1, Compile: true})
+			s, err := NewStep(loss, opt, Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: RowInputs, RowInputs: len(inputs), Aux: PreferenceAux}, StepOptions{Accum: 1, Compile: true})
 			if err != nil {
 				t.Fatal(err)
 			}

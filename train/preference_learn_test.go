@@ -69,7 +69,7 @@ func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int
 		t.Fatal(err)
 	}
 	state, _ := opt.Init()
-	s, err := NewWeightedStep(FullLoss(m), opt, len(m.Specs), 0, len(state), StepOptions{Accum: 1, GradClip: 1, Compile: true})
+	s, err := NewStep(fullLoss(m), opt, Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: WeightedInputs}, StepOptions{Accum: 1, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestDPOLearnsRule(t *testing.T) {
 		opt, _ := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 		ad, _ := a.Init(5, base)
 		optState, _ := opt.Init()
-		s, err := NewRowStep(loss, opt, len(ad), len(base), len(optState), 0, len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+		s, err := NewStep(loss, opt, Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: RowInputs, RowInputs: 0, Aux: PreferenceAux}, StepOptions{Accum: 2, GradClip: 1, Compile: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -82,8 +82,7 @@ func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad [
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
-		len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+	s, err := NewStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: RowInputs, RowInputs: 0, Aux: PreferenceAux}, StepOptions{Accum: 2, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +161,7 @@ func fullDPOStep(t testing.TB, m *model.TinyGPT, accum int, clip float64) (*Step
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewRowStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, len(m.Specs), 0, len(state), 1, len(PreferenceAux),
-		StepOptions{Accum: accum, GradClip: clip, Compile: true})
+	s, err := NewStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: RowInputs, RowInputs: 1, Aux: PreferenceAux}, StepOptions{Accum: accum, GradClip: clip, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 				rows = rows[:1]
 			}
 			f := func(ps []*mlx.Array) *mlx.Array {
-				l, _ := loss(ps, nil, x, y, mk, rows)
+				l, _ := loss(ps, nil, Microbatch{X: x, Y: y, W: mk, Rows: rows})
 				return l
 			}
 			argnums := make([]int, len(params))
@@ -240,7 +240,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 func TestFineTuneObjectiveConfig(t *testing.T) {
 	ok := FineTuneConfig{Base: "b", Train: "t.jsonl", Method: MethodFull}
 	for _, c := range []struct {
-		obj                 Objective
+		obj                 ObjectiveName
 		beta, lambda, gamma float64
 		pack                bool
 		want                string // "" for valid

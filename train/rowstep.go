@@ -6,65 +6,9 @@ import (
 	"math"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/optim"
 )
 
-// RowLossFunc is the loss of a row step (NewRowStep): a loss of whole
-// rows rather than of single tokens, such as a preference loss of
-// sequence log-probabilities. It takes the trainable and frozen arrays as
-// a WeightedLossFunc does, one microbatch's inputs x and targets y
-// ([B, T] int32), the token mask ([B, T] float32: 1 where a target
-// counts, 0 for prompt and padding; not normalised) and the per-row
-// inputs ([B] float32 each): rows[0] the row weights, already divided by
-// the update's weight total (Batch.RowW, Batch.WeightSum), then the
-// caller's own row inputs (Batch.RowInputs).
-//
-// It returns Σ rowWeight·loss over the microbatch's rows, so that the sum
-// over the microbatches (and the ranks of a data-parallel run) is the
-// mean over the whole update's weighted rows, and auxiliary sums built
-// the same way (Σ rowWeight·metric), which the step sums and reduces like
-// the loss and emits beside it (StepResult.Aux, State.Stats): metrics
-// measured in the same forward pass, for free.
-type RowLossFunc func(trainable, frozen []*mlx.Array, x, y, mask *mlx.Array, rows []*mlx.Array) (loss *mlx.Array, aux []*mlx.Array)
-
-// NewRowStep builds the step of a row loss over nTrainable parameters,
-// which the optimizer (with nState state arrays) updates, and nFrozen
-// frozen arrays, as NewWeightedStep does. Each update takes the token
-// mask as its weights, the row weights and nRowInputs more per-row inputs
-// ([Accum, B] float32 each), and the loss returns nAux auxiliary sums.
-// The inputs of a row are whatever the caller computes per row once, such
-// as a frozen reference model's log-probabilities; they are inputs of the
-// compiled step like the tokens, so new values never trace it again.
-func NewRowStep(loss RowLossFunc, opt optim.Optimizer, nTrainable, nFrozen, nState, nRowInputs, nAux int, opts StepOptions) (*Step, error) {
-	if nFrozen < 0 || nRowInputs < 0 || nAux < 0 {
-		return nil, fmt.Errorf("train: row step over %d frozen arrays, %d row inputs and %d auxiliary sums, want >= 0 each", nFrozen, nRowInputs, nAux)
-	}
-	P, F, R := nTrainable, nFrozen, 1+nRowInputs
-	s, err := newStep(func(in []*mlx.Array) []*mlx.Array {
-		b := in[P+F:]
-		l, aux := loss(in[:P], in[P:P+F], b[0], b[1], b[2], b[3:3+R])
-		if len(aux) != nAux {
-			err := fmt.Errorf("train: row loss returned %d auxiliary sums, the step was built for %d", len(aux), nAux)
-			return []*mlx.Array{mlx.ErrorArray(err)}
-		}
-		return append([]*mlx.Array{l}, aux...)
-	}, opt, nTrainable, nFrozen, nState, true, opts)
-	if err != nil {
-		return nil, err
-	}
-	s.nRows, s.nAux = R, nAux
-	return s, nil
-}
-
-// RowInputs is the number of per-row inputs a row step takes after the
-// row weights (0 for other steps).
-func (s *Step) RowInputs() int { return max(0, s.nRows-1) }
-
-// Aux is the number of auxiliary sums a row step emits (0 for other
-// steps).
-func (s *Step) Aux() int { return s.nAux }
-
-// RunRows applies one update of a row step (NewRowStep): Run with the
+// RunRows applies one update of a RowInputs step: Run with the
 // frozen arrays, the token mask ([Accum, B, T] float32) and the per-row
 // inputs ([Accum, B] float32 each), the row weights first, already divided
 // by the update's weight total. Its loss is Σ rowWeight·loss over the
@@ -117,7 +61,7 @@ func (s *Step) checkRowInputs(batch []*mlx.Array) error {
 func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
 	if s.step.nRows == 0 {
 		if b.RowW != nil || b.RowInputs != nil {
-			return nil, 0, errors.New("train: batch with row weights or row inputs for a step that takes none (NewRowStep)")
+			return nil, 0, errors.New("train: batch with row weights or row inputs for a step that takes none (Layout.Inputs RowInputs)")
 		}
 		return nil, 0, nil
 	}

@@ -15,7 +15,7 @@ import (
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
 	GradNorm float64 // global norm of the averaged gradients, before clipping
-	// Aux are a row step's auxiliary sums over the update (NewRowStep):
+	// Aux are the step's auxiliary sums over the update (Layout.Aux):
 	// means over its weighted rows, like Loss. nil for other steps.
 	Aux []float64
 }

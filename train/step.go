@@ -15,24 +15,8 @@ import (
 	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
-
-// LossFunc is a scalar training loss of parameters and one microbatch of
-// inputs x and targets y, each [B, T] int32. It must build its result only
-// from its arguments (and constants), so it traces into a compiled step.
-type LossFunc func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array
-
-// WeightedLossFunc is a training loss of trainable parameters (the ones
-// differentiated and updated), frozen arrays (inputs of the step that are
-// neither: a fine-tune's base weights) and one microbatch of inputs x,
-// targets y ([B, T] int32) and per-target loss weights w ([B, T] float32).
-// It returns Σ w·loss over the microbatch's positions. The step passes
-// weights already divided by the whole update's weight total (Batch.W,
-// Batch.WeightSum), so the sum over the microbatches is the mean loss per
-// counted token of the update, whatever the microbatch holds.
-type WeightedLossFunc func(trainable, frozen []*mlx.Array, x, y, w *mlx.Array) *mlx.Array
 
 // StepOptions fix the shape of the traced step.
 type StepOptions struct {
@@ -106,13 +90,13 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, copies, state, lr, x, y) → (params', copies', state', mean loss, grad norm)
 //
-// A weighted step (NewWeightedStep) also takes frozen arrays and the
-// update's loss weights w[N,B,T]; only the trainable params are
+// A weighted step (Layout.Inputs WeightedInputs) also takes frozen arrays
+// and the update's loss weights w[N,B,T]; only the trainable params are
 // differentiated and have optimizer state:
 //
 //	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
 //
-// A row step (NewRowStep) takes per-row inputs after the token mask w,
+// A row step (RowInputs) takes per-row inputs after the token mask w,
 // the row weights first, and emits its loss's auxiliary sums last:
 //
 //	(params, frozen, state, lr, x, y, w, rows…[N,B]) → (params', state', weighted loss, grad norm, aux…)
@@ -132,11 +116,12 @@ type Step struct {
 	nState   int
 	nCopies  int // nParams with ComputeCopies, else 0
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
-	weighted bool
-	packed   bool // weighted, with segments as a fourth batch input (NewPackedStep)
+	layout   Layout
+	weighted bool // Inputs other than TokenInputs
+	packed   bool // PackedInputs: segments as a fourth batch input
 	// nRows is the number of per-row [N, B] float32 inputs after x, y
-	// and w of a row step (NewRowStep), the first the row weights; nAux
-	// the scalars its loss returns beside the loss, summed like it.
+	// and w of a RowInputs step, the first the row weights; nAux the
+	// scalars its loss returns beside the loss, summed like it.
 	nRows, nAux int
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
@@ -158,8 +143,8 @@ type Step struct {
 type StepResult struct {
 	Params, State  []*mlx.Array
 	Loss, GradNorm *mlx.Array
-	// Aux are a row step's auxiliary sums over the update (NewRowStep),
-	// nil for other steps.
+	// Aux are the auxiliary sums over the update its loss emits, in the
+	// order of Layout.Aux; nil when it names none.
 	Aux []*mlx.Array
 }
 
@@ -177,45 +162,13 @@ func (o stepOutputs) all() []*mlx.Array {
 	return append(out, o.aux...)
 }
 
-// NewStep builds the step for a loss over nParams parameters and an
-// optimizer whose state has nState arrays (len(opt.StateNames())).
-func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
-	return newStep(func(in []*mlx.Array) []*mlx.Array {
-		return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}
-	}, opt, nParams, 0, nState, false, opts)
-}
-
-// NewModelStep is NewStep for m's training loss (m.Loss) over all its
-// parameters, with opt's state, passing each layer's q/k/v weights stacked
-// where the model's formulation wants them so and the layout allows
-// (StepOptions.StackedParams from m.StackedQKV: on a GPU): the step a
-// training run uses.
-func NewModelStep(m *model.TinyGPT, opt optim.Optimizer, opts StepOptions) (*Step, error) {
-	opts.StackedParams = m.StackedQKV()
-	return NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
-}
-
-// NewWeightedStep builds the step for a weighted loss over nTrainable
-// parameters, which the optimizer (with nState state arrays) updates, and
-// nFrozen arrays that are inputs of the step but neither differentiated
-// nor updated: fine-tuning with adapters passes the base weights here, so
-// the optimizer holds state for the adapters alone. Each update takes
-// per-target loss weights (Batch.W); microbatch losses and gradients are
-// summed, not averaged, since the weights already normalise them over the
-// whole update.
-func NewWeightedStep(loss WeightedLossFunc, opt optim.Optimizer, nTrainable, nFrozen, nState int, opts StepOptions) (*Step, error) {
-	if nFrozen < 0 {
-		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
-	}
-	P, F := nTrainable, nFrozen
-	return newStep(func(in []*mlx.Array) []*mlx.Array {
-		return []*mlx.Array{loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])}
-	}, opt, nTrainable, nFrozen, nState, true, opts)
-}
-
-// newStep builds a step whose loss reads the flat list (trainable params,
-// frozen arrays, x, y and, when weighted, w) and returns the loss first.
-func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
+// newStep checks the options and builds (and, with Compile, compiles)
+// the step of layout l whose loss reads the flat list (trainable params,
+// frozen arrays, then the microbatch's inputs) and returns the loss
+// first, then l.Aux's sums.
+func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, l Layout, opts StepOptions) (*Step, error) {
+	nParams, nFrozen, nState := l.Trainable, l.Frozen, l.State
+	weighted := l.Inputs != TokenInputs
 	if opts.Accum < 1 {
 		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
 	}
@@ -238,7 +191,11 @@ func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, nPara
 			}
 		}
 	}
-	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted, loss: loss}
+	s := &Step{opt: opt, opts: opts, layout: l, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted,
+		packed: l.Inputs == PackedInputs, nAux: len(l.Aux), loss: loss}
+	if l.Inputs == RowInputs {
+		s.nRows = 1 + l.RowInputs
+	}
 	if opts.ComputeCopies {
 		s.nCopies = nParams
 	}
@@ -299,7 +256,7 @@ func (s *Step) Traces() int { return s.traces }
 func (s *Step) Compiled() bool { return s.compiled != nil }
 
 // Weighted reports whether the step takes frozen arrays and loss weights
-// (NewWeightedStep).
+// (any Layout.Inputs but TokenInputs).
 func (s *Step) Weighted() bool { return s.weighted }
 
 // Free releases the step's MLX functions and trace cache. A nil step is

@@ -60,7 +60,7 @@ func newCopiesRun(t testing.TB, m *model.TinyGPT, opts StepOptions) *copiesRun {
 		return m.Loss(p, x, y)
 	}
 	opts.Accum, opts.GradClip = copiesAccum, 1
-	if r.step, err = NewStep(loss, opt, len(m.Specs), len(opt.StateNames()), opts); err != nil {
+	if r.step, err = NewStep(MeanLoss(loss), opt, Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts); err != nil {
 		t.Fatal(err)
 	}
 	if r.state, err = InitState(r.step, m, copiesSeed); err != nil {
@@ -338,7 +338,7 @@ func testComputeCopiesOfSameDtype(t testing.TB) {
 		if on {
 			opts.ComputeCopies, opts.ComputeDtype = true, mlx.Float32
 		}
-		s, err := NewStep(m.Loss, opt, len(params), len(state), opts)
+		s, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(params), State: len(state)}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +371,7 @@ func testComputeCopiesOptions(t testing.TB) {
 		{Accum: 1, ComputeCopies: true, ComputeDtype: mlx.Int32}, // nor is int32
 		{Accum: 1, ComputeDtype: mlx.BFloat16},                   // dtype without the switch
 	} {
-		if s, err := NewStep(m.Loss, opt, len(params), 0, o); err == nil {
+		if s, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(params), State: 0}, o); err == nil {
 			s.Free()
 			t.Errorf("NewStep accepted %+v", o)
 		}

@@ -28,7 +28,7 @@ func flatRun(t testing.TB, m *model.TinyGPT, name string, flat bool) (*Step, *St
 		opt = perParameter{opt}
 	}
 	opts := RunStepOptions(Config{Model: m.Config, Accum: copiesAccum, GradClip: 0.5, Compile: true})
-	step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+	step, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestStackedParamsMatchSeparate(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := StepOptions{Accum: 2, GradClip: 0.5, Compile: true, StackedParams: stacked}
-			step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+			step, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,7 +52,7 @@ func sgdStep(t testing.TB, m *model.TinyGPT, opts StepOptions) (*Step, []*mlx.Ar
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewStep(m.Loss, opt, len(m.Specs), len(state), opts)
+	s, err := NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(state)}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestStepRejectsBadInputs(t *testing.T) {
 		if s.Traces() != 0 {
 			t.Fatalf("rejected inputs traced the step %d times", s.Traces())
 		}
-		if _, err := NewStep(m.Loss, plainSGD(t, m), len(params), len(state), StepOptions{Accum: 0}); err == nil {
+		if _, err := NewStep(MeanLoss(m.Loss), plainSGD(t, m), Layout{Trainable: len(params), State: len(state)}, StepOptions{Accum: 0}); err == nil {
 			t.Fatal("accum 0 accepted")
 		}
 	})

@@ -33,7 +33,7 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 	return res, err
 }
 
-// RunWeighted applies one update of a weighted step (NewWeightedStep):
+// RunWeighted applies one update of a weighted step (WeightedInputs):
 // Run with the frozen arrays and the loss weights w, [Accum, B, T]
 // float32, already divided by the update's weight total. Its loss is
 // Σ w·loss over the update.

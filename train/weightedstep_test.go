@@ -68,7 +68,7 @@ func zeroLRStep(t testing.TB, m *model.TinyGPT, accum int) (*Step, []*mlx.Array)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(FullLoss(m), opt, len(m.Specs), 0, len(state), StepOptions{Accum: accum, Compile: true})
+	s, err := NewStep(fullLoss(m), opt, Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: WeightedInputs}, StepOptions{Accum: accum, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*Step, *State, *peft.
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(AdapterLoss(m, a), opt, len(ad), len(base), len(optState), StepOptions{Accum: accum, GradClip: 1, Compile: true})
+	s, err := NewStep(adapterLoss(m, a), opt, Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: WeightedInputs}, StepOptions{Accum: accum, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -202,7 +202,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	step, err := train.NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), train.StepOptions{Accum: 1, Compile: true})
+	step, err := train.NewStep(train.MeanLoss(m.Loss), opt, train.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, train.StepOptions{Accum: 1, Compile: true})
 	if err != nil {
 		return err
 	}

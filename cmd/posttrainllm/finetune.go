@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -244,7 +246,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
 		if opts.objective != string(train.SFT) {
-			p.ft.Objective = train.Objective(opts.objective)
+			p.ft.Objective = train.ObjectiveName(opts.objective)
 		}
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
@@ -391,11 +393,11 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
 		}
 	}
-	if v := sum.ValPreference; v != nil {
-		if i := sum.InitialValPreference; i != nil {
-			fmt.Fprintf(out, ", held-out preference accuracy %.3f -> %.3f (margin %.3f -> %.3f)", i.Accuracy, v.Accuracy, i.Margin, v.Margin)
+	for _, name := range slices.Sorted(maps.Keys(sum.ValAux)) {
+		if i, ok := sum.InitialValAux[name]; ok {
+			fmt.Fprintf(out, ", held-out %s %.3f -> %.3f", name, i, sum.ValAux[name])
 		} else {
-			fmt.Fprintf(out, ", held-out preference accuracy %.3f (margin %.3f)", v.Accuracy, v.Margin)
+			fmt.Fprintf(out, ", held-out %s %.3f", name, sum.ValAux[name])
 		}
 	}
 	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))

@@ -48,15 +48,15 @@ const (
 // distribution: (1−ε)·CE + ε·mean over the vocabulary of −log p. It is
 // built from the model's logits with plain mlx ops, so it traces into the
 // compiled step like the model's own loss.
-func smoothedLoss(m *model.TinyGPT) train.LossFunc {
-	return func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func smoothedLoss(m *model.TinyGPT) train.Loss {
+	return train.MeanLoss(func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		logits := mlx.AsType(m.Logits(params, x), mlx.Float32) // [B, T, V]
 		lse := mlx.LogSumExpKeep(logits, -1)                   // [B, T, 1]
 		logp := mlx.Subtract(logits, lse)
 		nll := mlx.Negative(mlx.Squeeze(mlx.TakeAlongAxis(logp, mlx.ExpandDims(y, -1), -1), -1))
 		uniform := mlx.Negative(mlx.Mean(logp, -1))
 		return mlx.Mean(mlx.Add(mlx.MulScalar(nll, 1-smoothing), mlx.MulScalar(uniform, smoothing)))
-	}
+	})
 }
 
 // lrAt is the schedule: linear warm-up to peakLR, then peakLR·√(warmup/step).
@@ -93,7 +93,7 @@ func run(w io.Writer, steps, accum int) error {
 		return err
 	}
 	// The step is built once: accum is part of the compiled function.
-	step, err := train.NewStep(smoothedLoss(m), opt, len(m.Specs), len(opt.StateNames()),
+	step, err := train.NewStep(smoothedLoss(m), opt, train.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())},
 		train.StepOptions{Accum: accum, GradClip: 1, Compile: true})
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ func (ft FineTune) prefers() bool {
 
 // RunFineTune times the fine-tune step of cfg's model, as Run times the
 // pretraining step: opts.Warmup untimed and opts.Steps timed updates of
-// the weighted step (train.NewWeightedStep) on freshly initialised base
+// the step of the fine-tune objective (train.Objective) on freshly initialised base
 // weights, LoRA/DoRA adapters trainable and the base frozen, or every
 // weight trainable for a full fine-tune. The data are synthetic windows
 // whose first half of positions is masked out of the loss, as a prompt
@@ -99,8 +99,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	}
 	var (
 		opt       optim.Optimizer
-		loss      train.WeightedLossFunc
-		rowLoss   train.RowLossFunc
+		policy    train.Policy
 		trainable []*mlx.Array
 		frozen    []*mlx.Array
 		count     int
@@ -109,8 +108,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	switch ft.Method {
 	case train.MethodFull:
 		if opt, err = train.NewOptimizer(cfg, m.Specs); err == nil {
-			loss, trainable, count = train.FullLoss(m), base, cfg.Model.NumParams()
-			rowLoss = train.PreferenceLoss(m, ft.Objective)
+			policy, trainable, count = train.Policy{Model: m}, base, cfg.Model.NumParams()
 		}
 	case train.MethodLoRA, train.MethodDoRA:
 		ac := ft.Adapter
@@ -126,8 +124,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		if err == nil {
-			loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
-			rowLoss = train.AdapterPreferenceLoss(m, a, ft.Objective)
+			policy, frozen, count = train.Policy{Model: m, Adapter: a}, base, a.NumParams()
 		}
 		opts = train.AdapterStepOptions(opts, cfg.Model)
 	default:
@@ -138,11 +135,15 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		return nil, nil, 0, err
 	}
 	optState, err := opt.Init()
+	var obj train.Objective = train.SupervisedObjective{}
+	if ft.prefers() {
+		obj = train.PreferenceObjective{Preference: ft.Objective}
+	}
 	var step *train.Step
-	if err == nil && ft.prefers() {
-		step, err = train.NewRowStep(rowLoss, opt, len(trainable), len(frozen), len(optState), fullReference(ft), len(train.PreferenceAux), opts)
-	} else if err == nil {
-		step, err = train.NewWeightedStep(loss, opt, len(trainable), len(frozen), len(optState), opts)
+	if err == nil {
+		layout := obj.Layout(policy)
+		layout.Trainable, layout.Frozen, layout.State = len(trainable), len(frozen), len(optState)
+		step, err = train.NewStep(obj.Loss(policy), opt, layout, opts)
 	}
 	var state *train.State
 	if err == nil {

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -38,8 +39,8 @@ func (k *fineTuneTask) probe() planProbe {
 				return 0, err
 			}
 			defer b.free()
-			rows := probeRows(c, T, b.step.Layout().Inputs == PackedInputs)
-			if l := b.step.Layout(); l.Inputs == RowInputs {
+			rows := probeRows(c, T, b.step.Layout().Inputs == step.PackedInputs)
+			if l := b.step.Layout(); l.Inputs == step.RowInputs {
 				rows = probePairs(rows, l.RowInputs)
 			}
 			return probeUpdates(b.state, rows)
@@ -63,9 +64,9 @@ func fineTuneMinMemory(c Config, ft FineTuneConfig, T int) float64 {
 // probeRows is the synthetic batch of a fine-tune probe: c.Accum
 // microbatches of c.Batch rows of T tokens, every target counting, with
 // segments when the rows are packed (one example a row).
-func probeRows(c Config, T int, packed bool) Batch {
+func probeRows(c Config, T int, packed bool) step.Batch {
 	n := c.Accum * c.Batch * T
-	b := Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
+	b := step.Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
 	for i := range b.X {
 		b.X[i], b.Y[i], b.W[i] = int32(i%c.Model.VocabSize), int32((i+1)%c.Model.VocabSize), 1
 	}
@@ -78,7 +79,7 @@ func probeRows(c Config, T int, packed bool) Batch {
 // probePairs is a probe batch b taken as rows of a RowInputs step, in
 // pairs: each pair's weight on its chosen row, and inputs more row inputs
 // of zeros (the reference log-probabilities of a full DPO fine-tune).
-func probePairs(b Batch, inputs int) Batch {
+func probePairs(b step.Batch, inputs int) step.Batch {
 	b.RowW = make([]float32, b.N*b.B)
 	for r := range b.RowW {
 		b.RowW[r] = float32(1 - r%2)

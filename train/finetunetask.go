@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"path/filepath"
 	"slices"
 
@@ -29,8 +30,8 @@ type fineTuneTask struct {
 type ftBuilt struct {
 	adapter    *peft.Adapter // nil for a full fine-tune
 	opt        optim.Optimizer
-	step       *Step
-	state      *State
+	step       *step.Step
+	state      *step.State
 	trainNames []string // names of the trainable arrays
 }
 
@@ -197,9 +198,9 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapte
 	p := Policy{Model: f.Model, Adapter: b.adapter}
 	layout := f.Objective.Layout(p)
 	layout.Trainable, layout.Frozen, layout.State = len(trainable), len(frozen), len(optState)
-	b.step, err = NewStep(f.Objective.Loss(p), b.opt, layout, opts)
+	b.step, err = step.NewStep(f.Objective.Loss(p), b.opt, layout, opts)
 	if err == nil {
-		b.state, err = NewFrozenState(b.step, trainable, frozen, optState)
+		b.state, err = step.NewFrozenState(b.step, trainable, frozen, optState)
 	}
 	if err != nil {
 		b.step.Free()
@@ -290,7 +291,7 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.A
 }
 
 // next is the objective's next batch.
-func (k *fineTuneTask) next(int) (Batch, error) { return k.run.Next() }
+func (k *fineTuneTask) next(int) (step.Batch, error) { return k.run.Next() }
 
 // release appends the feed's state after the batch; the feed reuses its
 // buffers.

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"os"
 	"time"
@@ -30,7 +31,7 @@ type task interface {
 	open(env taskEnv) (taskParts, error)
 	// next returns the next update's batch. It may update the state
 	// itself first (GaLore's and Sophia's refreshes read the batch).
-	next(step int) (Batch, error)
+	next(step int) (step.Batch, error)
 	// release appends the data source's state after the batch next
 	// returned (what a checkpoint resumes from) to b and lets the batch's
 	// buffers go; the loop calls it once the update is scheduled.
@@ -60,8 +61,8 @@ func (e taskEnv) lead() bool { return e.group.Rank() == 0 }
 
 // taskParts are what a task's open hands the loop.
 type taskParts struct {
-	step     *Step
-	state    *State
+	step     *step.Step
+	state    *step.State
 	schedule optim.Schedule
 	plan     Plan
 	// specs and stateNames name the state's trainable arrays and
@@ -277,7 +278,7 @@ func (r *run) log(lr float64, eval bool) error {
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
 	switch l := r.parts.step.Layout(); {
-	case l.Inputs == RowInputs: // the loss averages the weighted rows
+	case l.Inputs == step.RowInputs: // the loss averages the weighted rows
 		m.CountedRows = counted
 	case r.parts.step.Weighted(): // the loss averages the counted targets alone
 		m.CountedTokens = counted

@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Objective is what a fine-tune minimises and measures, as one unit: the
@@ -35,9 +36,9 @@ type Objective interface {
 	// Layout is the step's batch form, its per-row inputs and the names
 	// of its loss's auxiliary sums when it trains p; the array counts are
 	// the FineTuner's to fill.
-	Layout(p Policy) Layout
+	Layout(p Policy) step.Layout
 	// Loss is the step's loss of one microbatch when it trains p.
-	Loss(p Policy) Loss
+	Loss(p Policy) step.Loss
 	// Start prepares one run: what the objective computes before the
 	// first update (a full DPO fine-tune's reference log-probabilities,
 	// from env.Base), the feed of its updates, and its evaluation. It
@@ -50,7 +51,7 @@ type ObjectiveRun interface {
 	// Next returns the next update's batch in the plan's shape
 	// ([plan.Steps, plan.MicroBatch, rows' T]), with the weight total of
 	// the whole update across the data-parallel ranks in WeightSum.
-	Next() (Batch, error)
+	Next() (step.Batch, error)
 	// AppendState appends the feed's position after the last batch to b:
 	// what a resumed run's ObjectiveEnv.SamplerState holds.
 	AppendState(b []byte) []byte

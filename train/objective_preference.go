@@ -3,6 +3,7 @@ package train
 import (
 	"errors"
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"io/fs"
 
 	"github.com/posttrainllm/posttrainllm/data"
@@ -57,8 +58,8 @@ func (o PreferenceObjective) fullReference(p Policy) bool {
 
 // Layout is rows with PreferenceAux's sums, and the reference
 // log-probabilities as a row input where the step does not compute them.
-func (o PreferenceObjective) Layout(p Policy) Layout {
-	l := Layout{Inputs: RowInputs, Aux: PreferenceAux}
+func (o PreferenceObjective) Layout(p Policy) step.Layout {
+	l := step.Layout{Inputs: step.RowInputs, Aux: PreferenceAux}
 	if o.fullReference(p) {
 		l.RowInputs = 1
 	}
@@ -67,7 +68,7 @@ func (o PreferenceObjective) Layout(p Policy) Layout {
 
 // Loss is PreferenceLoss of a full fine-tune, AdapterPreferenceLoss under
 // adapters.
-func (o PreferenceObjective) Loss(p Policy) Loss {
+func (o PreferenceObjective) Loss(p Policy) step.Loss {
 	if p.Adapter == nil {
 		return PreferenceLoss(p.Model, o.Preference)
 	}
@@ -110,16 +111,16 @@ type preferenceRun struct {
 	rowW, ref []float32
 	valid     *data.Rows
 	batch     int
-	loss      Loss
+	loss      step.Loss
 	compile   bool
 	eval      *PairEvaluator // built by the first Evaluate
 }
 
 // Next is the next update's batch with its row weights and inputs.
-func (r *preferenceRun) Next() (Batch, error) {
+func (r *preferenceRun) Next() (step.Batch, error) {
 	b, err := r.rows.Next()
 	if err != nil {
-		return Batch{}, err
+		return step.Batch{}, err
 	}
 	idx := r.rows.Index()
 	if len(r.rowW) != len(idx) {

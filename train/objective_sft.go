@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -40,22 +41,22 @@ func (o SupervisedObjective) Rows(src RowSource) (*data.Rows, error) {
 }
 
 // Layout is weighted tokens, packed with Pack; no auxiliary sums.
-func (o SupervisedObjective) Layout(Policy) Layout {
+func (o SupervisedObjective) Layout(Policy) step.Layout {
 	if o.Pack {
-		return Layout{Inputs: PackedInputs}
+		return step.Layout{Inputs: step.PackedInputs}
 	}
-	return Layout{Inputs: WeightedInputs}
+	return step.Layout{Inputs: step.WeightedInputs}
 }
 
 // Loss is Σ w·(CE + ZLoss·lse²) of the policy over the microbatch.
-func (o SupervisedObjective) Loss(p Policy) Loss {
+func (o SupervisedObjective) Loss(p Policy) step.Loss {
 	if o.Pack {
-		return func(trainable, frozen []*mlx.Array, mb Microbatch) (*mlx.Array, []*mlx.Array) {
+		return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 			ce, lse := p.PackedTerms(trainable, frozen, mb.X, mb.Y, mb.Seg)
 			return p.WeightedTerms(ce, lse, mb.W), nil
 		}
 	}
-	return func(trainable, frozen []*mlx.Array, mb Microbatch) (*mlx.Array, []*mlx.Array) {
+	return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		ce, lse := p.Terms(trainable, frozen, mb.X, mb.Y)
 		return p.WeightedTerms(ce, lse, mb.W), nil
 	}

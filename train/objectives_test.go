@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/posttrainllm/posttrainllm/step"
 	"strings"
 	"testing"
 
@@ -63,15 +64,15 @@ func TestObjectiveLayouts(t *testing.T) {
 	for _, c := range []struct {
 		o       Objective
 		p       Policy
-		inputs  Inputs
+		inputs  step.Inputs
 		rowIn   int
 		auxSize int
 	}{
-		{SupervisedObjective{}, full, WeightedInputs, 0, 0},
-		{SupervisedObjective{Pack: true}, adapted, PackedInputs, 0, 0},
-		{PreferenceObjective{Preference{Objective: DPO, Beta: 0.1}}, full, RowInputs, 1, 4},
-		{PreferenceObjective{Preference{Objective: DPO, Beta: 0.1}}, adapted, RowInputs, 0, 4},
-		{PreferenceObjective{Preference{Objective: ORPO, Lambda: 0.1}}, full, RowInputs, 0, 4},
+		{SupervisedObjective{}, full, step.WeightedInputs, 0, 0},
+		{SupervisedObjective{Pack: true}, adapted, step.PackedInputs, 0, 0},
+		{PreferenceObjective{Preference{Objective: DPO, Beta: 0.1}}, full, step.RowInputs, 1, 4},
+		{PreferenceObjective{Preference{Objective: DPO, Beta: 0.1}}, adapted, step.RowInputs, 0, 4},
+		{PreferenceObjective{Preference{Objective: ORPO, Lambda: 0.1}}, full, step.RowInputs, 0, 4},
 	} {
 		l := c.o.Layout(c.p)
 		if l.Inputs != c.inputs || l.RowInputs != c.rowIn || len(l.Aux) != c.auxSize {
@@ -87,15 +88,15 @@ func TestNewStepRefusesBadLayouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct {
-		l    Layout
+		l    step.Layout
 		want string
 	}{
-		{Layout{Trainable: 0}, "trainable"},
-		{Layout{Trainable: 1, Frozen: 2}, "frozen arrays with token inputs"},
-		{Layout{Trainable: 1, Inputs: WeightedInputs, RowInputs: 1}, "row inputs"},
-		{Layout{Trainable: 1, Inputs: Inputs(7)}, "Inputs(7)"},
+		{step.Layout{Trainable: 0}, "trainable"},
+		{step.Layout{Trainable: 1, Frozen: 2}, "frozen arrays with token inputs"},
+		{step.Layout{Trainable: 1, Inputs: step.WeightedInputs, RowInputs: 1}, "row inputs"},
+		{step.Layout{Trainable: 1, Inputs: step.Inputs(7)}, "Inputs(7)"},
 	} {
-		if _, err := NewStep(MeanLoss(nil), opt, c.l, StepOptions{Accum: 1}); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := step.NewStep(step.MeanLoss(nil), opt, c.l, step.StepOptions{Accum: 1}); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("layout %+v: %v, want an error naming %q", c.l, err, c.want)
 		}
 	}

@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -174,8 +175,8 @@ func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx
 // trainable, nothing frozen; for DPO and IPO the reference
 // log-probabilities come precomputed as the row input after the row
 // weights (ReferenceLogProbs), else there is no row input.
-func PreferenceLoss(m *model.TinyGPT, p Preference) Loss {
-	return func(params, _ []*mlx.Array, mb Microbatch) (*mlx.Array, []*mlx.Array) {
+func PreferenceLoss(m *model.TinyGPT, p Preference) step.Loss {
+	return func(params, _ []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		ce, _ := m.LossTerms(params, mb.X, mb.Y)
 		logp, count := SequenceLogProbs(ce, mb.W)
 		var ref *mlx.Array
@@ -194,8 +195,8 @@ func PreferenceLoss(m *model.TinyGPT, p Preference) Loss {
 // StopGradient from the frozen base the step already holds, so it needs
 // no second model in memory and no precomputation, only a forward pass
 // per microbatch.
-func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) Loss {
-	return func(adapter, base []*mlx.Array, mb Microbatch) (*mlx.Array, []*mlx.Array) {
+func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) step.Loss {
+	return func(adapter, base []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		ce, _ := AdapterTerms(m, a, adapter, base, mb.X, mb.Y)
 		logp, count := SequenceLogProbs(ce, mb.W)
 		var ref *mlx.Array

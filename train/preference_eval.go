@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -35,7 +36,7 @@ func (v PreferenceEval) aux() map[string]float64 {
 // row inputs) has fixed shapes, so compiled it traces once. It must be
 // used on the MLX thread.
 type PairEvaluator struct {
-	loss Loss
+	loss step.Loss
 	nT   int // trainable arrays
 	nF   int // frozen arrays
 	fn   *mlx.Closure
@@ -43,7 +44,7 @@ type PairEvaluator struct {
 
 // NewPairEvaluator returns an evaluator of loss over nTrainable and
 // nFrozen arrays, compiled when compile is set.
-func NewPairEvaluator(loss Loss, nTrainable, nFrozen int, compile bool) (*PairEvaluator, error) {
+func NewPairEvaluator(loss step.Loss, nTrainable, nFrozen int, compile bool) (*PairEvaluator, error) {
 	e := &PairEvaluator{loss: loss, nT: nTrainable, nF: nFrozen}
 	if compile {
 		var err error
@@ -57,7 +58,7 @@ func NewPairEvaluator(loss Loss, nTrainable, nFrozen int, compile bool) (*PairEv
 func (e *PairEvaluator) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := e.nT + e.nF
 	b := in[n:]
-	loss, aux := e.loss(in[:e.nT], in[e.nT:n], Microbatch{X: b[0], Y: b[1], W: b[2], Rows: b[3:]})
+	loss, aux := e.loss(in[:e.nT], in[e.nT:n], step.Microbatch{X: b[0], Y: b[1], W: b[2], Rows: b[3:]})
 	return append([]*mlx.Array{loss}, aux...), nil
 }
 

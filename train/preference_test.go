@@ -1,6 +1,7 @@
 package train
 
 import (
+	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -172,7 +173,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 				rows = rows[:1]
 			}
 			f := func(ps []*mlx.Array) *mlx.Array {
-				l, _ := loss(ps, nil, Microbatch{X: x, Y: y, W: mk, Rows: rows})
+				l, _ := loss(ps, nil, step.Microbatch{X: x, Y: y, W: mk, Rows: rows})
 				return l
 			}
 			argnums := make([]int, len(params))

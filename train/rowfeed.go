@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/data"
 )
@@ -44,12 +45,12 @@ func NewRowFeed(env ObjectiveEnv) (*RowFeed, error) {
 
 // Next fills the feed's batch with the next update's rows. The batch's
 // buffers are reused: the step copies them before Next is called again.
-func (f *RowFeed) Next() (Batch, error) {
+func (f *RowFeed) Next() (step.Batch, error) {
 	if err := f.sampler.FillBatch(f.batch); err != nil {
-		return Batch{}, err
+		return step.Batch{}, err
 	}
 	b := f.batch
-	return Batch{X: b.X, Y: b.Y, W: b.W, WeightSum: b.WeightSum, Seg: b.Seg, N: b.N, B: b.B, T: b.T}, nil
+	return step.Batch{X: b.X, Y: b.Y, W: b.W, WeightSum: b.WeightSum, Seg: b.Seg, N: b.N, B: b.B, T: b.T}, nil
 }
 
 // Index returns the training rows of the last batch, in its [N, B]

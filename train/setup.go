@@ -2,6 +2,7 @@ package train
 
 import (
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
@@ -51,8 +52,8 @@ type Setup struct {
 	// Plan is how the step runs an update's Batch × Accum sequences; its
 	// batches are [Plan.Steps, Plan.MicroBatch, context] (Plan.NewBatch).
 	Plan  Plan
-	Step  *Step
-	State *State
+	Step  *step.Step
+	State *step.State
 	// Resumed is the run state of the checkpoint the state was loaded
 	// from, nil for a fresh run.
 	Resumed *RunState
@@ -93,12 +94,12 @@ func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group
 		}
 		opts := s.Plan.StepOptions(cfg)
 		opts.Group = g
-		s.Step, err = NewModelStep(m, s.Optimizer, opts)
+		s.Step, err = step.NewModelStep(m, s.Optimizer, opts)
 		if err != nil {
 			return err
 		}
 		if resumeFrom == "" {
-			s.State, err = InitState(s.Step, m, cfg.Seed)
+			s.State, err = step.InitState(s.Step, m, cfg.Seed)
 			return err
 		}
 		s.State, s.Resumed, err = s.resume(resumeFrom)
@@ -115,7 +116,7 @@ func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group
 }
 
 // resume loads the state of checkpoint dir into the setup's step.
-func (s *Setup) resume(dir string) (*State, *RunState, error) {
+func (s *Setup) resume(dir string) (*step.State, *RunState, error) {
 	ck, err := loadCheckpoint(dir)
 	if err != nil {
 		return nil, nil, err
@@ -137,7 +138,7 @@ func (s *Setup) resume(dir string) (*State, *RunState, error) {
 	} else if opt, err = s.orderOptState(filepath.Join(dir, checkpoint.OptimizerFile), ck.OptState); err != nil {
 		return nil, nil, err
 	}
-	st, err := NewState(s.Step, params, opt)
+	st, err := step.NewState(s.Step, params, opt)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -238,7 +239,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches := make([]Batch, cfg.Steps)
+	batches := make([]step.Batch, cfg.Steps)
 	for i := range batches {
 		b, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
 		if err != nil {
@@ -247,7 +248,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 		if err := sampler.FillBatch(b); err != nil {
 			t.Fatal(err)
 		}
-		batches[i] = BatchOf(b)
+		batches[i] = step.BatchOf(b)
 	}
 
 	err = threads.fresh(3, func(int) error {

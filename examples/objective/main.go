@@ -12,6 +12,7 @@
 package main
 
 import (
+	"github.com/posttrainllm/posttrainllm/step"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -57,7 +58,7 @@ func (o smoothed) Check(cfg train.Config) error { return o.sft.Check(cfg) }
 func (o smoothed) Rows(src train.RowSource) (*data.Rows, error) { return o.sft.Rows(src) }
 
 // Layout is SFT's weighted tokens, with the plain NLL as an auxiliary sum.
-func (o smoothed) Layout(p train.Policy) train.Layout {
+func (o smoothed) Layout(p train.Policy) step.Layout {
 	l := o.sft.Layout(p)
 	l.Aux = []string{"nll"}
 	return l
@@ -66,9 +67,9 @@ func (o smoothed) Layout(p train.Policy) train.Layout {
 // Loss is Σ w·((1−ε)·NLL + ε·uniform) over the microbatch, and Σ w·NLL.
 // The weights come normalised over the whole update, so the step's sums
 // are means per counted target.
-func (o smoothed) Loss(p train.Policy) train.Loss {
+func (o smoothed) Loss(p train.Policy) step.Loss {
 	eps := o.Epsilon
-	return func(trainable, frozen []*mlx.Array, mb train.Microbatch) (*mlx.Array, []*mlx.Array) {
+	return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		logits := mlx.AsType(p.Logits(trainable, frozen, mb.X), mlx.Float32) // [B, T, V]
 		logp := mlx.Subtract(logits, mlx.LogSumExpKeep(logits, -1))
 		nll := mlx.Negative(mlx.Squeeze(mlx.TakeAlongAxis(logp, mlx.ExpandDims(mb.Y, -1), -1), -1))

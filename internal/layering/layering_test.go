@@ -21,7 +21,7 @@ var layers = [][]string{
 	{"mlx", "internal/pyenv"},
 	{"model", "optim", "data", "tboard", "internal/mlxtest"},
 	{"peft", "hf", "internal/tokentest"},
-	{"generate", "checkpoint"},
+	{"generate", "checkpoint", "step"},
 	{"train", "launch", "serve"},
 	{"train/bench", "presets"},
 	{"cmd", "examples", "scripts"},

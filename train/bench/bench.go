@@ -7,6 +7,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -235,7 +236,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			mlx.ResetPeakMemory()
 			cpuStart = processCPUTime()
 		}
-		h, d, loss, err := step(s, sampler, in, i, i == countedUpdate(total), res)
+		h, d, loss, err := runUpdate(s, sampler, in, i, i == countedUpdate(total), res)
 		if err != nil {
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
@@ -266,9 +267,9 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	}
 	// The timed steps' learning rates again.
 	return pipelined(s.State, opts, cfg.LogEvery, func(i int) float64 { return s.Schedule.LR(opts.Warmup + i) },
-		func(int) (train.Batch, error) {
+		func(int) (step.Batch, error) {
 			if err := sampler.FillBatch(in.batch); err != nil {
-				return train.Batch{}, err
+				return step.Batch{}, err
 			}
 			return in.of(), nil
 		}, res)
@@ -279,7 +280,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 // host, or window starts into a token stream on the device.
 type inputs struct {
 	batch  *data.Batch
-	stream *train.TokenStream // nil: batch holds tokens
+	stream *step.TokenStream // nil: batch holds tokens
 }
 
 // newInputs allocates the batch of plan's shape for windows of view, and
@@ -293,16 +294,16 @@ func newInputs(cfg train.Config, plan train.Plan, view data.View) (inputs, error
 	if err != nil {
 		return inputs{}, err
 	}
-	stream, err := train.NewTokenStream(view, cfg.Model.Context)
+	stream, err := step.NewTokenStream(view, cfg.Model.Context)
 	return inputs{batch: b, stream: stream}, err
 }
 
 // of views the batch, as last filled, as the step's Batch.
-func (in inputs) of() train.Batch {
+func (in inputs) of() step.Batch {
 	if in.stream != nil {
 		return in.stream.Batch(in.batch)
 	}
-	return train.BatchOf(in.batch)
+	return step.BatchOf(in.batch)
 }
 
 // pipelined runs opts.Steps more updates on st as train.Trainer runs them
@@ -311,7 +312,7 @@ func (in inputs) of() train.Batch {
 // (State.UpdateAsync), and the loss is read back (State.Stats, which
 // waits) every `every` updates and after the last; the time ends when the
 // last update is wholly computed.
-func pipelined(st *train.State, opts Options, every int, lr func(i int) float64, next func(i int) (train.Batch, error), res *Result) error {
+func pipelined(st *step.State, opts Options, every int, lr func(i int) float64, next func(i int) (step.Batch, error), res *Result) error {
 	if _, err := st.Stats(); err != nil { // nothing of the timed steps still running
 		return err
 	}
@@ -356,7 +357,7 @@ func countedUpdate(total int) int { return min(1, total-1) }
 // With count it also counts the operations the update evaluates into
 // res.GraphOps and res.GraphOpsByPrimitive, a count kept out of both
 // times.
-func step(s *train.Setup, sampler *data.Sampler, in inputs, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
+func runUpdate(s *train.Setup, sampler *data.Sampler, in inputs, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
 	start := time.Now()
 	if err := sampler.FillBatch(in.batch); err != nil {
 		return 0, 0, 0, err

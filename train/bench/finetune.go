@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"github.com/posttrainllm/posttrainllm/step"
 	"fmt"
 	"time"
 
@@ -73,26 +74,26 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 			return err
 		}
 		defer unlimit()
-		state, step, trainable, err := fineTuneState(cfg, m, ft)
+		state, update, trainable, err := fineTuneState(cfg, m, ft)
 		if err != nil {
 			return err
 		}
 		defer mlx.ClearCache()
-		defer step.Free()
+		defer update.Free()
 		defer state.Free()
 		res.Params = trainable
 		sched, err := train.NewSchedule(cfg)
 		if err != nil {
 			return err
 		}
-		return measureFineTune(state, step, sched, cfg, opts, ft, &res)
+		return measureFineTune(state, update, sched, cfg, opts, ft, &res)
 	})
 	return res, err
 }
 
 // fineTuneState builds the weighted step and its state, and counts the
 // trainable parameters.
-func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.State, *train.Step, int, error) {
+func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State, *step.Step, int, error) {
 	base, err := m.Init(cfg.Seed)
 	if err != nil {
 		return nil, nil, 0, err
@@ -139,18 +140,18 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	if ft.prefers() {
 		obj = train.PreferenceObjective{Preference: ft.Objective}
 	}
-	var step *train.Step
+	var update *step.Step
 	if err == nil {
 		layout := obj.Layout(policy)
 		layout.Trainable, layout.Frozen, layout.State = len(trainable), len(frozen), len(optState)
-		step, err = train.NewStep(obj.Loss(policy), opt, layout, opts)
+		update, err = step.NewStep(obj.Loss(policy), opt, layout, opts)
 	}
-	var state *train.State
+	var state *step.State
 	if err == nil {
-		state, err = train.NewFrozenState(step, trainable, frozen, optState)
+		state, err = step.NewFrozenState(update, trainable, frozen, optState)
 	}
 	if err != nil {
-		step.Free()
+		update.Free()
 		mlx.Free(optState...)
 		mlx.Free(base...)
 		if ft.Method != train.MethodFull {
@@ -158,7 +159,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		}
 		return nil, nil, 0, err
 	}
-	return state, step, count, nil
+	return state, update, count, nil
 }
 
 // fullReference is the number of row inputs after the row weights that
@@ -172,7 +173,7 @@ func fullReference(ft FineTune) int {
 }
 
 // measureFineTune runs the updates and fills in res, as measure does.
-func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cfg train.Config, opts Options, ft FineTune, res *Result) error {
+func measureFineTune(st *step.State, update *step.Step, sched optim.Schedule, cfg train.Config, opts Options, ft FineTune, res *Result) error {
 	N, B, T := cfg.Accum, cfg.Batch, cfg.Model.Context
 	stream := syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(T+1)), cfg.Seed)
 	x, y, w := make([]int32, N*B*T), make([]int32, N*B*T), make([]float32, N*B*T)
@@ -198,13 +199,13 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 	}
 	windows := (len(stream) - 1) / T
 	// fill returns update i's batch: windows of the stream in turn.
-	fill := func(i int) train.Batch {
+	fill := func(i int) step.Batch {
 		for r := 0; r < N*B; r++ {
 			off := ((i*N*B + r) % windows) * T
 			copy(x[r*T:(r+1)*T], stream[off:off+T])
 			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
 		}
-		return train.Batch{X: x, Y: y, W: w, RowW: rowW, RowInputs: rowInputs, N: N, B: B, T: T}
+		return step.Batch{X: x, Y: y, W: w, RowW: rowW, RowInputs: rowInputs, N: N, B: B, T: T}
 	}
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
@@ -251,7 +252,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 	}
 	mem := mlx.Memory()
 	res.PeakMemoryBytes, res.ActiveMemoryBytes = mem.Peak, mem.Active
-	res.Traces = step.Traces()
+	res.Traces = update.Traces()
 	res.MsPerStepMedian = Quantile(all, 0.5)
 	res.MsPerStepP10 = Quantile(all, 0.1)
 	res.MsPerStepP90 = Quantile(all, 0.9)
@@ -263,5 +264,5 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 		return nil
 	}
 	return pipelined(st, opts, cfg.LogEvery, func(i int) float64 { return sched.LR(opts.Warmup + i) },
-		func(i int) (train.Batch, error) { return fill(total + i), nil }, res)
+		func(i int) (step.Batch, error) { return fill(total + i), nil }, res)
 }

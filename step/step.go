@@ -1,13 +1,4 @@
-// Package train runs TinyGPT training: a whole optimizer step compiled into
-// one MLX function (Step), the arrays it updates (State), the setup every
-// run starts from (Setup), and a Trainer around them with schedules, data,
-// evaluation, checkpoints and resume.
-//
-// MLX keeps per-thread state, so the package's entry points that build or
-// evaluate arrays (NewStep, State's methods, Trainer.Run, the Evaluator,
-// checkpoints, sampling) run their work on the MLX thread with mlx.Do and
-// may be called from any goroutine.
-package train
+package step
 
 import (
 	"fmt"
@@ -61,25 +52,13 @@ type StepOptions struct {
 	// step, one gradient instead of several. Ignored otherwise.
 	StackedParams [][]int
 
-	// dependsOn picks, from what the microbatches so far accumulated
+	// DependsOn picks, from what the microbatches so far accumulated
 	// (every gradient, then the loss), what each microbatch after the first
-	// waits for; nil picks all of it (see Step.body). Tests and the
-	// accumulation benchmark set it to compare other orderings, the
+	// waits for; nil, the default, picks all of it (see Step.body), which
+	// bounds the step's peak memory to one microbatch's. It is there to
+	// compare other orderings (docs/performance/cpu.md measures them), the
 	// unbounded formulation among them.
-	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
-}
-
-// RunStepOptions are the step options of a training run: its accumulation
-// as configured (Plan.StepOptions takes the plan's instead), clipping and
-// compile mode, and compute-dtype copies of the parameters when the model
-// keeps float32 masters but computes in a lower precision (the copies save
-// a cast kernel per parameter per step; see StepOptions.ComputeCopies).
-func RunStepOptions(cfg Config) StepOptions {
-	o := StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
-	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {
-		o.ComputeCopies, o.ComputeDtype = true, m.ComputeDtype()
-	}
-	return o
+	DependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
 // Step is one optimizer update as a pure function of its inputs:
@@ -170,24 +149,24 @@ func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, l Lay
 	nParams, nFrozen, nState := l.Trainable, l.Frozen, l.State
 	weighted := l.Inputs != TokenInputs
 	if opts.Accum < 1 {
-		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
+		return nil, fmt.Errorf("step: accum = %d, want >= 1", opts.Accum)
 	}
 	if opts.GradClip < 0 || math.IsNaN(opts.GradClip) {
-		return nil, fmt.Errorf("train: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
+		return nil, fmt.Errorf("step: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
 	}
 	if opts.ComputeCopies && !opts.ComputeDtype.IsFloat() {
-		return nil, fmt.Errorf("train: compute dtype %v for the parameter copies, want a float type", opts.ComputeDtype)
+		return nil, fmt.Errorf("step: compute dtype %v for the parameter copies, want a float type", opts.ComputeDtype)
 	}
 	if !opts.ComputeCopies && opts.ComputeDtype != 0 {
-		return nil, fmt.Errorf("train: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
+		return nil, fmt.Errorf("step: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
 	}
 	if nParams < 1 || nState < 0 {
-		return nil, fmt.Errorf("train: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
+		return nil, fmt.Errorf("step: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
 	}
 	for _, run := range opts.StackedParams {
 		for _, i := range run {
 			if i < 0 || i >= nParams {
-				return nil, fmt.Errorf("train: stacked parameter run %v: index %d out of range [0, %d)", run, i, nParams)
+				return nil, fmt.Errorf("step: stacked parameter run %v: index %d out of range [0, %d)", run, i, nParams)
 			}
 		}
 	}
@@ -202,7 +181,7 @@ func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, l Lay
 	if opts.Compile {
 		err := mlx.Do(func() (err error) {
 			if s.compiled, err = mlx.Compile(s.body); err != nil {
-				return fmt.Errorf("train: compiling the step: %w", err)
+				return fmt.Errorf("step: compiling the step: %w", err)
 			}
 			return nil
 		})
@@ -241,7 +220,7 @@ func (s *Step) gradient() (*mlx.ValueAndGradFunc, error) {
 		return s.loss(append(full, in[U:]...)), nil
 	}, argnums...)
 	if err != nil {
-		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
+		return nil, fmt.Errorf("step: building value_and_grad: %w", err)
 	}
 	s.vag, s.units = vag, units
 	return vag, nil
@@ -258,6 +237,22 @@ func (s *Step) Compiled() bool { return s.compiled != nil }
 // Weighted reports whether the step takes frozen arrays and loss weights
 // (any Layout.Inputs but TokenInputs).
 func (s *Step) Weighted() bool { return s.weighted }
+
+// FlatGroups is the number of flat parameter groups the step updates
+// (optim.Flat: an elementwise optimizer's parameters and state packed by
+// dtype), known once the step has seen its parameters; 0 when it updates
+// each parameter on its own.
+func (s *Step) FlatGroups() int {
+	if s.flat == nil {
+		return 0
+	}
+	return s.flat.Groups()
+}
+
+// Differentiated is the number of arrays the step differentiates, known
+// after its first trace: one per parameter, or per flat group's run with
+// StackedParams' runs each one array.
+func (s *Step) Differentiated() int { return len(s.units) }
 
 // Free releases the step's MLX functions and trace cache. A nil step is
 // a no-op.
@@ -373,8 +368,8 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
 			deps := append(append(slices.Clip(acc), lossSum), auxSum...)
-			if s.opts.dependsOn != nil {
-				deps = s.opts.dependsOn(deps)
+			if s.opts.DependsOn != nil {
+				deps = s.opts.DependsOn(deps)
 			}
 			if len(deps) > 0 {
 				copy(mb, mlx.Depends(mb, deps))
@@ -385,7 +380,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			return nil, err
 		}
 		if len(vals) != 1+s.nAux {
-			return nil, fmt.Errorf("train: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
+			return nil, fmt.Errorf("step: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
 		}
 		if i == 0 {
 			lossSum, auxSum = vals[0], slices.Clone(vals[1:])

@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ func (s *Step) RunRows(params, frozen, state []*mlx.Array, lr, x, y, mask *mlx.A
 	var res StepResult
 	err := mlx.Do(func() error {
 		if s.nRows == 0 {
-			return fmt.Errorf("train: RunRows on a step without row inputs; use Run or RunWeighted")
+			return fmt.Errorf("step: RunRows on a step without row inputs; use Run or RunWeighted")
 		}
 		out, err := s.apply(params, nil, frozen, state, lr, append([]*mlx.Array{x, y, mask}, rows...)...)
 		if err != nil {
@@ -38,18 +38,18 @@ func (s *Step) checkRowInputs(batch []*mlx.Array) error {
 		return nil
 	}
 	if len(batch) != 3+s.nRows {
-		return fmt.Errorf("train: a row step's batch needs x, y, the token mask and %d row inputs, got %d arrays", s.nRows, len(batch))
+		return fmt.Errorf("step: a row step's batch needs x, y, the token mask and %d row inputs, got %d arrays", s.nRows, len(batch))
 	}
 	x := batch[0]
 	for k, a := range batch[3:] {
 		if a == nil {
-			return fmt.Errorf("train: row input %d is missing", k)
+			return fmt.Errorf("step: row input %d is missing", k)
 		}
 		if err := a.Err(); err != nil {
-			return fmt.Errorf("train: row input %d: %w", k, err)
+			return fmt.Errorf("step: row input %d: %w", k, err)
 		}
 		if a.Dtype() != mlx.Float32 || a.Ndim() != 2 || a.Dim(0) != x.Dim(0) || a.Dim(1) != x.Dim(1) {
-			return fmt.Errorf("train: row input %d is %v of shape %v, want float32 [accum=%d, batch=%d]", k, a.Dtype(), a.Shape(), x.Dim(0), x.Dim(1))
+			return fmt.Errorf("step: row input %d is %v of shape %v, want float32 [accum=%d, batch=%d]", k, a.Dtype(), a.Shape(), x.Dim(0), x.Dim(1))
 		}
 	}
 	return nil
@@ -61,15 +61,15 @@ func (s *Step) checkRowInputs(batch []*mlx.Array) error {
 func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
 	if s.step.nRows == 0 {
 		if b.RowW != nil || b.RowInputs != nil {
-			return nil, 0, errors.New("train: batch with row weights or row inputs for a step that takes none (Layout.Inputs RowInputs)")
+			return nil, 0, errors.New("step: batch with row weights or row inputs for a step that takes none (Layout.Inputs RowInputs)")
 		}
 		return nil, 0, nil
 	}
 	if b.RowW == nil || b.W == nil {
-		return nil, 0, errors.New("train: a row step's batch needs the token mask (Batch.W) and row weights (Batch.RowW)")
+		return nil, 0, errors.New("step: a row step's batch needs the token mask (Batch.W) and row weights (Batch.RowW)")
 	}
 	if len(b.RowInputs) != s.step.nRows-1 {
-		return nil, 0, fmt.Errorf("train: batch with %d row inputs for a row step of %d", len(b.RowInputs), s.step.nRows-1)
+		return nil, 0, fmt.Errorf("step: batch with %d row inputs for a row step of %d", len(b.RowInputs), s.step.nRows-1)
 	}
 	rw, total, err := normalize(b.RowW, b.WeightSum, "row weight")
 	if err != nil {
@@ -88,7 +88,7 @@ func normalize(w []float32, total float64, what string) ([]float32, float64, err
 		}
 	}
 	if math.IsNaN(total) || math.IsInf(total, 0) || total < 0 {
-		return nil, 0, fmt.Errorf("train: %ss sum to %g, want a finite value >= 0", what, total)
+		return nil, 0, fmt.Errorf("step: %ss sum to %g, want a finite value >= 0", what, total)
 	}
 	out := make([]float32, len(w))
 	inv := 0.0
@@ -97,7 +97,7 @@ func normalize(w []float32, total float64, what string) ([]float32, float64, err
 	}
 	for i, v := range w {
 		if v < 0 || math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			return nil, 0, fmt.Errorf("train: %s %d is %g, want a finite value >= 0", what, i, v)
+			return nil, 0, fmt.Errorf("step: %s %d is %g, want a finite value >= 0", what, i, v)
 		}
 		out[i] = float32(float64(v) * inv)
 	}

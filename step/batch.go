@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"errors"
@@ -54,30 +54,30 @@ func BatchOf(b *data.Batch) Batch {
 	return Batch{X: b.X, Y: b.Y, N: b.N, B: b.B, T: b.T}
 }
 
-// check refuses a batch that does not fit a step of accum microbatches.
-func (b Batch) check(accum int) error {
+// Check refuses a batch that does not fit a step of accum microbatches.
+func (b Batch) Check(accum int) error {
 	if b.N != accum || b.B < 1 || b.T < 1 {
-		return fmt.Errorf("train: batch of shape [%d %d %d], want [accum=%d, batch >= 1, context >= 1]", b.N, b.B, b.T, accum)
+		return fmt.Errorf("step: batch of shape [%d %d %d], want [accum=%d, batch >= 1, context >= 1]", b.N, b.B, b.T, accum)
 	}
 	if b.Stream != nil || b.Starts != nil {
 		return b.checkWindows()
 	}
 	if n := b.N * b.B * b.T; len(b.X) != n || len(b.Y) != n {
-		return fmt.Errorf("train: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
+		return fmt.Errorf("step: batch holds %d inputs and %d targets, want N·B·T = %d·%d·%d = %d each",
 			len(b.X), len(b.Y), b.N, b.B, b.T, n)
 	}
 	if b.W != nil && len(b.W) != len(b.X) {
-		return fmt.Errorf("train: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
+		return fmt.Errorf("step: batch holds %d loss weights for %d targets, want one per target", len(b.W), len(b.X))
 	}
 	if b.Seg != nil && len(b.Seg) != len(b.X) {
-		return fmt.Errorf("train: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
+		return fmt.Errorf("step: batch holds %d segment ids for %d positions, want one per position", len(b.Seg), len(b.X))
 	}
 	if b.RowW != nil && len(b.RowW) != b.N*b.B {
-		return fmt.Errorf("train: batch holds %d row weights for %d rows, want one per row", len(b.RowW), b.N*b.B)
+		return fmt.Errorf("step: batch holds %d row weights for %d rows, want one per row", len(b.RowW), b.N*b.B)
 	}
 	for k, r := range b.RowInputs {
 		if len(r) != b.N*b.B {
-			return fmt.Errorf("train: batch row input %d holds %d values for %d rows, want one per row", k, len(r), b.N*b.B)
+			return fmt.Errorf("step: batch row input %d holds %d values for %d rows, want one per row", k, len(r), b.N*b.B)
 		}
 	}
 	return nil
@@ -89,18 +89,18 @@ func (b Batch) check(accum int) error {
 func (b Batch) checkWindows() error {
 	switch {
 	case b.Stream == nil || b.Starts == nil:
-		return errors.New("train: batch with window starts but no token stream, or a stream but no starts; want both (TokenStream.Batch)")
+		return errors.New("step: batch with window starts but no token stream, or a stream but no starts; want both (TokenStream.Batch)")
 	case b.X != nil || b.Y != nil || b.W != nil:
-		return errors.New("train: batch with both window starts and tokens or weights; want one form")
+		return errors.New("step: batch with both window starts and tokens or weights; want one form")
 	case len(b.Starts) != b.N*b.B:
-		return fmt.Errorf("train: batch [%d %d] of %d window starts, want N·B = %d", b.N, b.B, len(b.Starts), b.N*b.B)
+		return fmt.Errorf("step: batch [%d %d] of %d window starts, want N·B = %d", b.N, b.B, len(b.Starts), b.N*b.B)
 	case b.T != b.Stream.context:
-		return fmt.Errorf("train: batch of windows of %d tokens from a stream for context %d; want the same", b.T, b.Stream.context)
+		return fmt.Errorf("step: batch of windows of %d tokens from a stream for context %d; want the same", b.T, b.Stream.context)
 	}
 	last := int32(b.Stream.n - b.T - 1) // a window and its targets end at Len-1
 	for k, s := range b.Starts {
 		if s < 0 || s > last {
-			return fmt.Errorf("train: window start %d (window %d) outside the stream of %d tokens, want 0 to %d for context %d",
+			return fmt.Errorf("step: window start %d (window %d) outside the stream of %d tokens, want 0 to %d for context %d",
 				s, k, b.Stream.n, last, b.T)
 		}
 	}

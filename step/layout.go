@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"fmt"
@@ -65,16 +65,16 @@ type Layout struct {
 // check refuses counts out of range and options that contradict the form.
 func (l Layout) check() error {
 	if l.Trainable < 1 || l.Frozen < 0 || l.State < 0 {
-		return fmt.Errorf("train: step over %d trainable, %d frozen and %d state arrays, want >= 1, >= 0 and >= 0", l.Trainable, l.Frozen, l.State)
+		return fmt.Errorf("step: step over %d trainable, %d frozen and %d state arrays, want >= 1, >= 0 and >= 0", l.Trainable, l.Frozen, l.State)
 	}
 	if l.Inputs < TokenInputs || l.Inputs > RowInputs {
-		return fmt.Errorf("train: step inputs %v, want tokens, weighted, packed or rows", l.Inputs)
+		return fmt.Errorf("step: step inputs %v, want tokens, weighted, packed or rows", l.Inputs)
 	}
 	if l.Inputs == TokenInputs && l.Frozen > 0 {
-		return fmt.Errorf("train: step over %d frozen arrays with token inputs; frozen arrays need weighted, packed or row inputs", l.Frozen)
+		return fmt.Errorf("step: step over %d frozen arrays with token inputs; frozen arrays need weighted, packed or row inputs", l.Frozen)
 	}
 	if l.RowInputs < 0 || (l.RowInputs > 0 && l.Inputs != RowInputs) {
-		return fmt.Errorf("train: %d row inputs for a step of %v, want 0 (row inputs need the rows form)", l.RowInputs, l.Inputs)
+		return fmt.Errorf("step: %d row inputs for a step of %v, want 0 (row inputs need the rows form)", l.RowInputs, l.Inputs)
 	}
 	return nil
 }
@@ -132,7 +132,7 @@ func NewStep(loss Loss, opt optim.Optimizer, l Layout, opts StepOptions) (*Step,
 		}
 		v, aux := loss(in[:P], in[P:P+F], mb)
 		if len(aux) != nAux {
-			err := fmt.Errorf("train: the loss returned %d auxiliary sums, the step's layout names %d (%v)", len(aux), nAux, l.Aux)
+			err := fmt.Errorf("step: the loss returned %d auxiliary sums, the step's layout names %d (%v)", len(aux), nAux, l.Aux)
 			return []*mlx.Array{mlx.ErrorArray(err)}
 		}
 		return append([]*mlx.Array{v}, aux...)

@@ -101,4 +101,3 @@ func (t *TokenStream) Free() {
 		return nil
 	})
 }
-

@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"runtime"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // orderings are what microbatch i can wait for (StepOptions.dependsOn,

@@ -2,11 +2,11 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // AdapterStepOptions are the step options o of an adapter fine-tune

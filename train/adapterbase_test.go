@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // loraLosses runs 4 LoRA updates (rank 2, every projection) of cfg's

@@ -2,9 +2,9 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // probe is the plan probe of the fine-tune's step (choosePlan): each

@@ -2,11 +2,11 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // setGaLoreConfig applies the config's GaLore settings where they are set.

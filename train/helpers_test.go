@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"strings"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // syntheticText is deterministic, learnable text: repeated phrases with

@@ -1,11 +1,11 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // The interval loss is the mean of the updates' losses weighted by the

@@ -3,7 +3,6 @@ package train
 import (
 	"context"
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"os"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // task is one kind of run: what it trains, what it feeds the step, what

@@ -2,11 +2,11 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // nonFinite describes a NaN or infinite loss or gradient norm, or returns "".

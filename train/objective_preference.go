@@ -3,11 +3,11 @@ package train
 import (
 	"errors"
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"io/fs"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // PreferenceObjective is the DPO family's Objective (DPO, IPO, ORPO,

@@ -1,12 +1,12 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Every name of the registry builds the objective of that name, an

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"path/filepath"
 	"testing"
@@ -9,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // One update over packed rows, with document masking, has the loss and

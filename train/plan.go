@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // How a Plan was chosen (Plan.How).

@@ -2,12 +2,12 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // PreferenceAux names the auxiliary sums of a preference step

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/internal/distenv"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // rowRankOutEnv names the folder where a rank of

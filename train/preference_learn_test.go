@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // rulePairs are n preference records whose answers repeat the prompt's

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // hostPairLoss is Preference.PairLoss in float64 on the host: the mean

@@ -2,10 +2,10 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // pretrainTask is the task of a Trainer: windows of a token corpus fed to

@@ -2,9 +2,9 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // RowFeed feeds a fine-tune's updates with its training rows: a

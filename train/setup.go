@@ -2,7 +2,6 @@ package train
 
 import (
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
@@ -10,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Prepare fills cfg's defaults (the vocabulary size from its tokenizer when

@@ -1,13 +1,13 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // hessianState reads every "<param>.sophia_h" array of s, concatenated.

@@ -1,10 +1,11 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // stateSetup returns a fresh setup of the tiny config and a batch for it.

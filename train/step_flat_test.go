@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"slices"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // perParameter hides an optimizer's Elementwise methods, so a step runs

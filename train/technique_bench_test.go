@@ -1,11 +1,11 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // techniqueSetup builds a setup of the tiny preset's model shape (d_model

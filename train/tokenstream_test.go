@@ -2,13 +2,13 @@ package train
 
 import (
 	"context"
-	"github.com/posttrainllm/posttrainllm/step"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Updates on windows gathered from a token stream are the updates on the

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"slices"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // weightedFixture is a tiny model with 4 sequences of 6 tokens and a mask

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -27,6 +26,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 

@@ -7,7 +7,6 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 

@@ -2,13 +2,13 @@ package bench
 
 import (
 	"errors"
-	"github.com/posttrainllm/posttrainllm/step"
 	"math"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"github.com/posttrainllm/posttrainllm/step"
 	"fmt"
 	"time"
 
@@ -9,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 

@@ -116,6 +116,9 @@ type run struct {
 	start        time.Time     // this process's first update
 	lastLog      time.Time
 	lastLogStep  int
+	// best is the lowest held-out loss so far (rank 0 only), which
+	// Config.KeepBest and Config.Patience follow.
+	best *Best
 }
 
 // lead reports whether this process writes the run's output: rank 0.
@@ -142,6 +145,14 @@ func (r *run) open() error {
 	if rs := r.parts.resumed; rs != nil {
 		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
+		if rs.Best != nil {
+			b := *rs.Best
+			r.best = &b
+		}
+	}
+	if (r.cfg.KeepBest || r.cfg.Patience > 0) && (r.cfg.EvalEvery == 0 || !r.task.evaluates()) {
+		return fmt.Errorf("keep_best %v, patience %d: both follow the held-out loss; the run evaluates none (eval_every %d, held-out data %v)",
+			r.cfg.KeepBest, r.cfg.Patience, r.cfg.EvalEvery, r.task.evaluates())
 	}
 	r.sum.StartStep, r.sum.Step, r.sum.Plan = r.step, r.step, r.parts.plan
 	if !r.lead() {
@@ -182,6 +193,7 @@ func (r *run) train(ctx context.Context) error {
 				return err
 			}
 			r.sum.Elapsed = time.Since(r.start)
+			r.sum.noteBest(r.best)
 			return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
 		}
 		lr, err := r.update()
@@ -195,14 +207,25 @@ func (r *run) train(ctx context.Context) error {
 				return err
 			}
 		}
-		if ckptNow {
+		stop := false
+		if evalNow && r.step < r.cfg.Steps {
+			if stop, err = r.stopEarly(); err != nil {
+				return err
+			}
+		}
+		if ckptNow || stop {
 			if err := r.checkpoint(); err != nil {
 				return err
 			}
 		}
 		r.sum.Step = r.step
+		if stop {
+			r.sum.EarlyStopped = true
+			break
+		}
 	}
 	r.sum.finish(r.step, r.parts.step.Traces(), r.start, r.tokensPerUpdate())
+	r.sum.noteBest(r.best)
 	return nil
 }
 
@@ -218,6 +241,9 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
+	if err := r.noteEval(v); err != nil {
+		return err
+	}
 	r.sum.InitialValAux, r.sum.ValAux, r.sum.ValRows = m.ValAux, m.ValAux, m.ValRows
 	return r.sink.Log(m)
 }
@@ -308,6 +334,9 @@ func (r *run) log(lr float64, eval bool) error {
 			return err
 		}
 		r.sum.ValLoss, r.sum.ValAux, r.sum.ValRows = v, m.ValAux, m.ValRows
+		if err := r.noteEval(v); err != nil {
+			return err
+		}
 	}
 	m.PeakMemoryBytes = mlx.Memory().Peak
 	if err := r.sink.Log(m); err != nil {
@@ -336,10 +365,8 @@ func (r *run) checkpoint() error {
 	if !r.lead() {
 		return nil
 	}
-	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
-		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
 	root := checkpoint.Root(r.env.runDir)
-	dir, err := r.task.save(root, rs)
+	dir, err := r.task.save(root, r.runState())
 	if err != nil {
 		return err
 	}

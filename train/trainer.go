@@ -62,6 +62,13 @@ type Summary struct {
 	// measured.
 	InitialValAux, ValAux map[string]float64
 	ValRows               int
+	// Best is the lowest held-out loss of the run (resumed runs included)
+	// with its step and, under Config.KeepBest, its checkpoint; nil when
+	// nothing was evaluated. EarlyStopped says the run stopped before
+	// Config.Steps because the held-out loss had not improved for
+	// Config.Patience evaluations.
+	Best         *Best
+	EarlyStopped bool
 }
 
 // Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints

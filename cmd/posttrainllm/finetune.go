@@ -402,6 +402,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
+	printBest(out, sum, cfg)
 	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
 	if plot.err != nil {
 		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)

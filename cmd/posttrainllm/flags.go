@@ -189,6 +189,10 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("eval-tokens", "eval_tokens", false, fmt.Sprintf("held-out tokens per evaluation, rounded up to whole batches (%d unless the preset sets it)", train.DefaultEvalTokens), func(c *train.Config) *int { return &c.EvalTokens })
 	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
 	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
+	boolF("keep-best", "keep_best", false, "also keep the checkpoint of the lowest held-out loss so far, in RUN/best (needs --eval-every and held-out data)",
+		func(c *train.Config) *bool { return &c.KeepBest })
+	intF("patience", "patience", false, "stop early, with a checkpoint, once the held-out loss has not improved for N evaluations in a row (0: never)",
+		func(c *train.Config) *int { return &c.Patience })
 	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })
 	stringF("windows", "windows", false, "where each update's token windows are made: device (gathered from the corpus held on the device), host (copied from the host) or auto (device on a GPU, host on the CPU)",
 		func(c *train.Config) *string { return &c.Windows })

@@ -457,7 +457,20 @@ func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) 
 	}
 	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
 	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)
+	printBest(w, sum, cfg)
 	fmt.Fprintf(w, "metrics:    %s\n", filepath.Join(out, train.MetricsFile))
+}
+
+// printBest says where a run kept its best checkpoint (--keep-best) and
+// why it stopped early (--patience).
+func printBest(w io.Writer, sum train.Summary, cfg train.Config) {
+	if sum.EarlyStopped && sum.Best != nil {
+		fmt.Fprintf(w, "stopped early at step %d: the held-out loss has not improved for %d evaluations (best %.4f at step %d)\n",
+			sum.Step, cfg.Patience, sum.Best.ValLoss, sum.Best.Step)
+	}
+	if sum.Best != nil && sum.Best.Checkpoint != "" {
+		fmt.Fprintf(w, "best:       %s (held-out loss %.4f at step %d)\n", sum.Best.Checkpoint, sum.Best.ValLoss, sum.Best.Step)
+	}
 }
 
 // humanBytes writes n in KiB, MiB or GiB.

@@ -1,5 +1,3 @@
-// Package layering holds the test that keeps the module's imports flowing
-// one way: from the command down to the MLX bridge, never back up.
 package layering
 
 import (

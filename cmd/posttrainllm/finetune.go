@@ -1,14 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -366,49 +364,16 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	fmt.Fprintf(out, "run folder: %s\n", p.out)
 
-	ctx, signalled, stopSignals := notifySignals(cmd.ErrOrStderr())
-	defer stopSignals()
-	prog := newProgress(out, opts.noProgress)
-	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams()))}
-	hooks := prog.hooks()
-	start := hooks.OnStart
-	hooks.OnStart = func(s train.Start) {
-		fmt.Fprintf(out, "trainable: %s of %s params\n", humanCount(s.Params), humanCount(cfg.Model.NumParams()))
-		start(s)
-	}
-	f.Hooks = plot.hook(hooks)
-	sum, runErr := f.Run(ctx, p.checkpoint)
-	plot.wait()
-	prog.finish()
-	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps, "posttrainllm finetune --resume "+p.out+nprocArg(group),
-		"fine-tuning diverged", "try a lower --lr"); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f", sum.StartStep+1, sum.Step, cfg.Steps,
-		sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
-	if !math.IsNaN(sum.ValLoss) {
-		if !math.IsNaN(sum.InitialValLoss) {
-			fmt.Fprintf(out, ", held-out loss %.4f -> %.4f", sum.InitialValLoss, sum.ValLoss)
-		} else {
-			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(sum.ValAux)) {
-		if i, ok := sum.InitialValAux[name]; ok {
-			fmt.Fprintf(out, ", held-out %s %.3f -> %.3f", name, i, sum.ValAux[name])
-		} else {
-			fmt.Fprintf(out, ", held-out %s %.3f", name, sum.ValAux[name])
-		}
-	}
-	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
-	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
-	printBest(out, sum, cfg)
-	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
-	if plot.err != nil {
-		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)
-	}
-	fmt.Fprintf(out, "plot:       %s\n", plot.path)
-	return nil
+	tail := runTail{out: out, runDir: p.out, plotTitle: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams())),
+		noProgress: opts.noProgress, resume: "posttrainllm finetune --resume " + p.out + nprocArg(group),
+		diverged: "fine-tuning diverged", hint: "try a lower --lr", heldOut: heldOutChange,
+		onStart: func(s train.Start) {
+			fmt.Fprintf(out, "trainable: %s of %s params\n", humanCount(s.Params), humanCount(cfg.Model.NumParams()))
+		}}
+	return tail.run(cmd, cfg, func(ctx context.Context, hooks train.Hooks) (train.Summary, error) {
+		f.Hooks = hooks
+		return f.Run(ctx, p.checkpoint)
+	})
 }
 
 // setEpochSteps sets the fine-tune's steps to epochs passes over its

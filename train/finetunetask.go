@@ -3,7 +3,6 @@ package train
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -246,10 +245,13 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.A
 	if err := sameObjective(saved, k.f.Objective); err != nil {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
 	}
-	if ft := k.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
-		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
-		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v)",
-			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets)
+	if key, has, want, err := saved.ResumeConflict(k.f.FineTune, adapterShapeKeys, k.cfg.Model.Context); err != nil || key != "" {
+		if err != nil {
+			return nil, nil, fmt.Errorf("resume: %w", err)
+		}
+		ft := k.f.FineTune
+		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v): %s %s, not %s",
+			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets, key, has, want)
 	}
 	if st.Config.Model != k.cfg.Model {
 		return nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)

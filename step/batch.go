@@ -35,6 +35,10 @@ type Batch struct {
 	// RowInputs are a row step's per-row inputs after RowW, N·B values
 	// each, laid out [N, B] (Layout.RowInputs of them).
 	RowInputs [][]float32
+	// PositionInputs are a row step's per-position inputs, N·B·T values
+	// each, laid out like X (Layout.PositionInputs of them): an online
+	// objective's old log-probability of each target, say.
+	PositionInputs [][]float32
 	// Seg numbers, for packed rows, the example each input position
 	// belongs to (data.Rows.Seg), N·B·T values; only a packed step
 	// (PackedInputs) reads it, and needs it.
@@ -78,6 +82,11 @@ func (b Batch) Check(accum int) error {
 	for k, r := range b.RowInputs {
 		if len(r) != b.N*b.B {
 			return fmt.Errorf("step: batch row input %d holds %d values for %d rows, want one per row", k, len(r), b.N*b.B)
+		}
+	}
+	for k, p := range b.PositionInputs {
+		if len(p) != len(b.X) {
+			return fmt.Errorf("step: batch position input %d holds %d values for %d positions, want one per position", k, len(p), len(b.X))
 		}
 	}
 	return nil

@@ -27,7 +27,10 @@ const (
 	// RowInputs add, after the token mask w ([N, B, T] float32, 1 where a
 	// target counts, not normalised), per-row inputs [N, B] float32: the
 	// row weights divided by the update's total (Batch.RowW) first, then
-	// Layout.RowInputs more (Batch.RowInputs). The loss is Σ rowWeight·loss.
+	// Layout.RowInputs more (Batch.RowInputs), then Layout.PositionInputs
+	// per-position inputs [N, B, T] float32 (Batch.PositionInputs: an
+	// online objective's old log-probability of each target, say). The
+	// loss is Σ rowWeight·loss.
 	RowInputs
 )
 
@@ -51,7 +54,8 @@ func (i Inputs) String() string {
 // without either (Frozen: a fine-tune's base weights under adapters), the
 // optimizer's state arrays (State, len(opt.StateNames())), the form of
 // its batch (Inputs, with RowInputs per-row inputs after the row weights
-// for the RowInputs form) and the auxiliary sums its loss returns beside
+// and PositionInputs per-position inputs after them for the RowInputs
+// form) and the auxiliary sums its loss returns beside
 // the loss (Aux names them, in order: metrics measured in the same
 // forward pass, summed and reduced like the loss, StepResult.Aux and
 // State.IntervalAux).
@@ -59,6 +63,7 @@ type Layout struct {
 	Trainable, Frozen, State int
 	Inputs                   Inputs
 	RowInputs                int
+	PositionInputs           int
 	Aux                      []string
 }
 
@@ -76,18 +81,22 @@ func (l Layout) check() error {
 	if l.RowInputs < 0 || (l.RowInputs > 0 && l.Inputs != RowInputs) {
 		return fmt.Errorf("step: %d row inputs for a step of %v, want 0 (row inputs need the rows form)", l.RowInputs, l.Inputs)
 	}
+	if l.PositionInputs < 0 || (l.PositionInputs > 0 && l.Inputs != RowInputs) {
+		return fmt.Errorf("step: %d position inputs for a step of %v, want 0 (position inputs need the rows form)", l.PositionInputs, l.Inputs)
+	}
 	return nil
 }
 
 // Microbatch is one microbatch's inputs as a step's loss sees them: the
 // [B, T] slices of the update's batch arrays, nil where the layout's form
 // has none; Rows are a RowInputs step's [B] per-row inputs, the row
-// weights first.
+// weights first, and Positions its [B, T] per-position inputs.
 type Microbatch struct {
-	X, Y *mlx.Array // inputs and targets, int32
-	W    *mlx.Array // loss weights, or the token mask of a row step
-	Seg  *mlx.Array // segments of packed rows
-	Rows []*mlx.Array
+	X, Y      *mlx.Array // inputs and targets, int32
+	W         *mlx.Array // loss weights, or the token mask of a row step
+	Seg       *mlx.Array // segments of packed rows
+	Rows      []*mlx.Array
+	Positions []*mlx.Array
 }
 
 // Loss is a step's loss of one microbatch over the trainable and frozen
@@ -128,7 +137,8 @@ func NewStep(loss Loss, opt optim.Optimizer, l Layout, opts StepOptions) (*Step,
 		case PackedInputs:
 			mb.W, mb.Seg = b[2], b[3]
 		case RowInputs:
-			mb.W, mb.Rows = b[2], b[3:3+1+l.RowInputs]
+			r := 3 + 1 + l.RowInputs
+			mb.W, mb.Rows, mb.Positions = b[2], b[3:r], b[r:r+l.PositionInputs]
 		}
 		v, aux := loss(in[:P], in[P:P+F], mb)
 		if len(aux) != nAux {

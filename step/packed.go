@@ -11,7 +11,7 @@ import (
 // shape, and segments given to a step that does not take them.
 func (s *Step) checkSegments(batch []*mlx.Array) error {
 	if !s.packed {
-		if s.weighted && len(batch) > 3+s.nRows {
+		if s.weighted && len(batch) > 3+s.nRows+s.nPos {
 			return fmt.Errorf("step: batch of %d arrays for a weighted step, want x, y and w and %d row inputs (segments need Layout.Inputs PackedInputs)", len(batch), s.nRows)
 		}
 		return nil

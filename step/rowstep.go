@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// RunRows applies one update of a RowInputs step: Run with the
+// RunRows applies one update of a RowInputs step (rows: the row weights,
+// the row inputs, then the position inputs [Accum, B, T]): Run with the
 // frozen arrays, the token mask ([Accum, B, T] float32) and the per-row
 // inputs ([Accum, B] float32 each), the row weights first, already divided
 // by the update's weight total. Its loss is Σ rowWeight·loss over the
@@ -30,18 +32,30 @@ func (s *Step) RunRows(params, frozen, state []*mlx.Array, lr, x, y, mask *mlx.A
 	return res, err
 }
 
-// checkRowInputs refuses a row step's batch without its row inputs, or
-// with row inputs that are not float32 [Accum, B] for x's [Accum, B, T];
+// checkRowInputs refuses a row step's batch without its row and position
+// inputs, or with row inputs that are not float32 [Accum, B] for x's
+// [Accum, B, T] and position inputs that are not float32 of x's shape;
 // and row inputs given to a step that does not take them.
 func (s *Step) checkRowInputs(batch []*mlx.Array) error {
 	if s.nRows == 0 {
 		return nil
 	}
-	if len(batch) != 3+s.nRows {
-		return fmt.Errorf("step: a row step's batch needs x, y, the token mask and %d row inputs, got %d arrays", s.nRows, len(batch))
+	if len(batch) != 3+s.nRows+s.nPos {
+		return fmt.Errorf("step: a row step's batch needs x, y, the token mask, %d row inputs and %d position inputs, got %d arrays", s.nRows, s.nPos, len(batch))
 	}
 	x := batch[0]
-	for k, a := range batch[3:] {
+	for k, a := range batch[3+s.nRows:] {
+		if a == nil {
+			return fmt.Errorf("step: position input %d is missing", k)
+		}
+		if err := a.Err(); err != nil {
+			return fmt.Errorf("step: position input %d: %w", k, err)
+		}
+		if a.Dtype() != mlx.Float32 || !slices.Equal(a.Shape(), x.Shape()) {
+			return fmt.Errorf("step: position input %d is %v of shape %v, want float32 of the batch's shape %v", k, a.Dtype(), a.Shape(), x.Shape())
+		}
+	}
+	for k, a := range batch[3 : 3+s.nRows] {
 		if a == nil {
 			return fmt.Errorf("step: row input %d is missing", k)
 		}
@@ -60,7 +74,7 @@ func (s *Step) checkRowInputs(batch []*mlx.Array) error {
 // and that total; nothing for other steps, which must get no row inputs.
 func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
 	if s.step.nRows == 0 {
-		if b.RowW != nil || b.RowInputs != nil {
+		if b.RowW != nil || b.RowInputs != nil || b.PositionInputs != nil {
 			return nil, 0, errors.New("step: batch with row weights or row inputs for a step that takes none (Layout.Inputs RowInputs)")
 		}
 		return nil, 0, nil
@@ -68,8 +82,9 @@ func (s *State) rowInputs(b Batch) ([][]float32, float64, error) {
 	if b.RowW == nil || b.W == nil {
 		return nil, 0, errors.New("step: a row step's batch needs the token mask (Batch.W) and row weights (Batch.RowW)")
 	}
-	if len(b.RowInputs) != s.step.nRows-1 {
-		return nil, 0, fmt.Errorf("step: batch with %d row inputs for a row step of %d", len(b.RowInputs), s.step.nRows-1)
+	if len(b.RowInputs) != s.step.nRows-1 || len(b.PositionInputs) != s.step.nPos {
+		return nil, 0, fmt.Errorf("step: batch with %d row inputs and %d position inputs for a row step of %d and %d",
+			len(b.RowInputs), len(b.PositionInputs), s.step.nRows-1, s.step.nPos)
 	}
 	rw, total, err := normalize(b.RowW, b.WeightSum, "row weight")
 	if err != nil {

@@ -271,6 +271,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		for _, r := range rows {
 			batch = append(batch, mlx.FromSlice(r, b.N, b.B))
 		}
+		for _, p := range b.PositionInputs {
+			batch = append(batch, mlx.FromSlice(p, b.N, b.B, b.T))
+		}
 		made = batch
 	}
 	lrArr := mlx.Scalar(lr, mlx.Float32)

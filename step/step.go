@@ -102,6 +102,9 @@ type Step struct {
 	// and w of a RowInputs step, the first the row weights; nAux the
 	// scalars its loss returns beside the loss, summed like it.
 	nRows, nAux int
+	// nPos is the number of per-position [N, B, T] float32 inputs of a
+	// RowInputs step, after its row inputs.
+	nPos int
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
@@ -173,7 +176,7 @@ func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, l Lay
 	s := &Step{opt: opt, opts: opts, layout: l, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted,
 		packed: l.Inputs == PackedInputs, nAux: len(l.Aux), loss: loss}
 	if l.Inputs == RowInputs {
-		s.nRows = 1 + l.RowInputs
+		s.nRows, s.nPos = 1+l.RowInputs, l.PositionInputs
 	}
 	if opts.ComputeCopies {
 		s.nCopies = nParams

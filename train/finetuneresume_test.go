@@ -35,3 +35,25 @@ func TestResumeConflict(t *testing.T) {
 		t.Errorf("unknown key: %v", err)
 	}
 }
+
+// A fine-tune's defaults keep the base's model and replace its run:
+// the method's learning rate, a warm-up shrunk to fit a short run.
+func TestFineTuneDefaults(t *testing.T) {
+	base := tinyConfig()
+	base.LR, base.Steps, base.KeepBest = 0.5, 10_000, true
+	c := FineTuneDefaults(base, MethodLoRA)
+	if c.Model != base.Model || c.LR != DefaultAdapterLR || c.Steps != 200 || c.KeepBest || c.EvalEvery != 50 {
+		t.Errorf("defaults over the base: %+v", c)
+	}
+	if f := FineTuneDefaults(base, MethodFull); f.LR != DefaultFullLR {
+		t.Errorf("full fine-tune lr %g, want %g", f.LR, DefaultFullLR)
+	}
+	c.Steps = 6
+	if w := c.FitWarmup().Warmup; w != 3 {
+		t.Errorf("warm-up 10 over 6 steps became %d, want 3", w)
+	}
+	c.Schedule = "constant"
+	if w := c.FitWarmup().Warmup; w != 10 {
+		t.Errorf("constant schedule's warm-up became %d, want it left at 10", w)
+	}
+}

@@ -146,22 +146,6 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
 	return cmd
 }
 
-// finetuneDefaults are a fresh fine-tune's run settings over the base's
-// config: a short cosine run with the learning rate of the method
-// (train.FineTuneLR), whatever the base was pretrained with.
-func finetuneDefaults(base train.Config, method string) train.Config {
-	c := base
-	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
-	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
-	c.GaLoreRank, c.GaLoreGap, c.GaLoreScale, c.SophiaEvery, c.SophiaRho = 0, 0, 0, 0, 0
-	lr := train.FineTuneLR(method)
-	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", lr, lr*train.DefaultMinLRRatio, 10, 0
-	c.Compile, c.Seed = true, 1
-	c.Data, c.ValData, c.BPEDropout = "", "", 0
-	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
-	return c
-}
-
 // finetunePlan is a validated finetune command.
 type finetunePlan struct {
 	cfg        train.Config
@@ -264,7 +248,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
 		}
 		p.ft.Context = opts.context
-		base = finetuneDefaults(st.Config, opts.method)
+		base = train.FineTuneDefaults(st.Config, opts.method)
 		if opts.out == "" {
 			opts.out = filepath.Join("runs", "finetune")
 		}
@@ -381,19 +365,11 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 // of them on each of ranks ranks, shrinking a warm-up the user did not
 // set to fit, and returns the header line that says so.
 func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int) (string, error) {
-	c := f.Config
-	steps, err := train.EpochSteps(epochs, f.Train.Len(), c.Batch*ranks, c.Accum)
+	steps, err := f.SetEpochs(epochs, ranks, ov.isChanged("warmup"))
 	if err != nil {
 		return "", usageError("invalid --epochs %g: %v", epochs, err)
 	}
-	c.Steps = steps
-	if !ov.isChanged("warmup") {
-		c = fitWarmup(c)
-	}
-	if err := c.Validate(); err != nil {
-		return "", usageError("invalid --epochs %g: %d steps: %v", epochs, steps, err)
-	}
-	f.Config = c
+	c := f.Config
 	perUpdate := fmt.Sprintf("batch %d × accum %d", c.Batch, c.Accum)
 	if ranks > 1 {
 		perUpdate += fmt.Sprintf(" × %d ranks", ranks)

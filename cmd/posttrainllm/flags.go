@@ -264,18 +264,9 @@ func (o *overrides) flagError(f configFlag, err error) error {
 	return &invalidFlagError{flag: f.name, value: o.value(f.name), want: msg}
 }
 
-// fitWarmup shortens a learning-rate warm-up that does not fit the run's
-// steps (a preset's 20 warm-up steps for --steps 2) to half the steps.
-func fitWarmup(c train.Config) train.Config {
-	if c.Schedule != "constant" && c.Steps >= 1 && c.Warmup >= c.Steps {
-		c.Warmup = c.Steps / 2
-	}
-	return c
-}
-
 // apply overrides base with the flags the user set and validates the
 // result. base must be valid. A warm-up the user did not set shrinks to
-// fit the steps (fitWarmup). An invalid result is blamed on the flag whose
+// fit the steps (train.Config.FitWarmup). An invalid result is blamed on the flag whose
 // own setting Validate names, else on the first flag that alone makes base
 // invalid, or else on the combination.
 func (o *overrides) apply(base train.Config) (train.Config, error) {
@@ -285,7 +276,7 @@ func (o *overrides) apply(base train.Config) (train.Config, error) {
 			f.apply(&c)
 		}
 		if !o.isChanged("warmup") {
-			c = fitWarmup(c)
+			c = c.FitWarmup()
 		}
 		return c
 	}

@@ -236,7 +236,7 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 // the first setting that differs. The device is left out: the run's is
 // the one auto chose. run is the checkpoint's config with the flags
 // applied. A warm-up the preset had shrunk to fit a first --steps shorter
-// than it (fitWarmup: half those steps) counts as the preset's.
+// than it (train.Config.FitWarmup: half those steps) counts as the preset's.
 func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) error {
 	pc, err := presets.Load(preset)
 	if err != nil {
@@ -247,7 +247,7 @@ func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) er
 		return usageError("invalid --preset %s with --resume %s: %v", preset, resume, err)
 	}
 	if !ov.isChanged("warmup") && pc.Schedule != "constant" && run.Warmup <= pc.Warmup/2 {
-		withFlags.Warmup = run.Warmup // what fitWarmup made of it for a run of up to pc.Warmup steps
+		withFlags.Warmup = run.Warmup // what FitWarmup made of it for a run of up to pc.Warmup steps
 	}
 	for _, f := range ov.flags {
 		if f.name == "device" {

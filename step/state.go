@@ -26,7 +26,7 @@ type StepStats struct {
 // them. It owns these arrays: each update releases the arrays it replaces,
 // and Free releases the rest.
 //
-//	state, err := train.InitState(step, m, seed)
+//	state, err := step.InitState(update, m, seed)
 //	defer state.Free()
 //	for s := range steps {
 //		loss, err := state.Update(schedule.LR(s), batch)

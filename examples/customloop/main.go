@@ -7,7 +7,7 @@
 //
 // The learning rate reaches the step as an input array each update, so the
 // step is traced once however the rate changes; the program prints the
-// number of traces at the end. A train.State owns the parameters and the
+// number of traces at the end. A step.State owns the parameters and the
 // optimizer state: the loop frees nothing.
 package main
 

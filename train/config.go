@@ -88,8 +88,8 @@ type Config struct {
 	PrefetchDepth int `json:"prefetch_depth"`
 	// Windows is where each update's token windows are made: "device"
 	// gathers them on the device from the training corpus held there
-	// (TokenStream), "host" copies them from the host as Batch.X and
-	// Batch.Y, "" or "auto" is device on a GPU and host on the CPU
+	// (step.TokenStream), "host" copies them from the host as step.Batch.X and
+	// Y, "" or "auto" is device on a GPU and host on the CPU
 	// (WindowSource, which also says when only the host can). Both train
 	// on the same windows; on a CUDA GPU the gather is the faster
 	// (docs/performance/gpu.md), on the CPU there is nothing to save.

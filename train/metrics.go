@@ -15,7 +15,7 @@ type Metrics struct {
 	// Loss is the training objective, the cross-entropy plus, when the
 	// model's z_loss is above 0, the z-loss term, averaged over the
 	// updates since the previous line, each weighted by the tokens it
-	// counted (State.IntervalLoss).
+	// counted (step.State.IntervalLoss).
 	Loss float64 `json:"loss"`
 	// LossLast is the objective of the line's last update alone.
 	LossLast float64 `json:"loss_last,omitempty"`
@@ -26,7 +26,7 @@ type Metrics struct {
 	// (RowInputs: a preference objective's pairs), the weighted rows Loss
 	// and Aux average over since the previous line.
 	CountedRows float64 `json:"counted_rows,omitempty"`
-	// Aux are the means of the step's auxiliary metrics (Layout.Aux: a
+	// Aux are the means of the step's auxiliary metrics (step.Layout.Aux: a
 	// preference objective's rewards, margin and accuracy) since the
 	// previous line, weighted as Loss is.
 	Aux map[string]float64 `json:"aux,omitempty"`

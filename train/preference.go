@@ -11,7 +11,7 @@ import (
 )
 
 // PreferenceAux names the auxiliary sums of a preference step
-// (StepStats.Aux, State.IntervalAux), in order: the mean reward of the
+// (step.StepStats.Aux, step.State.IntervalAux), in order: the mean reward of the
 // chosen and of the rejected answers, the mean margin between them, and
 // the share of pairs whose chosen reward is the higher (accuracy).
 var PreferenceAux = []string{"reward_chosen", "reward_rejected", "margin", "accuracy"}

@@ -71,7 +71,7 @@ func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 }
 
 // NewGroupSetup is NewSetup for one rank of the data-parallel group g: its
-// step averages the gradients across g (StepOptions.Group). Every rank
+// step averages the gradients across g (step.StepOptions.Group). Every rank
 // starts from the same parameters (cfg.Seed or the checkpoint), so the
 // ranks stay in step. The plan probe runs without the group: each rank
 // plans its own micro-batch, which changes how its share runs, not what

@@ -10,7 +10,7 @@ import (
 // as configured (Plan.StepOptions takes the plan's instead), clipping and
 // compile mode, and compute-dtype copies of the parameters when the model
 // keeps float32 masters but computes in a lower precision (the copies save
-// a cast kernel per parameter per step; see StepOptions.ComputeCopies).
+// a cast kernel per parameter per step; see step.StepOptions.ComputeCopies).
 func RunStepOptions(cfg Config) step.StepOptions {
 	o := step.StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
 	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {
@@ -21,7 +21,7 @@ func RunStepOptions(cfg Config) step.StepOptions {
 
 // WindowSource says how a run of cfg over a training view of n tokens
 // feeds its windows to the step: gathered on the device from a
-// TokenStream (device true) when Config.Windows asks for it, explicitly
+// step.TokenStream (device true) when Config.Windows asks for it, explicitly
 // or by default on a GPU, unless something needs them on the host; why
 // not when they are copied from the host. What needs the host:
 // BPE-dropout, whose windows are re-encoded rather than slices of the

@@ -42,10 +42,15 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 	"gelu", "tokenizer", "corpus", "val-fraction", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
-// finetuneOwnFlags are the flags that define a fine-tune and that a
-// resumed one keeps.
-var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
-	"quantize", "q-group-size", "objective", "beta", "orpo-lambda", "simpo-gamma"}
+// finetuneOwnFlags are the flags that define a fine-tune, which a resumed
+// one keeps, each with the finetune.json key of the setting it sets
+// (train.FineTuneConfig.ResumeConflict compares them).
+var finetuneOwnFlags = []struct{ flag, key string }{
+	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
+	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},
+	{"context", "context"}, {"quantize", "quantize"}, {"q-group-size", "q_group_size"},
+	{"objective", "objective"}, {"beta", "beta"}, {"orpo-lambda", "orpo_lambda"}, {"simpo-gamma", "simpo_gamma"},
+}
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -137,7 +142,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
-	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise: sft, or a preference objective over pairs: dpo, ipo, orpo, simpo")
+	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (all but sft optimise preference pairs)")
 	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo)")
 	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
 	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")

@@ -2,21 +2,13 @@ package main
 
 import (
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/train"
 )
-
-// finetuneSettingKeys maps the fine-tune's own flags to the finetune.json
-// keys of the settings they set (train.FineTuneConfig.ResumeConflict).
-var finetuneSettingKeys = map[string]string{
-	"from": "base", "data": "train", "valid": "valid", "method": "method", "rank": "rank", "alpha": "alpha",
-	"targets": "targets", "mask-prompt": "mask_prompt", "pack": "pack", "context": "context",
-	"quantize": "quantize", "q-group-size": "q_group_size", "objective": "objective",
-	"beta": "beta", "orpo-lambda": "orpo_lambda", "simpo-gamma": "simpo_gamma",
-}
 
 // checkFinetuneResume accepts the fine-tune's own flags beside --resume
 // when they equal the resumed fine-tune's settings (finetune.json), so the
@@ -34,10 +26,9 @@ func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train
 		Objective: train.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
 	flagOf := map[string]string{}
 	var keys []string
-	for _, name := range finetuneOwnFlags {
-		if flags.Changed(name) {
-			key := finetuneSettingKeys[name]
-			keys, flagOf[key] = append(keys, key), name
+	for _, f := range finetuneOwnFlags {
+		if flags.Changed(f.flag) {
+			keys, flagOf[f.key] = append(keys, f.key), f.flag
 		}
 	}
 	if len(keys) == 0 {
@@ -71,4 +62,15 @@ func absPath(path string) string {
 		return abs
 	}
 	return path
+}
+
+// objectiveNames lists the built-in objectives (train.ObjectiveNames) for
+// --objective's usage.
+func objectiveNames() string {
+	names := train.ObjectiveNames()
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return strings.Join(out, ", ")
 }

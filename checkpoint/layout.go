@@ -29,6 +29,7 @@ const (
 
 const (
 	checkpointDir = "checkpoints"
+	bestDir       = "best"
 	stepPrefix    = "step-"
 	tmpPrefix     = ".tmp-"
 	oldSuffix     = ".old" // the previous copy of a step being re-saved
@@ -36,6 +37,12 @@ const (
 
 // Root is where a run folder keeps its checkpoints.
 func Root(runDir string) string { return filepath.Join(runDir, checkpointDir) }
+
+// BestRoot is where a run folder keeps the checkpoint of its lowest
+// held-out loss (RUN/best/step-NNNNNNNN), apart from the newest ones
+// under Root, which pruning would remove. Resolve(RUN) never picks it:
+// a resumed run continues from the newest checkpoint.
+func BestRoot(runDir string) string { return filepath.Join(runDir, bestDir) }
 
 // DirName is the name of the checkpoint directory of step under Root:
 // step-NNNNNNNN, so names sort by step.

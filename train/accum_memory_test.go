@@ -10,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // orderings are what microbatch i can wait for (StepOptions.dependsOn,
@@ -68,13 +69,13 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 			opt = perParameter{opt}
 		}
 		opts := RunStepOptions(cfg)
-		opts.dependsOn = dependsOn
-		step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+		opts.DependsOn = dependsOn
+		upd, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer step.Free()
-		st, err := InitState(step, m, cfg.Seed)
+		defer upd.Free()
+		st, err := step.InitState(upd, m, cfg.Seed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 			if i == cfg.Steps-1 {
 				mlx.ResetPeakMemory()
 			}
-			if loss, err = st.Update(1e-3, BatchOf(b)); err != nil {
+			if loss, err = st.Update(1e-3, step.BatchOf(b)); err != nil {
 				t.Fatal(err)
 			}
 			if err := st.Eval(); err != nil {
@@ -152,7 +153,7 @@ func TestOrderedAccumulationMatchesUnordered(t *testing.T) {
 			for k, dependsOn := range []func([]*mlx.Array) []*mlx.Array{nil, orderings[1].dependsOn} {
 				opt := plainSGD(t, m)
 				state, _ := opt.Init()
-				s, err := NewStep(m.Loss, opt, len(m.Specs), len(state), StepOptions{Accum: 4, Compile: compile, dependsOn: dependsOn})
+				s, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(state)}, step.StepOptions{Accum: 4, Compile: compile, DependsOn: dependsOn})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // AdapterStepOptions are the step options o of an adapter fine-tune
@@ -17,7 +18,7 @@ import (
 // input activations to float32 and multiply in float32 in each
 // microbatch, forward and backward: on a GPU that made a LoRA step
 // slower than a full fine-tune of the same model (docs/finetuning.md).
-func AdapterStepOptions(o StepOptions, m model.Config) StepOptions {
+func AdapterStepOptions(o step.StepOptions, m model.Config) step.StepOptions {
 	o.ComputeCopies, o.ComputeDtype = false, 0
 	if cd := m.ComputeDtype(); cd != mlx.Float32 {
 		o.ComputeCopies, o.ComputeDtype = true, cd

@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // loraLosses runs 4 LoRA updates (rank 2, every projection) of cfg's
@@ -36,7 +37,7 @@ func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []f
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := StepOptions{Accum: 2, GradClip: 1, Compile: true}
+	opts := step.StepOptions{Accum: 2, GradClip: 1, Compile: true}
 	if asRun {
 		if err := CastFrozenBase(cfg, base); err != nil {
 			t.Fatal(err)
@@ -51,18 +52,18 @@ func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []f
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(AdapterLoss(m, a), opt, len(ad), len(base), len(optState), opts)
+	s, err := step.NewStep(adapterLoss(m, a), opt, step.Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: step.WeightedInputs}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Free()
-	st, err := NewFrozenState(s, ad, base, optState)
+	st, err := step.NewFrozenState(s, ad, base, optState)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Free()
 	for i := 0; i < 4; i++ {
-		l, err := st.Update(1e-2, Batch{X: xs, Y: ys, W: ws, N: 2, B: 2, T: 6})
+		l, err := st.Update(1e-2, step.Batch{X: xs, Y: ys, W: ws, N: 2, B: 2, T: 6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,12 +87,12 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6,
 		Dtype: "bfloat16", MasterFP32: true}, Accum: 2, GradClip: 1, Compile: true}
 	mlxtest.Run(t, func(t testing.TB) {
-		if o := AdapterStepOptions(StepOptions{}, cfg.Model); !o.ComputeCopies || o.ComputeDtype != mlx.BFloat16 {
+		if o := AdapterStepOptions(step.StepOptions{}, cfg.Model); !o.ComputeCopies || o.ComputeDtype != mlx.BFloat16 {
 			t.Fatalf("AdapterStepOptions of a bfloat16 model: copies %v in %v, want bfloat16 copies", o.ComputeCopies, o.ComputeDtype)
 		}
 		f32 := cfg
 		f32.Model.Dtype, f32.Model.MasterFP32 = "float32", false
-		if o := AdapterStepOptions(StepOptions{}, f32.Model); o.ComputeCopies {
+		if o := AdapterStepOptions(step.StepOptions{}, f32.Model); o.ComputeCopies {
 			t.Errorf("AdapterStepOptions of a float32 model takes copies in %v, want none", o.ComputeDtype)
 		}
 		run, frozen, params, traces := loraLosses(t, cfg, true, false)

@@ -26,6 +26,10 @@ type RunState struct {
 	SamplerState   []byte  `json:"sampler_state"`
 	TokensSeen     int64   `json:"tokens_seen"`
 	ElapsedSeconds float64 `json:"elapsed_s"`
+	// Best is the lowest held-out loss up to this checkpoint, which
+	// Config.KeepBest and Config.Patience carry over a resume; nil before
+	// the first evaluation.
+	Best *Best `json:"best,omitempty"`
 }
 
 // Checkpoint is a loaded checkpoint. The caller frees Params and OptState.

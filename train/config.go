@@ -77,11 +77,19 @@ type Config struct {
 	EvalTokens      int `json:"eval_tokens"`      // held-out tokens per evaluation, at least (see EvalBatches)
 	CheckpointEvery int `json:"checkpoint_every"` // 0: only at the end
 	KeepCheckpoints int `json:"keep_checkpoints"` // newest checkpoints kept
-	PrefetchDepth   int `json:"prefetch_depth"`
+	// KeepBest keeps, besides the newest checkpoints, the one of the
+	// lowest held-out loss so far in RUN/best (checkpoint.BestRoot),
+	// the run's starting weights included.
+	KeepBest bool `json:"keep_best,omitempty"`
+	// Patience stops the run early, with a checkpoint, once the held-out
+	// loss has not improved for this many evaluations in a row; 0 runs
+	// every step.
+	Patience      int `json:"patience,omitempty"`
+	PrefetchDepth int `json:"prefetch_depth"`
 	// Windows is where each update's token windows are made: "device"
 	// gathers them on the device from the training corpus held there
-	// (TokenStream), "host" copies them from the host as Batch.X and
-	// Batch.Y, "" or "auto" is device on a GPU and host on the CPU
+	// (step.TokenStream), "host" copies them from the host as step.Batch.X and
+	// Y, "" or "auto" is device on a GPU and host on the CPU
 	// (WindowSource, which also says when only the host can). Both train
 	// on the same windows; on a CUDA GPU the gather is the faster
 	// (docs/performance/gpu.md), on the CPU there is nothing to save.
@@ -155,6 +163,7 @@ func (c Config) Validate() error {
 		{"warmup", c.Warmup, 0}, {"log_every", c.LogEvery, 1}, {"eval_every", c.EvalEvery, 0},
 		{"eval_tokens", c.EvalTokens, 1}, {"checkpoint_every", c.CheckpointEvery, 0},
 		{"keep_checkpoints", c.KeepCheckpoints, 1}, {"prefetch_depth", c.PrefetchDepth, 1},
+		{"patience", c.Patience, 0},
 	}
 	for _, f := range ints {
 		if f.v < f.min {

@@ -247,8 +247,15 @@ func (e *Evaluator) Free() {
 // function; the last window, and the last batch, are padded to full shape
 // and the padding is masked out of the means. The view needs at least two
 // tokens. It runs on the MLX thread, on the caller's default device.
+//
+// The shape is sized to the text (EvalShape): a text shorter than the
+// context is one window of its own length, not a window of the context
+// padded, and a batch holds no more windows than the text has. Causal
+// attention makes the values the same as with the padding: a position sees
+// only the tokens before it. The loss's logits are computed in chunks of
+// positions where a batch's float32 logits would exceed 1 GiB
+// (Config.ModelMemory's automatic rule); m.Memory is put back after.
 func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
-	T := m.Config.Context
 	if batch < 1 {
 		return EvalResult{}, fmt.Errorf("eval: batch %d, want >= 1", batch)
 	}
@@ -259,8 +266,13 @@ func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch i
 	if err := mlx.Eval(params...); err != nil {
 		return EvalResult{}, fmt.Errorf("eval: %w", err)
 	}
-	windows := (targets-1)/T + 1
+	T, batch, windows := EvalShape(m.Config.Context, targets, batch)
 	batches := (windows-1)/batch + 1
+	mem := m.Memory
+	defer func() { m.Memory = mem }()
+	if m.Memory.LossChunk == 0 {
+		m.Memory.LossChunk = lossChunkFor(batch*T, m.Config.PaddedVocab())
+	}
 	fill := func(i int, x, y []int32, mask []float32) int {
 		kept := 0
 		for r := range batch {
@@ -295,6 +307,16 @@ func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch i
 		return err
 	})
 	return res, err
+}
+
+// EvalShape is the shape EvaluateView evaluates targets targets in, for a
+// model of context tokens and at most batch windows at a time: windows of
+// T tokens (the context, or the whole text when it is shorter), batch
+// windows at a time (no more than there are) and the number of windows.
+func EvalShape(context, targets, batch int) (T, b, windows int) {
+	T = min(context, targets)
+	windows = (targets-1)/T + 1
+	return T, min(batch, windows), windows
 }
 
 // evaluateRows is the loss of params over the counted targets of the

@@ -338,3 +338,41 @@ func TestEvaluationMemoryIsFlat(t *testing.T) {
 		}
 	}
 }
+
+// A text shorter than the context is evaluated as one window of its own
+// length, and a batch never holds more windows than the text has: the
+// shape follows the text, and the loss is the text's, unpadded, as the
+// model sees it position by position.
+func TestEvaluateViewSizesItsWindowsToTheText(t *testing.T) {
+	for _, c := range []struct{ context, targets, batch, T, b, windows int }{
+		{8192, 1999, 8, 1999, 1, 1},
+		{64, 999, 8, 64, 8, 16},
+		{64, 130, 8, 64, 3, 3},
+		{64, 64, 4, 64, 1, 1},
+	} {
+		T, b, w := EvalShape(c.context, c.targets, c.batch)
+		if T != c.T || b != c.b || w != c.windows {
+			t.Errorf("context %d, %d targets, batch %d: windows of %d, %d at a time, %d windows; want %d, %d, %d",
+				c.context, c.targets, c.batch, T, b, w, c.T, c.b, c.windows)
+		}
+	}
+	m, params := evalModel(t, 512)
+	tok, _ := data.NewTokenizer("byte")
+	tokens := data.NewTokens(tok.Encode(syntheticText(200)))
+	view := tokens.View(0, 101)
+	x, y := make([]int32, 100), make([]int32, 100)
+	view.CopyInto(x, 0)
+	view.CopyInto(y, 1)
+	ce, sq, n := directSums(t, m, params, [][]int32{x}, [][]int32{y})
+	res, err := EvaluateView(m, params, view, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Tokens != 100 || !closeTo(res.Loss, ce/float64(n), 1e-5) || !closeTo(res.LSESquared, sq/float64(n), 1e-5) {
+		t.Fatalf("100 targets at context 512: %d tokens, loss %.7f, mean logsumexp² %.5f; directly %d, %.7f, %.5f",
+			res.Tokens, res.Loss, res.LSESquared, n, ce/float64(n), sq/float64(n))
+	}
+	if m.Memory != (model.Memory{}) {
+		t.Errorf("the model's memory settings after evaluation: %+v, want them as they were", m.Memory)
+	}
+}

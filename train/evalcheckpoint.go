@@ -164,7 +164,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 		defer free()
 		if opts.EvalTokens == 0 {
 			out.EvalResult, err = EvaluateView(m, params, view, batch)
-			out.Windows = (out.Tokens-1)/m.Config.Context + 1
+			_, _, out.Windows = EvalShape(m.Config.Context, out.Tokens, batch)
 			return err
 		}
 		out.Sampled, out.Seed = true, cfg.Seed+1

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -15,17 +16,19 @@ import (
 
 // FineTuner fine-tunes a checkpoint on jsonl records. It runs the
 // Trainer's loop (the same logging, metrics, hooks, signals, divergence
-// checks, micro-batch plan and data parallelism) with a step of its own,
-// a weighted step (NewWeightedStep): with adapters the base weights are
-// frozen inputs and the optimizer holds state for the adapters alone; the
-// loss is the mean over the counted targets of each whole update. Its
+// checks, micro-batch plan and data parallelism) with the step of its
+// Objective over the base weights: with adapters the base weights are
+// frozen inputs and the optimizer holds state for the adapters alone. Its
 // checkpoints hold the trainable arrays and finetune.json.
 type FineTuner struct {
 	// Config is the run: steps, batch, accum, optimizer, schedule, logging
 	// and checkpoints. Its Model and Tokenizer are the base checkpoint's.
 	Config   Config
 	FineTune FineTuneConfig
-	Model    *model.TinyGPT
+	// Objective is what the fine-tune minimises and measures; its name is
+	// FineTune.Objective.
+	Objective Objective
+	Model     *model.TinyGPT
 	// Train and Valid are the rendered records; Valid may be nil.
 	Train, Valid *data.Rows
 	RunDir       string
@@ -41,11 +44,26 @@ type FineTuner struct {
 }
 
 // NewFineTuner reads the base checkpoint's model and tokenizer into cfg,
-// renders the records of ft.Train (and ft.Valid) into rows of the model's
-// context, and checks everything before anything is written. ft.Base may
-// name a run folder: it becomes its newest checkpoint (checkpoint.Resolve).
+// renders the records of ft.Train (and ft.Valid) into the rows of the
+// built-in objective ft names (NewObjective), and checks everything
+// before anything is written. ft.Base may name a run folder: it becomes
+// its newest checkpoint (checkpoint.Resolve).
 func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
-	if err := ft.Validate(); err != nil {
+	obj, err := NewObjective(ft)
+	if err != nil {
+		return nil, err
+	}
+	return NewObjectiveFineTuner(cfg, ft, obj, runDir)
+}
+
+// NewObjectiveFineTuner is NewFineTuner for objective obj, built in or
+// not; ft.Objective becomes its name, which the checkpoints record.
+func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir string) (*FineTuner, error) {
+	if obj == nil {
+		return nil, errors.New("finetune: no objective")
+	}
+	ft.Objective = ObjectiveName(obj.Name())
+	if err := ft.validateRun(); err != nil {
 		return nil, err
 	}
 	base, err := checkpoint.Resolve(ft.Base)
@@ -60,6 +78,9 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	cfg.Model, cfg.Tokenizer = st.Config.Model, st.Config.Tokenizer
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := obj.Check(cfg); err != nil {
 		return nil, err
 	}
 	if cfg.Optimizer == "galore" || cfg.Optimizer == "sophia" {
@@ -89,20 +110,16 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
-	f := &FineTuner{Config: cfg, FineTune: ft, Model: m, RunDir: runDir}
-	if ft.Prefers() {
-		if err := f.loadPairs(tok, tmpl, rowLen); err != nil {
-			return nil, err
-		}
-		return f, nil
-	}
-	if f.Train, err = LoadTemplateRows(ft.Train, tok, tmpl, rowLen, ft.MaskPrompt, ft.Pack); err != nil {
+	f := &FineTuner{Config: cfg, FineTune: ft, Objective: obj, Model: m, RunDir: runDir}
+	src := RowSource{Path: ft.Train, Tokenizer: tok, Template: tmpl, Context: rowLen, MaskPrompt: ft.MaskPrompt, Pack: ft.Pack, Training: true}
+	if f.Train, err = obj.Rows(src); err != nil {
 		return nil, err
 	}
 	if ft.Valid != "" {
 		// Held-out rows hold one example each: with document masking a
 		// packed example's terms are those it has alone.
-		if f.Valid, err = LoadTemplateRows(ft.Valid, tok, tmpl, rowLen, ft.MaskPrompt, false); err != nil {
+		src.Path, src.Training = ft.Valid, false
+		if f.Valid, err = obj.Rows(src); err != nil {
 			return nil, err
 		}
 	}

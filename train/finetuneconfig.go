@@ -45,7 +45,7 @@ type FineTuneConfig struct {
 	MaskPrompt bool `json:"mask_prompt"`
 	// Pack concatenates examples into the context instead of padding each
 	// to it (data.BuildRows), each attending only within itself (document
-	// masking, NewPackedStep); held-out rows stay one example each.
+	// masking, PackedInputs); held-out rows stay one example each.
 	Pack bool `json:"pack"`
 	// Context is the length of the training rows in tokens, at most the
 	// base model's context; 0 is the base's.
@@ -56,11 +56,11 @@ type FineTuneConfig struct {
 	// adapters only.
 	Quantize   int `json:"quantize,omitempty"`
 	QGroupSize int `json:"q_group_size,omitempty"`
-	// Objective is what the fine-tune minimises: SFT (or empty) the
-	// cross-entropy of the counted targets of Train's records, or a
-	// preference objective (DPO, IPO, ORPO, SimPO) over Train's
-	// preference pairs (data.ReadPreferenceRecords).
-	Objective Objective `json:"objective,omitempty"`
+	// Objective names what the fine-tune minimises (NewObjective): SFT
+	// (or empty) the cross-entropy of the counted targets of Train's
+	// records, or a preference objective (DPO, IPO, ORPO, SimPO) over
+	// Train's preference pairs (data.ReadPreferenceRecords).
+	Objective ObjectiveName `json:"objective,omitempty"`
 	// Beta, Lambda and Gamma are the preference objective's β (DPO, IPO,
 	// SimPO), ORPO's λ and SimPO's γ; 0 takes the objective's default
 	// (Preference.WithDefaults).
@@ -90,8 +90,19 @@ func (c FineTuneConfig) Adapter() peft.Config {
 // UsesAdapter reports whether the method trains adapters (not full).
 func (c FineTuneConfig) UsesAdapter() bool { return c.Method != MethodFull }
 
-// Validate reports the first setting that cannot run.
+// Validate reports the first setting that cannot run, the objective's
+// among them (NewObjective).
 func (c FineTuneConfig) Validate() error {
+	if err := c.validateRun(); err != nil {
+		return err
+	}
+	_, err := NewObjective(c)
+	return err
+}
+
+// validateRun is Validate but for the objective: the method, data,
+// adapters and quantization, whatever the fine-tune optimises.
+func (c FineTuneConfig) validateRun() error {
 	if !slices.Contains(FineTuneMethods(), c.Method) {
 		return fmt.Errorf("method %q, want one of %s", c.Method, strings.Join(FineTuneMethods(), ", "))
 	}
@@ -103,19 +114,6 @@ func (c FineTuneConfig) Validate() error {
 	}
 	if c.Context < 0 {
 		return fmt.Errorf("context = %d, want >= 1 (or 0: the base model's)", c.Context)
-	}
-	if c.Objective != "" && !slices.Contains(Objectives(), c.Objective) {
-		return fmt.Errorf("objective %q, want one of %v", c.Objective, Objectives())
-	}
-	if c.Prefers() {
-		if err := c.Preference().Validate(); err != nil {
-			return err
-		}
-		if c.Pack {
-			return fmt.Errorf("objective %s with packing: a preference pair's answers are compared whole, one row each; leave pack out", c.Objective)
-		}
-	} else if c.Beta != 0 || c.Lambda != 0 || c.Gamma != 0 {
-		return fmt.Errorf("beta %g, orpo_lambda %g, simpo_gamma %g with objective sft: they shape preference objectives only", c.Beta, c.Lambda, c.Gamma)
 	}
 	if c.UsesAdapter() {
 		if err := c.Adapter().Validate(); err != nil {
@@ -159,7 +157,9 @@ func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
 	if err := checkpoint.DecodeJSON(f, &c); err != nil {
 		return c, fmt.Errorf("%s: not valid: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
-	if err := c.Validate(); err != nil {
+	// The objective is checked by whoever trains with it again: another
+	// one than the built-ins may have written the file.
+	if err := c.validateRun(); err != nil {
 		return c, fmt.Errorf("%s: %w", filepath.Join(dir, checkpoint.FineTuneFile), err)
 	}
 	return c, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // probe is the plan probe of the fine-tune's step (choosePlan): each
@@ -24,17 +25,23 @@ func (k *fineTuneTask) probe() planProbe {
 			// system once the state and the step have released them.
 			defer mlx.ClearCache()
 			// A base stored quantized is probed in float: an upper bound.
-			b, _, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, base, nil, "")
+			if err := k.f.Objective.Check(c); err != nil {
+				mlx.Free(base...)
+				return 0, fmt.Errorf("micro-batch %d: %w", c.Batch, err)
+			}
+			a, err := k.newAdapter(c)
+			if err != nil {
+				mlx.Free(base...)
+				return 0, err
+			}
+			b, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, a, base, nil, "")
 			if err != nil {
 				return 0, err
 			}
 			defer b.free()
-			rows := probeRows(c, T, k.f.FineTune.Pack)
-			if b.objective.rowLoss != nil {
-				if c.Batch%2 != 0 {
-					return 0, fmt.Errorf("an odd micro-batch splits a preference pair")
-				}
-				rows = probePairs(rows, b.objective.rowInputs)
+			rows := probeRows(c, T, b.step.Layout().Inputs == step.PackedInputs)
+			if l := b.step.Layout(); l.Inputs == step.RowInputs {
+				rows = probePairs(rows, l.RowInputs)
 			}
 			return probeUpdates(b.state, rows)
 		},
@@ -57,9 +64,9 @@ func fineTuneMinMemory(c Config, ft FineTuneConfig, T int) float64 {
 // probeRows is the synthetic batch of a fine-tune probe: c.Accum
 // microbatches of c.Batch rows of T tokens, every target counting, with
 // segments when the rows are packed (one example a row).
-func probeRows(c Config, T int, packed bool) Batch {
+func probeRows(c Config, T int, packed bool) step.Batch {
 	n := c.Accum * c.Batch * T
-	b := Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
+	b := step.Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
 	for i := range b.X {
 		b.X[i], b.Y[i], b.W[i] = int32(i%c.Model.VocabSize), int32((i+1)%c.Model.VocabSize), 1
 	}
@@ -69,10 +76,10 @@ func probeRows(c Config, T int, packed bool) Batch {
 	return b
 }
 
-// probePairs is a probe batch b taken as preference pairs: each pair's
-// weight on its chosen row, and inputs more row inputs of zeros (the
-// reference log-probabilities of a full DPO fine-tune).
-func probePairs(b Batch, inputs int) Batch {
+// probePairs is a probe batch b taken as rows of a RowInputs step, in
+// pairs: each pair's weight on its chosen row, and inputs more row inputs
+// of zeros (the reference log-probabilities of a full DPO fine-tune).
+func probePairs(b step.Batch, inputs int) step.Batch {
 	b.RowW = make([]float32, b.N*b.B)
 	for r := range b.RowW {
 		b.RowW[r] = float32(1 - r%2)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -65,7 +66,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 	train, valid := writePairs(t, "train.jsonl", 1, 24), writePairs(t, "valid.jsonl", 2, 6)
 	for _, c := range []struct {
 		method string
-		obj    Objective
+		obj    ObjectiveName
 	}{{MethodLoRA, DPO}, {MethodFull, DPO}, {MethodDoRA, SimPO}, {MethodFull, ORPO}} {
 		ft := FineTuneConfig{Base: base, Method: c.method, Train: train, Valid: valid, Objective: c.obj}
 		if c.method != MethodFull {
@@ -82,26 +83,26 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		if sum.Traces != 1 {
 			t.Errorf("%s: traced %d times, want 1", name, sum.Traces)
 		}
-		if sum.InitialValPreference == nil || sum.ValPreference == nil || sum.ValPreference.Pairs != 6 {
-			t.Fatalf("%s: summary preference metrics %+v → %+v, want both over 6 pairs", name, sum.InitialValPreference, sum.ValPreference)
+		if sum.InitialValAux == nil || sum.ValAux == nil || sum.ValRows != 6 {
+			t.Fatalf("%s: summary preference metrics %+v → %+v over %d pairs, want both over 6 pairs", name, sum.InitialValAux, sum.ValAux, sum.ValRows)
 		}
 		metrics, err := ReadMetrics(filepath.Join(whole, MetricsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(metrics) != 7 || metrics[0].ValPreference == nil || metrics[1].Preference == nil || metrics[6].ValPreference == nil {
+		if len(metrics) != 7 || metrics[0].ValAux == nil || metrics[1].Aux == nil || metrics[6].ValAux == nil {
 			t.Fatalf("%s: %d metrics lines, want 7 with preference metrics on training lines and evaluations", name, len(metrics))
 		}
-		if p := metrics[1].Preference; p.Pairs != cfg.Batch*cfg.Accum/2 || p.Loss != metrics[1].Loss || math.Abs(p.Margin-(p.RewardChosen-p.RewardRejected)) > 1e-6 {
-			t.Errorf("%s: first training line's preference %+v, loss %g; want %d pairs, the line's loss and margin = chosen − rejected",
-				name, *p, metrics[1].Loss, cfg.Batch*cfg.Accum/2)
+		if p, n := metrics[1].Aux, metrics[1].CountedRows; n != float64(cfg.Batch*cfg.Accum/2) || len(p) != len(PreferenceAux) || math.Abs(p["margin"]-(p["reward_chosen"]-p["reward_rejected"])) > 1e-6 {
+			t.Errorf("%s: first training line's preference %+v over %g pairs; want %d pairs, all of %v and margin = chosen − rejected",
+				name, p, n, cfg.Batch*cfg.Accum/2, PreferenceAux)
 		}
-		if vals, err := MetricValues(metrics[6]); err != nil || vals["val_preference_accuracy"] != metrics[6].ValPreference.Accuracy || vals["preference_margin"] != metrics[6].Preference.Margin {
-			t.Errorf("%s: TensorBoard values %v (%v), want the preference metrics as val_preference_accuracy and preference_margin", name, vals, err)
+		if vals, err := MetricValues(metrics[6]); err != nil || vals["val_aux_accuracy"] != metrics[6].ValAux["accuracy"] || vals["aux_margin"] != metrics[6].Aux["margin"] {
+			t.Errorf("%s: TensorBoard values %v (%v), want the preference metrics as val_aux_accuracy and aux_margin", name, vals, err)
 		}
 		if c.obj == DPO {
-			if v := sum.InitialValPreference; math.Abs(v.Loss-math.Ln2) > 1e-5 || v.Accuracy != 0.5 || v.Margin != 0 {
-				t.Errorf("%s: held-out DPO at the start %+v, want loss ln 2, margin 0 and every pair tied", name, *v)
+			if v := sum.InitialValAux; math.Abs(sum.InitialValLoss-math.Ln2) > 1e-5 || v["accuracy"] != 0.5 || v["margin"] != 0 {
+				t.Errorf("%s: held-out DPO at the start %+v, loss %g; want loss ln 2, margin 0 and every pair tied", name, v, sum.InitialValLoss)
 			}
 		}
 		refFile := filepath.Join(whole, ReferenceFile)
@@ -136,8 +137,8 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		if resumed.StartStep != 3 || resumed.Step != 6 {
 			t.Fatalf("%s: resumed steps %d-%d, want 3-6", name, resumed.StartStep, resumed.Step)
 		}
-		if resumed.Loss != sum.Loss || resumed.ValLoss != sum.ValLoss || *resumed.ValPreference != *sum.ValPreference {
-			t.Errorf("%s: resumed run ends at loss %v, held-out %+v; the whole run at %v, %+v", name, resumed.Loss, *resumed.ValPreference, sum.Loss, *sum.ValPreference)
+		if resumed.Loss != sum.Loss || resumed.ValLoss != sum.ValLoss || !maps.Equal(resumed.ValAux, sum.ValAux) {
+			t.Errorf("%s: resumed run ends at loss %v, held-out %+v; the whole run at %v, %+v", name, resumed.Loss, resumed.ValAux, sum.Loss, sum.ValAux)
 		}
 		if refInfo != nil {
 			again, err := os.Stat(filepath.Join(split, ReferenceFile))
@@ -224,19 +225,23 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 		t.Fatalf("the ranks logged %d lines, the single process %d; want %d", len(got), len(want), cfg.Steps+1)
 	}
 	near := func(a, b float64) bool { return math.Abs(a-b) <= 1e-5*math.Max(1, math.Abs(b)) }
-	pref := func(p *PreferenceEval) []float64 {
+	pref := func(p map[string]float64, rows float64) []float64 {
 		if p == nil {
 			return nil
 		}
-		return []float64{p.Loss, p.RewardChosen, p.RewardRejected, p.Margin, p.Accuracy, float64(p.Pairs)}
+		out := []float64{rows}
+		for _, name := range PreferenceAux {
+			out = append(out, p[name])
+		}
+		return out
 	}
 	for i, m := range got {
 		w := want[i]
 		if !near(m.Loss, w.Loss) || !near(m.GradNorm, w.GradNorm) {
 			t.Errorf("step %d: loss %.7f, grad norm %.7f; the doubled batch's %.7f, %.7f", m.Step, m.Loss, m.GradNorm, w.Loss, w.GradNorm)
 		}
-		for _, p := range [][2]*PreferenceEval{{m.Preference, w.Preference}, {m.ValPreference, w.ValPreference}} {
-			a, b := pref(p[0]), pref(p[1])
+		for _, p := range [][2][]float64{{pref(m.Aux, m.CountedRows), pref(w.Aux, w.CountedRows)}, {pref(m.ValAux, float64(m.ValRows)), pref(w.ValAux, float64(w.ValRows))}} {
+			a, b := p[0], p[1]
 			if len(a) != len(b) {
 				t.Errorf("step %d: preference metrics %v, the doubled batch's %v", m.Step, a, b)
 				continue
@@ -276,7 +281,7 @@ func TestPreferenceProbe(t *testing.T) {
 				return err
 			}
 			c.Batch = 3
-			if _, err := probe.peak(c); err == nil || !strings.Contains(err.Error(), "odd micro-batch") {
+			if _, err := probe.peak(c); err == nil || !strings.Contains(err.Error(), "micro-batch 3") || !strings.Contains(err.Error(), "even") {
 				t.Errorf("%s: probing an odd micro-batch: %v", method, err)
 			}
 			return nil

@@ -3,40 +3,34 @@ package train
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
-// fineTuneTask is the task of a FineTuner: a weighted step (packed with
-// FineTuneConfig.Pack) over the base's weights, frozen under adapters or
-// trained in full; a batch feed of the records' rows; the held-out loss
-// over the counted targets of the validation rows; and checkpoints of the
-// trainable arrays with finetune.json. What the step minimises comes from
-// the objective (sftObjective) and what it is fed from the feed (rowFeed):
-// another objective brings its own pair, not a loop.
+// fineTuneTask is the task of a FineTuner: the step of its Objective
+// over the base's weights, frozen under adapters or trained in full; the
+// objective's run (ObjectiveRun) for the batches and the held-out
+// evaluation; and checkpoints of the trainable arrays with finetune.json.
+// Another objective brings its own rows, loss, feed and evaluation, not
+// a loop.
 type fineTuneTask struct {
 	f   *FineTuner
 	cfg Config
 	ftBuilt
-	feed     batchFeed
-	eval     *evalFunc      // rank 0 only
-	pairEval *PairEvaluator // a preference objective's, rank 0 only
-	refs     References     // a full DPO or IPO fine-tune's reference log-probabilities
+	run ObjectiveRun
 }
 
 // ftBuilt is a fine-tune's step over its state, with what they were
 // built from.
 type ftBuilt struct {
 	adapter    *peft.Adapter // nil for a full fine-tune
-	objective  fineTuneObjective
 	opt        optim.Optimizer
-	step       *Step
-	state      *State
+	step       *step.Step
+	state      *step.State
 	trainNames []string // names of the trainable arrays
 }
 
@@ -46,44 +40,11 @@ func (b *ftBuilt) free() {
 	b.step.Free()
 }
 
-// batchFeed is where a fine-tune's updates come from: next returns the
-// next update's batch (the weight total of the whole update across the
-// data-parallel ranks in Batch.WeightSum), appendState the feed's state
-// after it, which a resumed run restores.
-type batchFeed interface {
-	next() (Batch, error)
-	appendState(b []byte) []byte
-}
+// policy is the model the fine-tune trains, through its adapters.
+func (k *fineTuneTask) policy() Policy { return Policy{Model: k.f.Model, Adapter: k.adapter} }
 
-// fineTuneObjective is what a fine-tune's step minimises and its
-// evaluation measures, over the trainable arrays and the frozen ones.
-type fineTuneObjective struct {
-	loss       WeightedLossFunc
-	packedLoss PackedLossFunc
-	evalTerms  TokenLossFunc
-	// rowLoss, for a preference objective (preferenceObjective), replaces
-	// the others: the loss of a row step (NewRowStep) taking rowInputs
-	// row inputs after the row weights.
-	rowLoss   RowLossFunc
-	rowInputs int
-}
-
-// sftObjective is supervised fine-tuning's: the cross-entropy of the
-// counted targets, through the adapters a (nil for a full fine-tune,
-// whose trainable arrays are the model's parameters).
-func sftObjective(m *model.TinyGPT, a *peft.Adapter) fineTuneObjective {
-	if a == nil {
-		return fineTuneObjective{loss: FullLoss(m), packedLoss: PackedFullLoss(m), evalTerms: m.LossTerms}
-	}
-	nA := len(a.Specs)
-	return fineTuneObjective{loss: AdapterLoss(m, a), packedLoss: PackedAdapterLoss(m, a),
-		evalTerms: func(all []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
-			return AdapterTerms(m, a, all[:nA], all[nA:], x, y)
-		}}
-}
-
-// open loads the base and, when resuming, the checkpoint; builds the
-// optimizer, step and state, the row feed and the evaluation.
+// open loads the base and, when resuming, the checkpoint; starts the
+// objective's run; and builds the optimizer, step and state.
 func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	f, cfg := k.f, env.cfg
 	k.cfg = cfg
@@ -109,30 +70,6 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if err != nil {
 		return parts, err
 	}
-	if env.lead() && k.objective.rowLoss != nil {
-		if k.pairEval, err = NewPairEvaluator(k.objective.rowLoss, len(k.state.Params()), len(k.state.Frozen()), cfg.Compile); err != nil {
-			return parts, err
-		}
-	} else if env.lead() {
-		if k.eval, err = newEvalFunc(k.objective.evalTerms, cfg.Compile); err != nil {
-			return parts, err
-		}
-	}
-	var samplerState []byte
-	if resumed != nil {
-		samplerState = resumed.SamplerState
-	}
-	rows, err := newRowFeed(f.Train, cfg, plan, env.group, samplerState)
-	if err != nil {
-		return parts, err
-	}
-	k.feed = rows
-	if f.FineTune.Prefers() {
-		if plan.MicroBatch%2 != 0 {
-			return parts, fmt.Errorf("micro-batch %d for objective %s, want an even number of rows (each pair's answers side by side)", plan.MicroBatch, f.FineTune.Objective)
-		}
-		k.feed = &pairFeed{rows: rows, refs: k.refs.Train, ranks: env.group.Size()}
-	}
 	specs := f.Model.Specs
 	params := cfg.Model.NumParams()
 	if k.adapter != nil {
@@ -144,11 +81,20 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 		settings: []Setting{{"config", cfg}, {"finetune", f.FineTune}}}, nil
 }
 
-// openState loads the base checkpoint and builds the fine-tune's step and
-// state over it (build), fresh or resumed, returning the resumed
-// checkpoint's run state.
+// openState loads the base checkpoint, starts the objective's run over
+// it (which may read the base weights before they change) and builds the
+// fine-tune's step and state over it (build), fresh or resumed, returning
+// the resumed checkpoint's run state.
 func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	f, cfg := k.f, env.cfg
+	var resumed *RunState
+	if env.resumeFrom != "" {
+		st, err := ReadRunState(filepath.Join(env.resumeFrom, checkpoint.StateFile))
+		if err != nil {
+			return nil, fmt.Errorf("resume: checkpoint %s: %w", env.resumeFrom, err)
+		}
+		resumed = &st
+	}
 	ck, err := loadCheckpoint(f.FineTune.Base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
@@ -161,51 +107,65 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.FineTune.Prefers() && !f.FineTune.UsesAdapter() && f.FineTune.Preference().NeedsReference() {
-		// The reference is the base model: its log-probabilities are
-		// computed (or read) before the base weights start to change.
-		if k.refs, err = k.fineTuneReferences(env, base); err != nil {
-			mlx.Free(base...)
-			return nil, fmt.Errorf("reference: %w", err)
-		}
-	}
 	ck.Params = nil // build owns base now
-	var resumed *RunState
-	k.ftBuilt, resumed, err = k.build(cfg, plan, env.group, base, quant, env.resumeFrom)
+	if k.adapter, err = k.newAdapter(cfg); err != nil {
+		mlx.Free(base...)
+		return nil, err
+	}
+	if k.adapter != nil {
+		k.adapter.Quant = quant
+	}
+	oenv := ObjectiveEnv{Policy: k.policy(), Base: base, BaseDir: f.FineTune.Base, RunDir: env.runDir,
+		Train: f.Train, Valid: f.Valid, Config: cfg, Plan: plan, Group: env.group,
+		Current: func() ([]*mlx.Array, []*mlx.Array) { return k.state.Params(), k.state.Frozen() }}
+	if resumed != nil {
+		oenv.SamplerState = resumed.SamplerState
+	}
+	if k.run, err = f.Objective.Start(oenv); err != nil {
+		mlx.Free(base...)
+		return nil, err
+	}
+	k.ftBuilt, err = k.build(cfg, plan, env.group, k.adapter, base, resumed, env.resumeFrom)
 	return resumed, err
 }
 
-// build makes the adapters (unless the fine-tune is full), the optimizer,
-// the step of plan on group g and its state over the base weights base,
-// which it takes: fresh, or the trainable arrays and optimizer state of
-// the checkpoint resumeFrom, whose run state it returns. quant is the
-// layout of a base checkpoint stored quantized (base is then its frozen
-// list), nil for a float one.
-func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Array, quant *peft.Quantized, resumeFrom string) (b ftBuilt, resumed *RunState, err error) {
+// newAdapter returns the fine-tune's adapters, fresh (no arrays yet), or
+// nil for a full fine-tune.
+func (k *fineTuneTask) newAdapter(cfg Config) (*peft.Adapter, error) {
+	if !k.f.FineTune.UsesAdapter() {
+		return nil, nil
+	}
+	return NewAdapter(cfg, k.f.FineTune.Adapter(), k.f.Model.Specs)
+}
+
+// build makes the optimizer, the step of plan on group g and its state
+// over the base weights base, which it takes, through adapter a (nil for
+// a full fine-tune): fresh, or the trainable arrays and
+// optimizer state of the checkpoint resumeFrom, whose run state is
+// resumed. A base checkpoint stored quantized is the adapter's Quant
+// layout (base is then its frozen list).
+func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapter, base []*mlx.Array, resumed *RunState, resumeFrom string) (b ftBuilt, err error) {
 	f := k.f
+	b.adapter = a
 	owned := base
 	defer func() { mlx.Free(owned...) }() // until the state takes them
 	opts := plan.StepOptions(cfg)
 	opts.Group = g
 	var trainable, frozen []*mlx.Array
-	if f.FineTune.UsesAdapter() {
-		if b.adapter, err = NewAdapter(cfg, f.FineTune.Adapter(), f.Model.Specs); err != nil {
-			return b, nil, err
-		}
+	if b.adapter != nil {
 		b.trainNames = b.adapter.Names()
 		if b.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(b.adapter)); err != nil {
-			return b, nil, err
+			return b, err
 		}
 		frozen = base
-		b.adapter.Quant = quant
-		if quant == nil {
+		if b.adapter.Quant == nil {
 			if err := CastFrozenBase(cfg, base); err != nil {
-				return b, nil, err
+				return b, err
 			}
 		}
 		if f.FineTune.Quantize > 0 {
 			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
-				return b, nil, err
+				return b, err
 			}
 			owned = frozen // the float weights of the quantized slots are freed
 		}
@@ -216,37 +176,30 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 			b.trainNames[i] = s.Name
 		}
 		if b.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
-			return b, nil, err
+			return b, err
 		}
 		trainable = base
 	}
 	var optState []*mlx.Array
 	if resumeFrom != "" {
-		trainable, optState, resumed, err = k.loadResumed(b, resumeFrom)
+		trainable, optState, err = k.loadResumed(b, *resumed, resumeFrom)
 	} else {
 		trainable, optState, err = b.fresh(cfg.Seed, trainable, frozen)
 	}
 	if err != nil {
-		return b, nil, err
+		return b, err
 	}
 	ownTrainable := f.FineTune.UsesAdapter() || resumeFrom != "" // not the base arrays
 	if !f.FineTune.UsesAdapter() && resumeFrom != "" {
 		mlx.Free(base...) // the resumed model replaces the base
 		owned = nil
 	}
-	b.objective = sftObjective(f.Model, b.adapter)
-	if f.FineTune.Prefers() {
-		b.objective = preferenceObjective(f.Model, b.adapter, f.FineTune.Preference())
-	}
-	if b.objective.rowLoss != nil {
-		b.step, err = NewRowStep(b.objective.rowLoss, b.opt, len(trainable), len(frozen), len(optState), b.objective.rowInputs, len(PreferenceAux), opts)
-	} else if f.FineTune.Pack {
-		b.step, err = NewPackedStep(b.objective.packedLoss, b.opt, len(trainable), len(frozen), len(optState), opts)
-	} else {
-		b.step, err = NewWeightedStep(b.objective.loss, b.opt, len(trainable), len(frozen), len(optState), opts)
-	}
+	p := Policy{Model: f.Model, Adapter: b.adapter}
+	layout := f.Objective.Layout(p)
+	layout.Trainable, layout.Frozen, layout.State = len(trainable), len(frozen), len(optState)
+	b.step, err = step.NewStep(f.Objective.Loss(p), b.opt, layout, opts)
 	if err == nil {
-		b.state, err = NewFrozenState(b.step, trainable, frozen, optState)
+		b.state, err = step.NewFrozenState(b.step, trainable, frozen, optState)
 	}
 	if err != nil {
 		b.step.Free()
@@ -255,10 +208,10 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, base []*mlx.Ar
 		if ownTrainable {
 			mlx.Free(trainable...)
 		}
-		return b, nil, err
+		return b, err
 	}
 	owned = nil
-	return b, resumed, nil
+	return b, nil
 }
 
 // fresh returns a new run's trainable arrays (fresh adapters over the
@@ -281,28 +234,27 @@ func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Arra
 	return trainable, optState, nil
 }
 
-// loadResumed reads the trainable arrays, optimizer state and run state
-// of the checkpoint dir for b, checking that it is a fine-tune of this
-// kind.
-func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.Array, *RunState, error) {
-	st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
-	}
+// loadResumed reads the trainable arrays and optimizer state of the
+// checkpoint dir, of run state st, for b, checking that it is a fine-tune
+// of this kind.
+func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.Array, []*mlx.Array, error) {
 	saved, err := ReadFineTuneConfig(dir)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("resume: %w", err)
+		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
-	if ft := k.f.FineTune; saved.Prefers() != ft.Prefers() || ft.Prefers() && saved.Preference() != ft.Preference() {
-		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s optimises %+v, this run %+v; resume with the same objective", dir, saved.Preference(), ft.Preference())
+	if err := sameObjective(saved, k.f.Objective); err != nil {
+		return nil, nil, fmt.Errorf("resume: checkpoint %s: %w", dir, err)
 	}
-	if ft := k.f.FineTune; saved.Method != ft.Method || saved.Rank != ft.Rank || saved.Alpha != ft.Alpha ||
-		!slices.Equal(saved.Targets, ft.Targets) || saved.Quantize != ft.Quantize || saved.QuantGroupSize() != ft.QuantGroupSize() {
-		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v)",
-			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets)
+	if key, has, want, err := saved.ResumeConflict(k.f.FineTune, adapterShapeKeys, k.cfg.Model.Context); err != nil || key != "" {
+		if err != nil {
+			return nil, nil, fmt.Errorf("resume: %w", err)
+		}
+		ft := k.f.FineTune
+		return nil, nil, fmt.Errorf("resume: checkpoint %s is a %s fine-tune (rank %d, alpha %g, targets %v), this run is %s (rank %d, alpha %g, targets %v): %s %s, not %s",
+			dir, saved.Method, saved.Rank, saved.Alpha, saved.Targets, ft.Method, ft.Rank, ft.Alpha, ft.Targets, key, has, want)
 	}
 	if st.Config.Model != k.cfg.Model {
-		return nil, nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)
+		return nil, nil, fmt.Errorf("resume: checkpoint %s is of another model shape", dir)
 	}
 	file := filepath.Join(dir, checkpoint.ModelFile)
 	specs := k.f.Model.Specs
@@ -311,12 +263,12 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	}
 	trainable, err := checkpoint.LoadNamed(file, b.trainNames, specShapes(specs))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	fresh, err := b.opt.Init()
 	if err != nil {
 		mlx.Free(trainable...)
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	defer mlx.Free(fresh...)
 	shapes := make([][]int, len(fresh))
@@ -327,7 +279,7 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 	arrays, _, err := mlx.LoadSafetensors(optFile)
 	if err != nil {
 		mlx.Free(trainable...)
-		return nil, nil, nil, fmt.Errorf("resume: %w", err)
+		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
 	optState, err := checkpoint.Ordered(optFile, arrays, b.opt.StateNames(), shapes)
 	if err != nil {
@@ -335,33 +287,28 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, dir string) ([]*mlx.Array, []*mlx.
 		for _, a := range arrays {
 			a.Free()
 		}
-		return nil, nil, nil, fmt.Errorf("resume: %w (optimizer %s)", err, k.cfg.Optimizer)
+		return nil, nil, fmt.Errorf("resume: %w (optimizer %s)", err, k.cfg.Optimizer)
 	}
-	return trainable, optState, &st, nil
+	return trainable, optState, nil
 }
 
-// next is the feed's next batch.
-func (k *fineTuneTask) next(int) (Batch, error) { return k.feed.next() }
+// next is the objective's next batch.
+func (k *fineTuneTask) next(int) (step.Batch, error) { return k.run.Next() }
 
 // release appends the feed's state after the batch; the feed reuses its
 // buffers.
-func (k *fineTuneTask) release(b []byte) []byte { return k.feed.appendState(b) }
+func (k *fineTuneTask) release(b []byte) []byte { return k.run.AppendState(b) }
 
 // evaluates says whether there are held-out records.
 func (k *fineTuneTask) evaluates() bool { return k.f.Valid != nil }
 
-// evaluate measures the held-out loss over the counted targets of the
-// validation rows.
+// evaluate runs the objective's held-out evaluation into m.
 func (k *fineTuneTask) evaluate(m *Metrics) (float64, error) {
-	if k.pairEval != nil {
-		return k.evaluatePairs(m)
-	}
-	params := append(append([]*mlx.Array{}, k.state.Params()...), k.state.Frozen()...)
-	v, err := evaluateRows(k.eval, params, k.f.Valid, k.cfg.Batch, k.cfg.EvalTokens)
+	v, err := k.run.Evaluate(k.state.Params(), k.state.Frozen())
 	if err != nil {
 		return 0, err
 	}
-	m.ValLoss, m.ValTokens = &v.Loss, v.Tokens
+	m.ValLoss, m.ValTokens, m.ValRows, m.ValAux = &v.Loss, v.Tokens, v.Rows, v.Aux
 	return v.Loss, nil
 }
 
@@ -383,9 +330,8 @@ func (k *fineTuneTask) save(root string, rs RunState) (string, error) {
 
 // close releases what open built.
 func (k *fineTuneTask) close() {
-	if k.eval != nil {
-		k.eval.free()
+	if k.run != nil {
+		k.run.Close()
 	}
-	k.pairEval.Free()
 	k.ftBuilt.free()
 }

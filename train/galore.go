@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // setGaLoreConfig applies the config's GaLore settings where they are set.
@@ -96,31 +97,31 @@ func (r *GaLoreRefresher) Due(step int) bool {
 
 // Refresh replaces the projections in s with those of the gradient of the
 // first microbatch of b.
-func (r *GaLoreRefresher) Refresh(s *State, b Batch) error {
-	return mlx.Do(func() error {
-		if s.freed {
-			return fmt.Errorf("galore refresh of a freed state")
-		}
+func (r *GaLoreRefresher) Refresh(s *step.State, b step.Batch) error {
+	err := s.RefreshOptState(func(params, opt []*mlx.Array) ([]*mlx.Array, error) {
 		scope := mlx.NewScope()
 		defer scope.Close()
 		bt := b.B * b.T
 		x := mlx.FromSlice(b.X[:bt], b.B, b.T)
 		y := mlx.FromSlice(b.Y[:bt], b.B, b.T)
-		in := append(append([]*mlx.Array(nil), s.params...), x, y)
+		in := append(append([]*mlx.Array(nil), params...), x, y)
 		_, grads, err := r.grad.Call(in...)
 		if err != nil {
-			return fmt.Errorf("galore refresh: gradient: %w", err)
+			return nil, fmt.Errorf("galore refresh: gradient: %w", err)
 		}
-		fresh, err := r.opt.Refresh(grads, s.opt)
+		fresh, err := r.opt.Refresh(grads, opt)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		old := r.opt.Replaced(s.opt, fresh)
-		scope.Keep(r.opt.Replaced(fresh, s.opt)...) // the new projections
-		s.opt = fresh
+		old := r.opt.Replaced(opt, fresh)
+		scope.Keep(r.opt.Replaced(fresh, opt)...) // the new projections
 		mlx.Free(old...)
-		return nil
+		return fresh, nil
 	})
+	if err != nil {
+		return fmt.Errorf("galore refresh: %w", err)
+	}
+	return nil
 }
 
 // Free releases the gradient function.

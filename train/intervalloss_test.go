@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // The interval loss is the mean of the updates' losses weighted by the
@@ -18,8 +19,8 @@ func TestIntervalLossIsTokenWeightedMean(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		step, opt := zeroLRStep(t, m, 1)
-		s, err := NewState(step, params, opt)
+		upd, opt := zeroLRStep(t, m, 1)
+		s, err := step.NewState(upd, params, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -28,7 +29,7 @@ func TestIntervalLossIsTokenWeightedMean(t *testing.T) {
 		masks[2][5], masks[2][11] = 1, 1 // 2 targets, against 11 in ws
 		var sum, tokens, plain float64
 		for i, w := range masks {
-			loss, err := s.Update(0.5, Batch{X: xs, Y: ys, W: w, N: 1, B: 4, T: 6})
+			loss, err := s.Update(0.5, step.Batch{X: xs, Y: ys, W: w, N: 1, B: 4, T: 6})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,7 +56,7 @@ func TestIntervalLossIsTokenWeightedMean(t *testing.T) {
 		if _, _, _, err := s.IntervalLoss(); err == nil {
 			t.Fatal("an interval with no update gave a loss")
 		}
-		loss, err := s.Update(0.5, Batch{X: xs, Y: ys, W: ws, N: 1, B: 4, T: 6})
+		loss, err := s.Update(0.5, step.Batch{X: xs, Y: ys, W: ws, N: 1, B: 4, T: 6})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // task is one kind of run: what it trains, what it feeds the step, what
@@ -30,7 +31,7 @@ type task interface {
 	open(env taskEnv) (taskParts, error)
 	// next returns the next update's batch. It may update the state
 	// itself first (GaLore's and Sophia's refreshes read the batch).
-	next(step int) (Batch, error)
+	next(step int) (step.Batch, error)
 	// release appends the data source's state after the batch next
 	// returned (what a checkpoint resumes from) to b and lets the batch's
 	// buffers go; the loop calls it once the update is scheduled.
@@ -60,8 +61,8 @@ func (e taskEnv) lead() bool { return e.group.Rank() == 0 }
 
 // taskParts are what a task's open hands the loop.
 type taskParts struct {
-	step     *Step
-	state    *State
+	step     *step.Step
+	state    *step.State
 	schedule optim.Schedule
 	plan     Plan
 	// specs and stateNames name the state's trainable arrays and
@@ -115,6 +116,9 @@ type run struct {
 	start        time.Time     // this process's first update
 	lastLog      time.Time
 	lastLogStep  int
+	// best is the lowest held-out loss so far (rank 0 only), which
+	// Config.KeepBest and Config.Patience follow.
+	best *Best
 }
 
 // lead reports whether this process writes the run's output: rank 0.
@@ -141,6 +145,14 @@ func (r *run) open() error {
 	if rs := r.parts.resumed; rs != nil {
 		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
+		if rs.Best != nil {
+			b := *rs.Best
+			r.best = &b
+		}
+	}
+	if (r.cfg.KeepBest || r.cfg.Patience > 0) && (r.cfg.EvalEvery == 0 || !r.task.evaluates()) {
+		return fmt.Errorf("keep_best %v, patience %d: both follow the held-out loss; the run evaluates none (eval_every %d, held-out data %v)",
+			r.cfg.KeepBest, r.cfg.Patience, r.cfg.EvalEvery, r.task.evaluates())
 	}
 	r.sum.StartStep, r.sum.Step, r.sum.Plan = r.step, r.step, r.parts.plan
 	if !r.lead() {
@@ -181,6 +193,7 @@ func (r *run) train(ctx context.Context) error {
 				return err
 			}
 			r.sum.Elapsed = time.Since(r.start)
+			r.sum.noteBest(r.best)
 			return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
 		}
 		lr, err := r.update()
@@ -194,14 +207,25 @@ func (r *run) train(ctx context.Context) error {
 				return err
 			}
 		}
-		if ckptNow {
+		stop := false
+		if evalNow && r.step < r.cfg.Steps {
+			if stop, err = r.stopEarly(); err != nil {
+				return err
+			}
+		}
+		if ckptNow || stop {
 			if err := r.checkpoint(); err != nil {
 				return err
 			}
 		}
 		r.sum.Step = r.step
+		if stop {
+			r.sum.EarlyStopped = true
+			break
+		}
 	}
 	r.sum.finish(r.step, r.parts.step.Traces(), r.start, r.tokensPerUpdate())
+	r.sum.noteBest(r.best)
 	return nil
 }
 
@@ -217,7 +241,10 @@ func (r *run) initialEval() error {
 		return err
 	}
 	r.sum.InitialValLoss, r.sum.ValLoss = v, v
-	r.sum.InitialValPreference, r.sum.ValPreference = m.ValPreference, m.ValPreference
+	if err := r.noteEval(v); err != nil {
+		return err
+	}
+	r.sum.InitialValAux, r.sum.ValAux, r.sum.ValRows = m.ValAux, m.ValAux, m.ValRows
 	return r.sink.Log(m)
 }
 
@@ -276,10 +303,20 @@ func (r *run) log(lr float64, eval bool) error {
 	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
 		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
-	if m.Preference = intervalPreference(r.parts.step, r.parts.state, counted); m.Preference != nil {
-		m.Preference.Loss = mean // the loss averages the pairs
-	} else if r.parts.step.Weighted() { // the loss averages the counted targets alone
+	switch l := r.parts.step.Layout(); {
+	case l.Inputs == step.RowInputs: // the loss averages the weighted rows
+		m.CountedRows = counted
+	case r.parts.step.Weighted(): // the loss averages the counted targets alone
 		m.CountedTokens = counted
+	}
+	if names := r.parts.step.Layout().Aux; len(names) > 0 {
+		aux := r.parts.state.IntervalAux()
+		m.Aux = make(map[string]float64, len(names))
+		for i, name := range names {
+			if i < len(aux) {
+				m.Aux[name] = aux[i]
+			}
+		}
 	}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {
 		m.StepsPerS = float64(r.step-r.lastLogStep) / dt
@@ -296,7 +333,10 @@ func (r *run) log(lr float64, eval bool) error {
 		if err != nil {
 			return err
 		}
-		r.sum.ValLoss, r.sum.ValPreference = v, m.ValPreference
+		r.sum.ValLoss, r.sum.ValAux, r.sum.ValRows = v, m.ValAux, m.ValRows
+		if err := r.noteEval(v); err != nil {
+			return err
+		}
 	}
 	m.PeakMemoryBytes = mlx.Memory().Peak
 	if err := r.sink.Log(m); err != nil {
@@ -325,10 +365,8 @@ func (r *run) checkpoint() error {
 	if !r.lead() {
 		return nil
 	}
-	rs := RunState{Step: r.step, Config: r.cfg, SamplerState: r.samplerState,
-		TokensSeen: r.tokensSeen, ElapsedSeconds: (r.before + time.Since(r.start)).Seconds()}
 	root := checkpoint.Root(r.env.runDir)
-	dir, err := r.task.save(root, rs)
+	dir, err := r.task.save(root, r.runState())
 	if err != nil {
 		return err
 	}

@@ -57,8 +57,16 @@ func (c Config) autoLossChunk() int {
 	if rows <= 0 {
 		rows = c.Batch
 	}
-	row := 4 * c.Model.PaddedVocab() // float32 logits of one position
-	if row <= 0 || rows*c.Model.Context*row <= autoChunkAbove {
+	return lossChunkFor(rows*c.Model.Context, c.Model.PaddedVocab())
+}
+
+// lossChunkFor is the automatic loss chunk of a forward pass over
+// positions positions of a vocabulary of vocab (padded) entries: 0 when
+// their float32 logits fit in autoChunkAbove, else the largest power of
+// two of positions whose logits fit in autoChunkBytes.
+func lossChunkFor(positions, vocab int) int {
+	row := 4 * vocab // float32 logits of one position
+	if row <= 0 || positions*row <= autoChunkAbove {
 		return 0
 	}
 	chunk := 16

@@ -6,6 +6,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // nonFinite describes a NaN or infinite loss or gradient norm, or returns "".
@@ -22,7 +23,7 @@ func nonFinite(loss, gradNorm float64) string {
 // logNonFinite describes what is not finite at a log line: the last
 // update's loss or gradient norm (st), or the interval's mean loss; ""
 // when all are finite.
-func logNonFinite(st StepStats, mean float64) string {
+func logNonFinite(st step.StepStats, mean float64) string {
 	if bad := nonFinite(st.Loss, st.GradNorm); bad != "" {
 		return bad
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // One update over packed rows, with document masking, has the loss and
@@ -57,23 +58,23 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := StepOptions{Accum: 1, Compile: true}
-			var step *Step
+			opts := step.StepOptions{Accum: 1, Compile: true}
+			var upd *step.Step
 			if isPacked {
-				step, err = NewPackedStep(PackedFullLoss(m), opt, len(base), 0, len(optState), opts)
+				upd, err = step.NewStep(packedFullLoss(m), opt, step.Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: step.PackedInputs}, opts)
 			} else {
-				step, err = NewWeightedStep(FullLoss(m), opt, len(base), 0, len(optState), opts)
+				upd, err = step.NewStep(fullLoss(m), opt, step.Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: step.WeightedInputs}, opts)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer step.Free()
-			st, err := NewFrozenState(step, base, nil, optState)
+			defer upd.Free()
+			st, err := step.NewFrozenState(upd, base, nil, optState)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer st.Free()
-			if loss, err = st.Update(0.5, Batch{X: rows.X, Y: rows.Y, W: rows.W, Seg: rows.Seg, N: 1, B: rows.Len(), T: T}); err != nil {
+			if loss, err = st.Update(0.5, step.Batch{X: rows.X, Y: rows.Y, W: rows.W, Seg: rows.Seg, N: 1, B: rows.Len(), T: T}); err != nil {
 				t.Fatal(err)
 			}
 			var flat []*mlx.Array
@@ -101,16 +102,16 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 		opt, _ := NewOptimizer(cfg, m.Specs)
 		base, _ := m.Init(3)
 		optState, _ := opt.Init()
-		step, err := NewPackedStep(PackedFullLoss(m), opt, len(base), 0, len(optState), StepOptions{Accum: 1})
+		upd, err := step.NewStep(packedFullLoss(m), opt, step.Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: step.PackedInputs}, step.StepOptions{Accum: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := NewFrozenState(step, base, nil, optState)
+		st, err := step.NewFrozenState(upd, base, nil, optState)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Free()
-		if _, err := st.Update(0.5, Batch{X: packed.X, Y: packed.Y, W: packed.W, N: 1, B: 1, T: T}); err == nil {
+		if _, err := st.Update(0.5, step.Batch{X: packed.X, Y: packed.Y, W: packed.W, N: 1, B: 1, T: T}); err == nil {
 			t.Fatal("a packed step took a batch without segments")
 		}
 	})

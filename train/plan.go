@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // How a Plan was chosen (Plan.How).
@@ -98,7 +99,7 @@ func (p Plan) NewBatch(context int) (*data.Batch, error) {
 }
 
 // StepOptions are RunStepOptions(cfg) with the plan's accumulation steps.
-func (p Plan) StepOptions(cfg Config) StepOptions {
+func (p Plan) StepOptions(cfg Config) step.StepOptions {
 	o := RunStepOptions(cfg)
 	o.Accum = p.Steps
 	return o
@@ -240,12 +241,12 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 	// Deferred calls run last first: the buffers go back to the system
 	// once the state and the step have released them.
 	defer mlx.ClearCache()
-	step, err := NewModelStep(m, o, RunStepOptions(cfg))
+	compiled, err := step.NewModelStep(m, o, RunStepOptions(cfg))
 	if err != nil {
 		return 0, err
 	}
-	defer step.Free()
-	st, err := InitState(step, m, cfg.Seed)
+	defer compiled.Free()
+	st, err := step.InitState(compiled, m, cfg.Seed)
 	if err != nil {
 		return 0, err
 	}
@@ -263,7 +264,7 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 // (State.UpdateAsync): the second's buffers are allocated while the first
 // still holds its own, and a run's peak is that overlap's. The state's
 // arrays are computed first and counted in the peak.
-func probeUpdates(st *State, b Batch) (uint64, error) {
+func probeUpdates(st *step.State, b step.Batch) (uint64, error) {
 	if err := st.Eval(); err != nil {
 		return 0, err
 	}
@@ -290,7 +291,7 @@ func probeUpdates(st *State, b Batch) (uint64, error) {
 // windows, is the caller's to free. The probe does not know the corpus,
 // so it takes the device's form also for a corpus longer than
 // MaxStreamTokens, which a run copies from the host.
-func probeBatch(cfg Config) (Batch, *TokenStream, error) {
+func probeBatch(cfg Config) (step.Batch, *step.TokenStream, error) {
 	n, t := cfg.Accum*cfg.Batch*cfg.Model.Context, cfg.Model.Context
 	token := func(i int) int32 { return int32(i % cfg.Model.VocabSize) }
 	if device, _ := WindowSource(cfg, 0); device {
@@ -298,17 +299,17 @@ func probeBatch(cfg Config) (Batch, *TokenStream, error) {
 		for i := range ids {
 			ids[i] = token(i)
 		}
-		stream, err := NewTokenStream(data.NewTokens(ids).All(), t)
+		stream, err := step.NewTokenStream(data.NewTokens(ids).All(), t)
 		if err != nil {
-			return Batch{}, nil, fmt.Errorf("plan probe: %w", err)
+			return step.Batch{}, nil, fmt.Errorf("plan probe: %w", err)
 		}
 		starts := make([]int32, cfg.Accum*cfg.Batch)
 		for k := range starts {
 			starts[k] = int32(k * t)
 		}
-		return Batch{Stream: stream, Starts: starts, N: cfg.Accum, B: cfg.Batch, T: t}, stream, nil
+		return step.Batch{Stream: stream, Starts: starts, N: cfg.Accum, B: cfg.Batch, T: t}, stream, nil
 	}
-	b := Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: t}
+	b := step.Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: t}
 	for i := range b.X {
 		b.X[i], b.Y[i] = token(i), token(i+1)
 	}

@@ -237,10 +237,10 @@ func TestProbeBatchTakesTheRunsWindowForm(t *testing.T) {
 	if dev.Stream != stream || dev.X != nil {
 		t.Fatalf("device windows: %+v; want window starts into the returned stream", dev)
 	}
-	if err := dev.check(cfg.Accum); err != nil {
+	if err := dev.Check(cfg.Accum); err != nil {
 		t.Fatalf("device windows: %v", err)
 	}
-	ids, err := stream.tokens.Int32s()
+	ids, err := stream.Tokens().Int32s()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,51 +3,22 @@ package train
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
-
-// Objective names what a fine-tune optimises: the supervised loss on the
-// answer tokens (SFT) or a preference loss over pairs of answers.
-type Objective string
-
-// Fine-tuning objectives.
-const (
-	// SFT is the cross-entropy of the counted targets (the default).
-	SFT Objective = "sft"
-	// DPO is Direct Preference Optimization (Rafailov et al. 2023):
-	// −log σ(β·((πc − πc_ref) − (πr − πr_ref))) per pair, π the sequence
-	// log-probability of an answer.
-	DPO Objective = "dpo"
-	// IPO is Identity Preference Optimization (Azar et al. 2023):
-	// (h − 1/(2β))² per pair, h DPO's log-ratio difference.
-	IPO Objective = "ipo"
-	// ORPO is Odds Ratio Preference Optimization (Hong et al. 2024): the
-	// chosen answer's mean NLL per token plus λ·(−log σ(log odds_c −
-	// log odds_r)), the odds from length-normalised log-probabilities. No
-	// reference model.
-	ORPO Objective = "orpo"
-	// SimPO is Simple Preference Optimization (Meng et al. 2024):
-	// −log σ(β·(πc/|yc| − πr/|yr|) − γ), length-normalised log-probabilities
-	// and a target margin γ. No reference model.
-	SimPO Objective = "simpo"
-)
-
-// Objectives lists the objectives a fine-tune accepts.
-func Objectives() []Objective { return []Objective{SFT, DPO, IPO, ORPO, SimPO} }
 
 // PreferenceAux names the auxiliary sums of a preference step
-// (StepStats.Aux, State.IntervalAux), in order: the mean reward of the
+// (step.StepStats.Aux, step.State.IntervalAux), in order: the mean reward of the
 // chosen and of the rejected answers, the mean margin between them, and
 // the share of pairs whose chosen reward is the higher (accuracy).
 var PreferenceAux = []string{"reward_chosen", "reward_rejected", "margin", "accuracy"}
 
 // Preference is a preference objective with its hyperparameters.
 type Preference struct {
-	Objective Objective `json:"objective"`
+	Objective ObjectiveName `json:"objective"`
 	// Beta scales the log-ratios of DPO and IPO (IPO's margin is 1/(2β))
 	// and SimPO's length-normalised log-probabilities.
 	Beta float64 `json:"beta,omitempty"`
@@ -101,11 +72,7 @@ func (p Preference) Validate() error {
 			return fmt.Errorf("preference: beta = %g, gamma = %g for orpo, want them unset (orpo's weight is lambda)", p.Beta, p.Gamma)
 		}
 	default:
-		names := make([]string, 0, 4)
-		for _, o := range Objectives()[1:] {
-			names = append(names, string(o))
-		}
-		return fmt.Errorf("preference: objective %q, want one of %s", p.Objective, strings.Join(names, ", "))
+		return fmt.Errorf("preference: objective %q, want one of dpo, ipo, orpo, simpo", p.Objective)
 	}
 	if p.Objective != ORPO && p.Lambda != 0 {
 		return fmt.Errorf("preference: lambda = %g for %s, want it unset (ORPO's weight)", p.Lambda, p.Objective)
@@ -204,19 +171,19 @@ func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx
 }
 
 // PreferenceLoss is the preference loss of a full fine-tune of m, for a
-// row step (NewRowStep) with PreferenceAux's sums: every parameter
+// RowInputs step with PreferenceAux's sums: every parameter
 // trainable, nothing frozen; for DPO and IPO the reference
 // log-probabilities come precomputed as the row input after the row
 // weights (ReferenceLogProbs), else there is no row input.
-func PreferenceLoss(m *model.TinyGPT, p Preference) RowLossFunc {
-	return func(params, _ []*mlx.Array, x, y, mask *mlx.Array, rows []*mlx.Array) (*mlx.Array, []*mlx.Array) {
-		ce, _ := m.LossTerms(params, x, y)
-		logp, count := SequenceLogProbs(ce, mask)
+func PreferenceLoss(m *model.TinyGPT, p Preference) step.Loss {
+	return func(params, _ []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
+		ce, _ := m.LossTerms(params, mb.X, mb.Y)
+		logp, count := SequenceLogProbs(ce, mb.W)
 		var ref *mlx.Array
-		if len(rows) > 1 {
-			ref = rows[1]
+		if len(mb.Rows) > 1 {
+			ref = mb.Rows[1]
 		}
-		return p.PairLoss(logp, count, ref, rows[0])
+		return p.PairLoss(logp, count, ref, mb.Rows[0])
 	}
 }
 
@@ -228,15 +195,15 @@ func PreferenceLoss(m *model.TinyGPT, p Preference) RowLossFunc {
 // StopGradient from the frozen base the step already holds, so it needs
 // no second model in memory and no precomputation, only a forward pass
 // per microbatch.
-func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) RowLossFunc {
-	return func(adapter, base []*mlx.Array, x, y, mask *mlx.Array, rows []*mlx.Array) (*mlx.Array, []*mlx.Array) {
-		ce, _ := AdapterTerms(m, a, adapter, base, x, y)
-		logp, count := SequenceLogProbs(ce, mask)
+func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) step.Loss {
+	return func(adapter, base []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
+		ce, _ := AdapterTerms(m, a, adapter, base, mb.X, mb.Y)
+		logp, count := SequenceLogProbs(ce, mb.W)
 		var ref *mlx.Array
 		if p.NeedsReference() {
-			ref = mlx.StopGradient(AdapterReferenceLogProbs(m, a, base, x, y, mask))
+			ref = mlx.StopGradient(AdapterReferenceLogProbs(m, a, base, mb.X, mb.Y, mb.W))
 		}
-		return p.PairLoss(logp, count, ref, rows[0])
+		return p.PairLoss(logp, count, ref, mb.Rows[0])
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/internal/distenv"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // rowRankOutEnv names the folder where a rank of
@@ -36,21 +37,20 @@ func rowGroupRun(t testing.TB, g *mlx.Group) []float64 {
 		}
 		opt := plainSGD(t, m)
 		state, _ := opt.Init()
-		s, err := NewRowStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, len(m.Specs), 0, len(state), 1, len(PreferenceAux),
-			StepOptions{Accum: 2, GradClip: 0.05, Compile: true, Group: g})
+		s, err := step.NewStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.RowInputs, RowInputs: 1, Aux: PreferenceAux}, step.StepOptions{Accum: 2, GradClip: 0.05, Compile: true, Group: g})
 		if err != nil {
 			return err
 		}
 		defer s.Free()
-		st, err := NewState(s, params, state)
+		st, err := step.NewState(s, params, state)
 		if err != nil {
 			return err
 		}
 		defer st.Free()
-		b := Batch{X: xs, Y: ys, W: mask, RowW: pairWeights(8), RowInputs: [][]float32{ref}, N: 2, B: 4, T: 6}
+		b := step.Batch{X: xs, Y: ys, W: mask, RowW: pairWeights(8), RowInputs: [][]float32{ref}, N: 2, B: 4, T: 6}
 		if g.Size() == 2 { // rank r takes rows 4r … 4r+3: two pairs, one per microbatch
 			r := g.Rank()
-			b = Batch{X: xs[24*r : 24*r+24], Y: ys[24*r : 24*r+24], W: mask[24*r : 24*r+24], RowW: pairWeights(4),
+			b = step.Batch{X: xs[24*r : 24*r+24], Y: ys[24*r : 24*r+24], W: mask[24*r : 24*r+24], RowW: pairWeights(4),
 				RowInputs: [][]float32{ref[4*r : 4*r+4]}, N: 2, B: 2, T: 6, WeightSum: 4}
 		}
 		for i := 0; i < 3; i++ {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // PreferenceEval is what a preference objective measures over pairs:
@@ -18,6 +19,16 @@ type PreferenceEval struct {
 	Pairs          int     `json:"pairs"`
 }
 
+// aux is the evaluation's PreferenceAux means by name.
+func (v PreferenceEval) aux() map[string]float64 {
+	vals := []float64{v.RewardChosen, v.RewardRejected, v.Margin, v.Accuracy}
+	out := make(map[string]float64, len(vals))
+	for i, name := range PreferenceAux {
+		out[name] = vals[i]
+	}
+	return out
+}
+
 // PairEvaluator measures a row loss (PreferenceLoss,
 // AdapterPreferenceLoss) over the pairs of a set of rows, without
 // gradients: the held-out preference accuracy and rewards of a
@@ -25,7 +36,7 @@ type PreferenceEval struct {
 // row inputs) has fixed shapes, so compiled it traces once. It must be
 // used on the MLX thread.
 type PairEvaluator struct {
-	loss RowLossFunc
+	loss step.Loss
 	nT   int // trainable arrays
 	nF   int // frozen arrays
 	fn   *mlx.Closure
@@ -33,7 +44,7 @@ type PairEvaluator struct {
 
 // NewPairEvaluator returns an evaluator of loss over nTrainable and
 // nFrozen arrays, compiled when compile is set.
-func NewPairEvaluator(loss RowLossFunc, nTrainable, nFrozen int, compile bool) (*PairEvaluator, error) {
+func NewPairEvaluator(loss step.Loss, nTrainable, nFrozen int, compile bool) (*PairEvaluator, error) {
 	e := &PairEvaluator{loss: loss, nT: nTrainable, nF: nFrozen}
 	if compile {
 		var err error
@@ -47,7 +58,7 @@ func NewPairEvaluator(loss RowLossFunc, nTrainable, nFrozen int, compile bool) (
 func (e *PairEvaluator) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := e.nT + e.nF
 	b := in[n:]
-	loss, aux := e.loss(in[:e.nT], in[e.nT:n], b[0], b[1], b[2], b[3:])
+	loss, aux := e.loss(in[:e.nT], in[e.nT:n], step.Microbatch{X: b[0], Y: b[1], W: b[2], Rows: b[3:]})
 	return append([]*mlx.Array{loss}, aux...), nil
 }
 

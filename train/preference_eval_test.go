@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // The evaluator's means over all pairs, in batches that split the set
@@ -31,12 +32,12 @@ func TestPairEvaluatorMatchesStep(t *testing.T) {
 			}
 			opt := plainSGD(t, m)
 			state, _ := opt.Init()
-			s, err := NewRowStep(loss, opt, len(m.Specs), 0, len(state), len(inputs), len(PreferenceAux), StepOptions{Accum: 1, Compile: true})
+			s, err := step.NewStep(loss, opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.RowInputs, RowInputs: len(inputs), Aux: PreferenceAux}, step.StepOptions{Accum: 1, Compile: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Free()
-			rw, _, _ := normalize(pairWeights(8), 0, "row weight")
+			rw, _ := hostNormalize(pairWeights(8))
 			res, err := s.RunRows(params, nil, state, mlx.Scalar(0, mlx.Float32), mlx.FromSlice(xs, 1, 8, 6), mlx.FromSlice(ys, 1, 8, 6),
 				mlx.FromSlice(mask, 1, 8, 6), append([]*mlx.Array{mlx.FromSlice(rw, 1, 8)}, inputs...)...)
 			if err != nil {

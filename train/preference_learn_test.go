@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // rulePairs are n preference records whose answers repeat the prompt's
@@ -69,13 +70,13 @@ func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int
 		t.Fatal(err)
 	}
 	state, _ := opt.Init()
-	s, err := NewWeightedStep(FullLoss(m), opt, len(m.Specs), 0, len(state), StepOptions{Accum: 1, GradClip: 1, Compile: true})
+	s, err := step.NewStep(fullLoss(m), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.WeightedInputs}, step.StepOptions{Accum: 1, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Free()
 	params, _ := m.Init(3)
-	st, err := NewState(s, params, state)
+	st, err := step.NewState(s, params, state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int
 		if err := sampler.FillBatch(b); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.UpdateAsync(1e-2, Batch{X: b.X, Y: b.Y, W: b.W, N: 1, B: 16, T: rows.T}); err != nil {
+		if err := st.UpdateAsync(1e-2, step.Batch{X: b.X, Y: b.Y, W: b.W, N: 1, B: 16, T: rows.T}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,12 +159,12 @@ func TestDPOLearnsRule(t *testing.T) {
 		opt, _ := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 		ad, _ := a.Init(5, base)
 		optState, _ := opt.Init()
-		s, err := NewRowStep(loss, opt, len(ad), len(base), len(optState), 0, len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+		s, err := step.NewStep(loss, opt, step.Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: step.RowInputs, RowInputs: 0, Aux: PreferenceAux}, step.StepOptions{Accum: 2, GradClip: 1, Compile: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer s.Free()
-		st, err := NewFrozenState(s, ad, base, optState)
+		st, err := step.NewFrozenState(s, ad, base, optState)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +203,7 @@ func TestDPOLearnsRule(t *testing.T) {
 			for k, row := range b.Index {
 				rw[k] = float32(1 - row%2)
 			}
-			if err := st.UpdateAsync(lr, Batch{X: b.X, Y: b.Y, W: b.W, RowW: rw, N: 2, B: 8, T: trainRows.T}); err != nil {
+			if err := st.UpdateAsync(lr, step.Batch{X: b.X, Y: b.Y, W: b.W, RowW: rw, N: 2, B: 8, T: trainRows.T}); err != nil {
 				t.Fatal(err)
 			}
 		}

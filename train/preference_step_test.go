@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // randomAdapter is adapter arrays for a over base with every factor
@@ -72,7 +73,7 @@ func TestAdapterReferenceIsBaseModel(t *testing.T) {
 // adapterDPOState is the compiled adapter DPO row step of these tests (β
 // 0.5, accumulation 2, clipping at 1, AdamW) over base with adapters ad,
 // and its state; both are freed when the test ends.
-func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad []*mlx.Array) (*Step, *State) {
+func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad []*mlx.Array) (*step.Step, *step.State) {
 	t.Helper()
 	opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 	if err != nil {
@@ -82,13 +83,12 @@ func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad [
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewRowStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, len(ad), len(base), len(optState), 0,
-		len(PreferenceAux), StepOptions{Accum: 2, GradClip: 1, Compile: true})
+	s, err := step.NewStep(AdapterPreferenceLoss(m, a, Preference{Objective: DPO, Beta: 0.5}), opt, step.Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: step.RowInputs, RowInputs: 0, Aux: PreferenceAux}, step.StepOptions{Accum: 2, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Free)
-	st, err := NewFrozenState(s, ad, base, optState)
+	st, err := step.NewFrozenState(s, ad, base, optState)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +97,8 @@ func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad [
 }
 
 // rowBatch is the fixture as a row step's batch of n microbatches.
-func rowBatch(xs, ys []int32, mask []float32, n int, ref []float32) Batch {
-	b := Batch{X: xs, Y: ys, W: mask, RowW: pairWeights(8), N: n, B: 8 / n, T: 6}
+func rowBatch(xs, ys []int32, mask []float32, n int, ref []float32) step.Batch {
+	b := step.Batch{X: xs, Y: ys, W: mask, RowW: pairWeights(8), N: n, B: 8 / n, T: 6}
 	if ref != nil {
 		b.RowInputs = [][]float32{ref}
 	}
@@ -155,15 +155,14 @@ func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 
 // fullDPOStep is a full fine-tune's DPO row step with plain SGD and
 // precomputed reference log-probabilities as its row input.
-func fullDPOStep(t testing.TB, m *model.TinyGPT, accum int, clip float64) (*Step, []*mlx.Array) {
+func fullDPOStep(t testing.TB, m *model.TinyGPT, accum int, clip float64) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewRowStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, len(m.Specs), 0, len(state), 1, len(PreferenceAux),
-		StepOptions{Accum: accum, GradClip: clip, Compile: true})
+	s, err := step.NewStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.RowInputs, RowInputs: 1, Aux: PreferenceAux}, step.StepOptions{Accum: accum, GradClip: clip, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,9 +198,9 @@ func TestRowStepIsPairMeanWhateverTheSplit(t *testing.T) {
 			for _, accum := range []int{1, 2, 4} {
 				s, state := fullDPOStep(t, m, accum, clip)
 				b := rowBatch(xs, ys, mask, accum, ref)
-				rw, total, err := normalize(b.RowW, 0, "row weight")
-				if err != nil || total != 4 {
-					t.Fatalf("row weights total %g (%v), want 4 pairs", total, err)
+				rw, total := hostNormalize(b.RowW)
+				if total != 4 {
+					t.Fatalf("row weights total %g, want 4 pairs", total)
 				}
 				B := 8 / accum
 				res, err := s.RunRows(params, nil, state, mlx.Scalar(0.5, mlx.Float32), mlx.FromSlice(xs, accum, B, 6), mlx.FromSlice(ys, accum, B, 6),
@@ -239,7 +238,7 @@ func TestRowStepIsPairMeanWhateverTheSplit(t *testing.T) {
 		for i, p := range params {
 			copies[i] = mlx.Copy(p)
 		}
-		st, err := NewState(s, copies, state)
+		st, err := step.NewState(s, copies, state)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -309,7 +308,7 @@ func TestPrecomputedReferenceMatchesOnTheFly(t *testing.T) {
 			}
 		}
 		s, state := fullDPOStep(t, m, 2, 0)
-		st, err := NewState(s, base, state)
+		st, err := step.NewState(s, base, state)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // hostPairLoss is Preference.PairLoss in float64 on the host: the mean
@@ -172,7 +173,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 				rows = rows[:1]
 			}
 			f := func(ps []*mlx.Array) *mlx.Array {
-				l, _ := loss(ps, nil, x, y, mk, rows)
+				l, _ := loss(ps, nil, step.Microbatch{X: x, Y: y, W: mk, Rows: rows})
 				return l
 			}
 			argnums := make([]int, len(params))
@@ -240,7 +241,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 func TestFineTuneObjectiveConfig(t *testing.T) {
 	ok := FineTuneConfig{Base: "b", Train: "t.jsonl", Method: MethodFull}
 	for _, c := range []struct {
-		obj                 Objective
+		obj                 ObjectiveName
 		beta, lambda, gamma float64
 		pack                bool
 		want                string // "" for valid

@@ -5,6 +5,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // pretrainTask is the task of a Trainer: windows of a token corpus fed to
@@ -18,10 +19,10 @@ type pretrainTask struct {
 	setup    *Setup
 	eval     *Evaluator // rank 0 only
 	prefetch *data.Prefetcher
-	batch    *data.Batch      // the batch next returned, until release
-	stream   *TokenStream     // the training view on the device, or nil (WindowSource)
-	galore   *GaLoreRefresher // nil unless the optimizer is galore
-	sophia   *SophiaEstimator // nil unless the optimizer is sophia
+	batch    *data.Batch       // the batch next returned, until release
+	stream   *step.TokenStream // the training view on the device, or nil (WindowSource)
+	galore   *GaLoreRefresher  // nil unless the optimizer is galore
+	sophia   *SophiaEstimator  // nil unless the optimizer is sophia
 }
 
 // open builds the setup (fresh or resumed), the refreshers, the evaluator
@@ -90,7 +91,7 @@ func (p *pretrainTask) openWindows(env taskEnv) error {
 	// in the same order whatever the plan (Plan.NewBatch).
 	plan := p.setup.Plan
 	if device, _ := WindowSource(cfg, train.Len()); device {
-		if p.stream, err = NewTokenStream(train, cfg.Model.Context); err != nil {
+		if p.stream, err = step.NewTokenStream(train, cfg.Model.Context); err != nil {
 			return err
 		}
 		p.prefetch, err = data.NewStartsPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
@@ -102,26 +103,26 @@ func (p *pretrainTask) openWindows(env taskEnv) error {
 
 // next takes the next prefetched batch, refreshing GaLore's projections
 // and Sophia's Hessian estimate on it when due.
-func (p *pretrainTask) next(step int) (Batch, error) {
+func (p *pretrainTask) next(update int) (step.Batch, error) {
 	batch, err := p.prefetch.Next()
 	if err != nil {
-		return Batch{}, err
+		return step.Batch{}, err
 	}
 	p.batch = batch
-	if p.galore.Due(step) {
-		if err := p.galore.Refresh(p.setup.State, BatchOf(batch)); err != nil {
-			return Batch{}, err
+	if p.galore.Due(update) {
+		if err := p.galore.Refresh(p.setup.State, step.BatchOf(batch)); err != nil {
+			return step.Batch{}, err
 		}
 	}
-	if p.sophia.Due(step) {
-		if err := p.sophia.Estimate(p.setup.State, BatchOf(batch), step); err != nil {
-			return Batch{}, err
+	if p.sophia.Due(update) {
+		if err := p.sophia.Estimate(p.setup.State, step.BatchOf(batch), update); err != nil {
+			return step.Batch{}, err
 		}
 	}
 	if p.stream != nil {
 		return p.stream.Batch(batch), nil
 	}
-	return BatchOf(batch), nil
+	return step.BatchOf(batch), nil
 }
 
 // release appends the sampler state after the batch and hands the batch

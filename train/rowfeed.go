@@ -4,21 +4,24 @@ import (
 	"fmt"
 
 	"github.com/posttrainllm/posttrainllm/data"
-	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
-// rowFeed feeds a fine-tune's updates with its records' rows: a
+// RowFeed feeds a fine-tune's updates with its training rows: a
 // data.RowSampler's seeded epochs, sharded across the ranks of a
-// data-parallel group (data.RowSampler.Shard), in the plan's shape.
-type rowFeed struct {
+// data-parallel group (data.RowSampler.Shard), in the plan's shape. An
+// objective's run (ObjectiveRun) draws its rows from one, adding its own
+// row weights and inputs to the batches.
+type RowFeed struct {
 	sampler *data.RowSampler
 	batch   *data.WeightedBatch
 }
 
-// newRowFeed returns the feed of rows for a run of cfg under plan on this
-// rank of g (nil: alone), resuming after the sampler state (nil: from the
-// start).
-func newRowFeed(rows *data.Rows, cfg Config, plan Plan, g *mlx.Group, state []byte) (*rowFeed, error) {
+// NewRowFeed returns the feed of env.Train for a run of env.Config under
+// env.Plan on this rank of env.Group (nil: alone), resuming after
+// env.SamplerState (nil: from the start).
+func NewRowFeed(env ObjectiveEnv) (*RowFeed, error) {
+	rows, cfg, g := env.Train, env.Config, env.Group
 	sampler, err := data.NewRowSampler(rows, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -28,27 +31,31 @@ func newRowFeed(rows *data.Rows, cfg Config, plan Plan, g *mlx.Group, state []by
 			return nil, err
 		}
 	}
-	if state != nil {
-		if err := sampler.SetState(state); err != nil {
+	if env.SamplerState != nil {
+		if err := sampler.SetState(env.SamplerState); err != nil {
 			return nil, fmt.Errorf("resume: %w", err)
 		}
 	}
-	batch, err := data.NewWeightedBatch(plan.Steps, plan.MicroBatch, rows.T)
+	batch, err := data.NewWeightedBatch(env.Plan.Steps, env.Plan.MicroBatch, rows.T)
 	if err != nil {
 		return nil, err
 	}
-	return &rowFeed{sampler: sampler, batch: batch}, nil
+	return &RowFeed{sampler: sampler, batch: batch}, nil
 }
 
-// next fills the feed's batch with the next update's rows. The batch's
-// buffers are reused: the step copies them before next is called again.
-func (f *rowFeed) next() (Batch, error) {
+// Next fills the feed's batch with the next update's rows. The batch's
+// buffers are reused: the step copies them before Next is called again.
+func (f *RowFeed) Next() (step.Batch, error) {
 	if err := f.sampler.FillBatch(f.batch); err != nil {
-		return Batch{}, err
+		return step.Batch{}, err
 	}
 	b := f.batch
-	return Batch{X: b.X, Y: b.Y, W: b.W, WeightSum: b.WeightSum, Seg: b.Seg, N: b.N, B: b.B, T: b.T}, nil
+	return step.Batch{X: b.X, Y: b.Y, W: b.W, WeightSum: b.WeightSum, Seg: b.Seg, N: b.N, B: b.B, T: b.T}, nil
 }
 
-// appendState appends the sampler state after the last batch to b.
-func (f *rowFeed) appendState(b []byte) []byte { return append(b, f.batch.State...) }
+// Index returns the training rows of the last batch, in its [N, B]
+// order; the feed reuses the slice.
+func (f *RowFeed) Index() []int { return f.batch.Index }
+
+// AppendState appends the sampler state after the last batch to b.
+func (f *RowFeed) AppendState(b []byte) []byte { return append(b, f.batch.State...) }

@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Prepare fills cfg's defaults (the vocabulary size from its tokenizer when
@@ -51,8 +52,8 @@ type Setup struct {
 	// Plan is how the step runs an update's Batch × Accum sequences; its
 	// batches are [Plan.Steps, Plan.MicroBatch, context] (Plan.NewBatch).
 	Plan  Plan
-	Step  *Step
-	State *State
+	Step  *step.Step
+	State *step.State
 	// Resumed is the run state of the checkpoint the state was loaded
 	// from, nil for a fresh run.
 	Resumed *RunState
@@ -70,7 +71,7 @@ func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 }
 
 // NewGroupSetup is NewSetup for one rank of the data-parallel group g: its
-// step averages the gradients across g (StepOptions.Group). Every rank
+// step averages the gradients across g (step.StepOptions.Group). Every rank
 // starts from the same parameters (cfg.Seed or the checkpoint), so the
 // ranks stay in step. The plan probe runs without the group: each rank
 // plans its own micro-batch, which changes how its share runs, not what
@@ -93,12 +94,12 @@ func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group
 		}
 		opts := s.Plan.StepOptions(cfg)
 		opts.Group = g
-		s.Step, err = NewModelStep(m, s.Optimizer, opts)
+		s.Step, err = step.NewModelStep(m, s.Optimizer, opts)
 		if err != nil {
 			return err
 		}
 		if resumeFrom == "" {
-			s.State, err = InitState(s.Step, m, cfg.Seed)
+			s.State, err = step.InitState(s.Step, m, cfg.Seed)
 			return err
 		}
 		s.State, s.Resumed, err = s.resume(resumeFrom)
@@ -115,7 +116,7 @@ func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group
 }
 
 // resume loads the state of checkpoint dir into the setup's step.
-func (s *Setup) resume(dir string) (*State, *RunState, error) {
+func (s *Setup) resume(dir string) (*step.State, *RunState, error) {
 	ck, err := loadCheckpoint(dir)
 	if err != nil {
 		return nil, nil, err
@@ -137,7 +138,7 @@ func (s *Setup) resume(dir string) (*State, *RunState, error) {
 	} else if opt, err = s.orderOptState(filepath.Join(dir, checkpoint.OptimizerFile), ck.OptState); err != nil {
 		return nil, nil, err
 	}
-	st, err := NewState(s.Step, params, opt)
+	st, err := step.NewState(s.Step, params, opt)
 	if err != nil {
 		return nil, nil, err
 	}

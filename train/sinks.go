@@ -187,8 +187,8 @@ func (s *tbSink) Close() error { return s.w.Close() }
 
 // MetricValues are the measured values of a metrics line by their
 // metrics.jsonl names, as the TensorBoard sink writes them: every number
-// of the JSON line but the step, the fields of an object (the preference
-// metrics) named object_field (val_preference_accuracy). A line without a training loss (the
+// of the JSON line but the step, the fields of an object (an objective's
+// auxiliary metrics) named object_field (val_aux_accuracy). A line without a training loss (the
 // held-out evaluation of a fresh run's step 0) measured only the
 // learning rate and its val_ fields; the zeros JSON holds for the rest
 // are left out.
@@ -204,7 +204,7 @@ func MetricValues(m Metrics) (map[string]float64, error) {
 	evalOnly := math.IsNaN(m.Loss)
 	out := make(map[string]float64, len(all))
 	for k, v := range all {
-		if group, ok := v.(map[string]any); ok { // preference, val_preference: their fields as k_field
+		if group, ok := v.(map[string]any); ok { // aux, val_aux: their fields as k_field
 			delete(all, k)
 			for sub, sv := range group {
 				all[k+"_"+sub] = sv

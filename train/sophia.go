@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // setSophiaConfig applies the config's Sophia settings: the estimate is
@@ -105,17 +106,14 @@ func (e *SophiaEstimator) Due(step int) bool {
 }
 
 // Estimate replaces the Hessian estimate in s using the first microbatch
-// of b, with the sampling key of update step.
-func (e *SophiaEstimator) Estimate(s *State, b Batch, step int) error {
-	return mlx.Do(func() error {
-		if s.freed {
-			return fmt.Errorf("sophia estimate of a freed state")
-		}
+// of b, with the sampling key of update update.
+func (e *SophiaEstimator) Estimate(s *step.State, b step.Batch, update int) error {
+	err := s.RefreshOptState(func(params, opt []*mlx.Array) ([]*mlx.Array, error) {
 		bt := b.B * b.T
 		x := mlx.FromSlice(b.X[:bt], b.B, b.T)
-		key := mlx.RandomKey(e.seed ^ (uint64(step)+1)*sophiaKeySalt)
+		key := mlx.RandomKey(e.seed ^ (uint64(update)+1)*sophiaKeySalt)
 		defer mlx.Free(x, key)
-		in := append(append(append([]*mlx.Array(nil), s.params...), s.opt...), key, x)
+		in := append(append(append([]*mlx.Array(nil), params...), opt...), key, x)
 		var out []*mlx.Array
 		var err error
 		if e.compiled != nil {
@@ -124,12 +122,15 @@ func (e *SophiaEstimator) Estimate(s *State, b Batch, step int) error {
 			out, err = e.body(in)
 		}
 		if err != nil {
-			return fmt.Errorf("sophia estimate: %w", err)
+			return nil, err
 		}
-		mlx.Free(s.opt...)
-		s.opt = out
-		return nil
+		mlx.Free(opt...)
+		return out, nil
 	})
+	if err != nil {
+		return fmt.Errorf("sophia estimate: %w", err)
+	}
+	return nil
 }
 
 // Free releases the estimate's functions.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // hessianState reads every "<param>.sophia_h" array of s, concatenated.
@@ -60,8 +61,8 @@ func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
 		t.Fatal("initial Hessian estimate is not zero")
 	}
 	var after [][]float32
-	for _, step := range []int{0, 10, 20} {
-		if err := e.Estimate(s.State, BatchOf(batch), step); err != nil {
+	for _, upd := range []int{0, 10, 20} {
+		if err := e.Estimate(s.State, step.BatchOf(batch), upd); err != nil {
 			t.Fatal(err)
 		}
 		after = append(after, hessianState(t, s))
@@ -75,13 +76,13 @@ func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
 	// From the same zero state, the estimate of update 10 again equals the
 	// first one of update 10, and that of update 20 differs: the key, an
 	// input, changes the sampled labels without a new trace.
-	estimateFresh := func(step int) []float32 {
+	estimateFresh := func(upd int) []float32 {
 		fresh, err := NewSetup(cfg, m, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer fresh.Free()
-		if err := e.Estimate(fresh.State, BatchOf(batch), step); err != nil {
+		if err := e.Estimate(fresh.State, step.BatchOf(batch), upd); err != nil {
 			t.Fatal(err)
 		}
 		return hessianState(t, fresh)

@@ -4,14 +4,16 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // stateSetup returns a fresh setup of the tiny config and a batch for it.
-func stateSetup(t *testing.T) (*Setup, Batch) {
+func stateSetup(t *testing.T) (*Setup, step.Batch) {
 	t.Helper()
 	s, _, cfg := preparedSetup(t, tinyConfig())
 	n := cfg.Accum * cfg.Batch * cfg.Model.Context
-	b := Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
+	b := step.Batch{X: make([]int32, n), Y: make([]int32, n), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
 	for i := range b.X {
 		b.X[i], b.Y[i] = int32(i%50), int32((i+1)%50)
 	}
@@ -33,7 +35,7 @@ func TestStateRejectsBadUpdates(t *testing.T) {
 	wide.N = 2
 	for _, c := range []struct {
 		lr   float64
-		b    Batch
+		b    step.Batch
 		want string
 	}{
 		{math.NaN(), good, "lr = NaN, want a finite value >= 0"},
@@ -42,7 +44,7 @@ func TestStateRejectsBadUpdates(t *testing.T) {
 		{1e39, good, "float32: at most"},
 		{1e-3, short, "holds 128 inputs and 127 targets, want N·B·T = 1·4·32 = 128 each"},
 		{1e-3, wide, "batch of shape [2 4 32], want [accum=1"},
-		{1e-3, Batch{}, "batch of shape [0 0 0]"},
+		{1e-3, step.Batch{}, "batch of shape [0 0 0]"},
 	} {
 		if _, err := st.Update(c.lr, c.b); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Update(%g, %d×%d×%d batch) = %v, want an error containing %q", c.lr, c.b.N, c.b.B, c.b.T, err, c.want)
@@ -54,7 +56,7 @@ func TestStateRejectsBadUpdates(t *testing.T) {
 	if s.Step.Traces() != 0 {
 		t.Fatalf("refused updates traced the step %d times", s.Step.Traces())
 	}
-	if _, err := NewState(s.Step, params[:2], st.OptState()); err == nil || !strings.Contains(err.Error(), "state of 2 params") {
+	if _, err := step.NewState(s.Step, params[:2], st.OptState()); err == nil || !strings.Contains(err.Error(), "state of 2 params") {
 		t.Fatalf("NewState with 2 of %d parameters: %v", len(params), err)
 	}
 }
@@ -101,7 +103,7 @@ func TestStateUpdateStatsEval(t *testing.T) {
 	if err := st.Eval(); err == nil {
 		t.Fatal("Eval of a freed state succeeded")
 	}
-	var nilState *State
+	var nilState *step.State
 	nilState.Free()
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 const copiesAccum, copiesB, copiesT, copiesSeed = 2, 4, 16, 5
@@ -25,9 +26,9 @@ func mixedModel(t testing.TB) *model.TinyGPT {
 }
 
 // copiesBatch returns step i's [accum, B, T] inputs and targets.
-func copiesBatch(ds *Dataset, i int) Batch {
+func copiesBatch(ds *Dataset, i int) step.Batch {
 	n := copiesAccum * copiesB
-	b := Batch{X: make([]int32, n*copiesT), Y: make([]int32, n*copiesT), N: copiesAccum, B: copiesB, T: copiesT}
+	b := step.Batch{X: make([]int32, n*copiesT), Y: make([]int32, n*copiesT), N: copiesAccum, B: copiesB, T: copiesT}
 	for r := 0; r < n; r++ {
 		off := (i*n + r) * 53 % (ds.Train.Len() - copiesT - 1)
 		ds.Train.CopyInto(b.X[r*copiesT:(r+1)*copiesT], off)
@@ -41,34 +42,35 @@ func copiesBatch(ds *Dataset, i int) Batch {
 // with.
 type copiesRun struct {
 	t      testing.TB
-	step   *Step
-	state  *State
+	upd    *step.Step
+	opt    optim.Optimizer
+	state  *step.State
 	ds     *Dataset
 	seen   mlx.Dtype
 	losses []float64
 }
 
-func newCopiesRun(t testing.TB, m *model.TinyGPT, opts StepOptions) *copiesRun {
+func newCopiesRun(t testing.TB, m *model.TinyGPT, opts step.StepOptions) *copiesRun {
 	t.Helper()
 	opt, err := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &copiesRun{t: t, ds: memoryDataset(t, syntheticText(20_000), copiesT)}
+	r := &copiesRun{t: t, opt: opt, ds: memoryDataset(t, syntheticText(20_000), copiesT)}
 	loss := func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		r.seen = p[0].Dtype()
 		return m.Loss(p, x, y)
 	}
 	opts.Accum, opts.GradClip = copiesAccum, 1
-	if r.step, err = NewStep(loss, opt, len(m.Specs), len(opt.StateNames()), opts); err != nil {
+	if r.upd, err = step.NewStep(step.MeanLoss(loss), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts); err != nil {
 		t.Fatal(err)
 	}
-	if r.state, err = InitState(r.step, m, copiesSeed); err != nil {
+	if r.state, err = step.InitState(r.upd, m, copiesSeed); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		r.state.Free()
-		r.step.Free()
+		r.upd.Free()
 	})
 	return r
 }
@@ -174,18 +176,18 @@ func TestComputeCopiesMatchMasterCasts(t *testing.T) {
 		t.Run(fmt.Sprintf("compile=%v", compile), func(t *testing.T) {
 			mlxtest.Run(t, func(t testing.TB) {
 				m := mixedModel(t)
-				base := newCopiesRun(t, m, StepOptions{Compile: compile})
+				base := newCopiesRun(t, m, step.StepOptions{Compile: compile})
 				base.run(0, steps)
 				if base.seen != mlx.Float32 {
 					t.Fatalf("without copies the loss saw %v parameters, want the float32 masters", base.seen)
 				}
-				cp := newCopiesRun(t, m, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+				cp := newCopiesRun(t, m, step.StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
 				cp.run(0, steps)
 				if cp.seen != mlx.BFloat16 {
 					t.Fatalf("with copies the loss saw %v parameters, want bfloat16", cp.seen)
 				}
 				got := cp.state.Params()
-				for i, c := range cp.state.copies {
+				for i, c := range cp.state.Copies() {
 					if c.Dtype() != mlx.BFloat16 || got[i].Dtype() != mlx.Float32 {
 						t.Fatalf("param %d: copy %v, master %v; want bfloat16 and float32", i, c.Dtype(), got[i].Dtype())
 					}
@@ -201,8 +203,8 @@ func TestComputeCopiesMatchMasterCasts(t *testing.T) {
 				assertSameLosses(t, "with vs without copies", base.losses, cp.losses)
 				identical := assertSame(t, "with vs without copies", base.state.Params(), got)
 				t.Logf("%d steps: bit-identical params: %v", steps, identical)
-				if want := map[bool]int{true: 1, false: steps}[compile]; cp.step.Traces() != want {
-					t.Fatalf("step body ran %d times, want %d", cp.step.Traces(), want)
+				if want := map[bool]int{true: 1, false: steps}[compile]; cp.upd.Traces() != want {
+					t.Fatalf("step body ran %d times, want %d", cp.upd.Traces(), want)
 				}
 			})
 		})
@@ -217,12 +219,12 @@ func TestComputeCopiesCarriedByState(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		const steps = 10
 		m := mixedModel(t)
-		ref := newCopiesRun(t, m, StepOptions{Compile: true})
+		ref := newCopiesRun(t, m, step.StepOptions{Compile: true})
 		ref.run(0, steps)
 
-		cp := newCopiesRun(t, m, StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+		cp := newCopiesRun(t, m, step.StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
 		for i := 0; i < steps; i++ {
-			prev := cp.state.copies
+			prev := cp.state.Copies()
 			cp.run(i, 1)
 			for j, c := range prev {
 				if c.Valid() {
@@ -230,8 +232,8 @@ func TestComputeCopiesCarriedByState(t *testing.T) {
 				}
 			}
 		}
-		if cp.step.Traces() != 1 {
-			t.Fatalf("traced %d times over %d updates, want 1", cp.step.Traces(), steps)
+		if cp.upd.Traces() != 1 {
+			t.Fatalf("traced %d times over %d updates, want 1", cp.upd.Traces(), steps)
 		}
 		assertSameLosses(t, "carried copies", ref.losses, cp.losses)
 		assertSame(t, "carried copies", ref.state.Params(), cp.state.Params())
@@ -242,14 +244,14 @@ func TestComputeCopiesCarriedByState(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mlx.Free(params...)
-		opt, err := cp.step.opt.Init()
+		opt, err := cp.opt.Init()
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer mlx.Free(opt...)
 		b := copiesBatch(cp.ds, 0)
 		lr := mlx.Scalar(1e-2, mlx.Float32)
-		res, err := cp.step.Run(params, opt, lr, mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T))
+		res, err := cp.upd.Run(params, opt, lr, mlx.FromSlice(b.X, b.N, b.B, b.T), mlx.FromSlice(b.Y, b.N, b.B, b.T))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -259,8 +261,8 @@ func TestComputeCopiesCarriedByState(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertSameLosses(t, "Step.Run casting its own copies", ref.losses[:1], []float64{loss})
-		if cp.step.Traces() != 1 {
-			t.Fatalf("Step.Run traced the step again (%d traces)", cp.step.Traces())
+		if cp.upd.Traces() != 1 {
+			t.Fatalf("Step.Run traced the step again (%d traces)", cp.upd.Traces())
 		}
 	})
 }
@@ -270,7 +272,7 @@ func TestComputeCopiesCarriedByState(t *testing.T) {
 func TestComputeCopiesMemoryIsFlat(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		const warm, steps = 10, 200
-		cp := newCopiesRun(t, mixedModel(t), StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+		cp := newCopiesRun(t, mixedModel(t), step.StepOptions{Compile: true, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
 		cp.run(0, warm)
 		atWarm := mlx.Memory().Active
 		cp.run(warm, steps-warm)
@@ -290,12 +292,16 @@ func TestComputeCopiesFreedWithState(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		m := mixedModel(t)
 		for _, compile := range []bool{true, false} {
-			cp := newCopiesRun(t, m, StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
+			cp := newCopiesRun(t, m, step.StepOptions{Compile: compile, ComputeCopies: true, ComputeDtype: mlx.BFloat16})
 			cp.run(0, 2)
-			copies, params := cp.state.copies, cp.state.Params()
+			copies, params := cp.state.Copies(), cp.state.Params()
 			// One copy per array of the step's layout: per parameter, or
 			// per flat group.
-			if _, want, _ := cp.state.step.layoutSizes(); len(copies) != want || want == 0 {
+			want := len(params)
+			if g := cp.upd.FlatGroups(); g > 0 {
+				want = g
+			}
+			if len(copies) != want || want == 0 {
 				t.Fatalf("compile=%v: state holds %d copies, want %d (> 0)", compile, len(copies), want)
 			}
 			var bytes uint64
@@ -334,11 +340,11 @@ func testComputeCopiesOfSameDtype(t testing.TB) {
 	for i, on := range []bool{false, true} {
 		opt := plainSGD(t, m)
 		state, _ := opt.Init()
-		opts := StepOptions{Accum: 1, Compile: true}
+		opts := step.StepOptions{Accum: 1, Compile: true}
 		if on {
 			opts.ComputeCopies, opts.ComputeDtype = true, mlx.Float32
 		}
-		s, err := NewStep(m.Loss, opt, len(params), len(state), opts)
+		s, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(params), State: len(state)}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,12 +372,12 @@ func testComputeCopiesOptions(t testing.TB) {
 	m, params, _, _ := stepSetup(t)
 	defer mlx.Free(params...)
 	opt := plainSGD(t, m)
-	for _, o := range []StepOptions{
+	for _, o := range []step.StepOptions{
 		{Accum: 1, ComputeCopies: true},                          // bool is not a compute dtype
 		{Accum: 1, ComputeCopies: true, ComputeDtype: mlx.Int32}, // nor is int32
 		{Accum: 1, ComputeDtype: mlx.BFloat16},                   // dtype without the switch
 	} {
-		if s, err := NewStep(m.Loss, opt, len(params), 0, o); err == nil {
+		if s, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(params), State: 0}, o); err == nil {
 			s.Free()
 			t.Errorf("NewStep accepted %+v", o)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // perParameter hides an optimizer's Elementwise methods, so a step runs
@@ -16,7 +17,7 @@ type perParameter struct{ optim.Optimizer }
 
 // flatRun is a State of a compiled step of an elementwise optimizer over
 // m (accum 2, clipping, compute-dtype copies where m computes in bf16).
-func flatRun(t testing.TB, m *model.TinyGPT, name string, flat bool) (*Step, *State) {
+func flatRun(t testing.TB, m *model.TinyGPT, name string, flat bool) (*step.Step, *step.State) {
 	t.Helper()
 	oc := optim.DefaultConfig()
 	oc.SGD.Momentum, oc.SGD.WeightDecay = 0.9, 0.01
@@ -28,19 +29,19 @@ func flatRun(t testing.TB, m *model.TinyGPT, name string, flat bool) (*Step, *St
 		opt = perParameter{opt}
 	}
 	opts := RunStepOptions(Config{Model: m.Config, Accum: copiesAccum, GradClip: 0.5, Compile: true})
-	step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+	upd, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	state, err := InitState(step, m, copiesSeed)
+	state, err := step.InitState(upd, m, copiesSeed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		state.Free()
-		step.Free()
+		upd.Free()
 	})
-	return step, state
+	return upd, state
 }
 
 // An elementwise optimizer over the flat layout computes what it computes
@@ -57,12 +58,12 @@ func TestFlatLayoutMatchesPerParameter(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, name := range []string{"adamw", "lion", "sgd"} {
-			var states [2]*State
-			var stats [2][]StepStats
+			var states [2]*step.State
+			var stats [2][]step.StepStats
 			for k, flat := range []bool{true, false} {
-				step, state := flatRun(t, m, name, flat)
-				if (step.flat != nil) != flat {
-					t.Fatalf("%s: flat layout %v, want %v", name, step.flat != nil, flat)
+				upd, state := flatRun(t, m, name, flat)
+				if (upd.FlatGroups() > 0) != flat {
+					t.Fatalf("%s: flat layout %v, want %v", name, upd.FlatGroups() > 0, flat)
 				}
 				for i := 0; i < 3; i++ {
 					if _, err := state.Update(1e-2, copiesBatch(ds, i)); err != nil {
@@ -74,8 +75,8 @@ func TestFlatLayoutMatchesPerParameter(t *testing.T) {
 					}
 					stats[k] = append(stats[k], st)
 				}
-				if step.Traces() != 1 {
-					t.Errorf("%s flat=%v: %d traces, want 1", name, flat, step.Traces())
+				if upd.Traces() != 1 {
+					t.Errorf("%s flat=%v: %d traces, want 1", name, flat, upd.Traces())
 				}
 				states[k] = state
 			}
@@ -138,7 +139,7 @@ func TestFlatLayoutRunsFewerOperations(t *testing.T) {
 		var total [2]int
 		var groups int
 		for k, flat := range []bool{true, false} {
-			step, state := flatRun(t, mixedModel(t), "adamw", flat)
+			upd, state := flatRun(t, mixedModel(t), "adamw", flat)
 			if _, err := state.Update(1e-2, copiesBatch(ds, 0)); err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +152,7 @@ func TestFlatLayoutRunsFewerOperations(t *testing.T) {
 			}
 			total[k] = mlx.CountKernelOps(ops)
 			if flat {
-				groups = step.flat.Groups()
+				groups = upd.FlatGroups()
 			}
 		}
 		params := len(mixedModel(t).Specs)
@@ -174,20 +175,20 @@ func TestStackedParamsMatchSeparate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var states [2]*State
+		var states [2]*step.State
 		var losses [2][]float64
 		for k, stacked := range [][][]int{m.Config.QKVRuns(), nil} {
 			opt, err := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts := StepOptions{Accum: 2, GradClip: 0.5, Compile: true, StackedParams: stacked}
-			step, err := NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
+			opts := step.StepOptions{Accum: 2, GradClip: 0.5, Compile: true, StackedParams: stacked}
+			upd, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer step.Free()
-			st, err := InitState(step, m, copiesSeed)
+			defer upd.Free()
+			st, err := step.InitState(upd, m, copiesSeed)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,8 +200,8 @@ func TestStackedParamsMatchSeparate(t *testing.T) {
 				}
 				losses[k] = append(losses[k], loss)
 			}
-			if want := len(m.Specs) - 2*len(stacked); len(step.units) != want {
-				t.Fatalf("stacked=%v: the step differentiates %d arrays, want %d", stacked != nil, len(step.units), want)
+			if want := len(m.Specs) - 2*len(stacked); upd.Differentiated() != want {
+				t.Fatalf("stacked=%v: the step differentiates %d arrays, want %d", stacked != nil, upd.Differentiated(), want)
 			}
 			states[k] = st
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // plainSGD updates p ← p − lr·g, so a step's parameter change is −lr × the
@@ -45,23 +46,23 @@ func stepSetup(t testing.TB) (*model.TinyGPT, []*mlx.Array, []int32, []int32) {
 
 // sgdStep builds a plain SGD step over m's parameters and its optimizer
 // state.
-func sgdStep(t testing.TB, m *model.TinyGPT, opts StepOptions) (*Step, []*mlx.Array) {
+func sgdStep(t testing.TB, m *model.TinyGPT, opts step.StepOptions) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewStep(m.Loss, opt, len(m.Specs), len(state), opts)
+	s, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(state)}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, state
 }
 
-func runStep(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *Step) {
+func runStep(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *step.Step) {
 	t.Helper()
-	s, state := sgdStep(t, m, StepOptions{Accum: accum, Compile: compile})
+	s, state := sgdStep(t, m, step.StepOptions{Accum: accum, Compile: compile})
 	b := 16 / accum
 	res, err := s.Run(params, state, mlx.Scalar(lr, mlx.Float32),
 		mlx.FromSlice(xs, accum, b, 16), mlx.FromSlice(ys, accum, b, 16))
@@ -100,7 +101,7 @@ func TestAccumulationMatchesLargeBatch(t *testing.T) {
 func TestLearningRateIsAnInput(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		m, params, xs, ys := stepSetup(t)
-		s, state := sgdStep(t, m, StepOptions{Accum: 2, Compile: true})
+		s, state := sgdStep(t, m, step.StepOptions{Accum: 2, Compile: true})
 		deltas := make([][]float32, 2)
 		for i, lr := range []float64{0.1, 0.2} {
 			res, err := s.Run(params, state, mlx.Scalar(lr, mlx.Float32),
@@ -127,7 +128,7 @@ func TestLearningRateIsAnInput(t *testing.T) {
 func TestStepRejectsBadInputs(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
 		m, params, xs, ys := stepSetup(t)
-		s, state := sgdStep(t, m, StepOptions{Accum: 4, Compile: true})
+		s, state := sgdStep(t, m, step.StepOptions{Accum: 4, Compile: true})
 		defer s.Free()
 		lr := mlx.Scalar(0.1, mlx.Float32)
 		x, y := mlx.FromSlice(xs, 4, 4, 16), mlx.FromSlice(ys, 4, 4, 16)
@@ -149,7 +150,7 @@ func TestStepRejectsBadInputs(t *testing.T) {
 		if s.Traces() != 0 {
 			t.Fatalf("rejected inputs traced the step %d times", s.Traces())
 		}
-		if _, err := NewStep(m.Loss, plainSGD(t, m), len(params), len(state), StepOptions{Accum: 0}); err == nil {
+		if _, err := step.NewStep(step.MeanLoss(m.Loss), plainSGD(t, m), step.Layout{Trainable: len(params), State: len(state)}, step.StepOptions{Accum: 0}); err == nil {
 			t.Fatal("accum 0 accepted")
 		}
 	})

@@ -5,12 +5,13 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // techniqueSetup builds a setup of the tiny preset's model shape (d_model
 // 64, 2 layers, context 64, batch 8, byte tokenizer) with optimizer opt,
 // and one batch.
-func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, Batch) {
+func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, step.Batch) {
 	b.Helper()
 	cfg := tinyConfig()
 	cfg.Model.DModel, cfg.Model.Heads, cfg.Model.Context, cfg.Batch = 64, 4, 64, 8
@@ -28,7 +29,7 @@ func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, Batch) {
 	if err := sampler.FillBatch(batch); err != nil {
 		b.Fatal(err)
 	}
-	return s, m, BatchOf(batch)
+	return s, m, step.BatchOf(batch)
 }
 
 // BenchmarkGaLoreRefresh is one refresh of GaLore's projections (rank 16):
@@ -61,15 +62,15 @@ func BenchmarkSophiaEstimate(b *testing.B) {
 	if err := e.Estimate(s.State, batch, 0); err != nil { // the trace
 		b.Fatal(err)
 	}
-	step := 1
+	upd := 1
 	for b.Loop() {
-		if err := e.Estimate(s.State, batch, step); err != nil {
+		if err := e.Estimate(s.State, batch, upd); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.State.Eval(); err != nil {
 			b.Fatal(err)
 		}
-		step++
+		upd++
 	}
 }
 

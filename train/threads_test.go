@@ -13,6 +13,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // churn makes MLX callers land on many OS threads: it raises GOMAXPROCS to
@@ -238,7 +239,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches := make([]Batch, cfg.Steps)
+	batches := make([]step.Batch, cfg.Steps)
 	for i := range batches {
 		b, err := data.NewBatch(cfg.Accum, cfg.Batch, cfg.Model.Context)
 		if err != nil {
@@ -247,7 +248,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 		if err := sampler.FillBatch(b); err != nil {
 			t.Fatal(err)
 		}
-		batches[i] = BatchOf(b)
+		batches[i] = step.BatchOf(b)
 	}
 
 	err = threads.fresh(3, func(int) error {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // Updates on windows gathered from a token stream are the updates on the
@@ -20,7 +21,7 @@ func TestTokenStreamMatchesHostWindows(t *testing.T) {
 		cfg.Compile, cfg.Accum, cfg.Steps, cfg.Warmup = compile, 2, 5, 2
 		host, _, cfg := preparedSetup(t, cfg)
 		dev, _, _ := preparedSetup(t, cfg)
-		stream, err := NewTokenStream(ds.Train, cfg.Model.Context)
+		stream, err := step.NewTokenStream(ds.Train, cfg.Model.Context)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -37,7 +38,7 @@ func TestTokenStreamMatchesHostWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 			lr := host.Schedule.LR(i)
-			want, err := host.State.Update(lr, BatchOf(hb))
+			want, err := host.State.Update(lr, step.BatchOf(hb))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,26 +75,26 @@ func TestTokenStreamRejectsBadBatches(t *testing.T) {
 	s, host := stateSetup(t)
 	cfg := s.Config
 	view := data.NewTokens(make([]int32, 100)).All()
-	stream, err := NewTokenStream(view, cfg.Model.Context)
+	stream, err := step.NewTokenStream(view, cfg.Model.Context)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer stream.Free()
-	good := Batch{Stream: stream, Starts: make([]int32, cfg.Accum*cfg.Batch), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
+	good := step.Batch{Stream: stream, Starts: make([]int32, cfg.Accum*cfg.Batch), N: cfg.Accum, B: cfg.Batch, T: cfg.Model.Context}
 	last := int32(100 - cfg.Model.Context - 1)
 	good.Starts[0] = last
 	before, _ := s.State.Params()[0].Float32s()
 	for _, c := range []struct {
 		name string
-		edit func(b *Batch)
+		edit func(b *step.Batch)
 		want string
 	}{
-		{"start past the end", func(b *Batch) { b.Starts = append([]int32{last + 1}, b.Starts[1:]...) }, "window start 68"},
-		{"negative start", func(b *Batch) { b.Starts = append([]int32{-1}, b.Starts[1:]...) }, "window start -1"},
-		{"short starts", func(b *Batch) { b.Starts = b.Starts[1:] }, "window starts"},
-		{"no stream", func(b *Batch) { b.Stream = nil }, "no token stream"},
-		{"tokens too", func(b *Batch) { b.X = host.X }, "one form"},
-		{"other context", func(b *Batch) { b.T = 16 }, "context 32"},
+		{"start past the end", func(b *step.Batch) { b.Starts = append([]int32{last + 1}, b.Starts[1:]...) }, "window start 68"},
+		{"negative start", func(b *step.Batch) { b.Starts = append([]int32{-1}, b.Starts[1:]...) }, "window start -1"},
+		{"short starts", func(b *step.Batch) { b.Starts = b.Starts[1:] }, "window starts"},
+		{"no stream", func(b *step.Batch) { b.Stream = nil }, "no token stream"},
+		{"tokens too", func(b *step.Batch) { b.X = host.X }, "one form"},
+		{"other context", func(b *step.Batch) { b.T = 16 }, "context 32"},
 	} {
 		b := good
 		c.edit(&b)
@@ -110,7 +111,7 @@ func TestTokenStreamRejectsBadBatches(t *testing.T) {
 	if _, err := s.State.Update(1e-3, good); err != nil {
 		t.Fatalf("the good batch of starts: %v", err)
 	}
-	if _, err := NewTokenStream(view, 100); err == nil || !strings.Contains(err.Error(), "100 tokens") {
+	if _, err := step.NewTokenStream(view, 100); err == nil || !strings.Contains(err.Error(), "100 tokens") {
 		t.Errorf("a stream of 100 tokens for context 100: err = %v", err)
 	}
 }
@@ -164,7 +165,7 @@ func TestWindowSource(t *testing.T) {
 		{"host asked", func(c *Config) { c.Windows = "host" }, 1000, false, "windows = host"},
 		{"dropout", func(c *Config) { c.BPEDropout = 0.1 }, 1000, false, "BPE-dropout"},
 		{"galore", func(c *Config) { c.Optimizer = "galore" }, 1000, false, "galore"},
-		{"long corpus", func(*Config) {}, MaxStreamTokens + 1, false, "more than"},
+		{"long corpus", func(*Config) {}, step.MaxStreamTokens + 1, false, "more than"},
 	} {
 		cfg := gpu
 		c.edit(&cfg)

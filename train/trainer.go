@@ -55,10 +55,20 @@ type Summary struct {
 	PeakMemoryBytes   uint64
 	ActiveMemoryBytes uint64
 	Plan              Plan
-	// InitialValPreference and ValPreference are a preference
-	// fine-tune's held-out rewards, margin and accuracy (with the loss)
-	// at the first and the last evaluation; nil when not measured.
-	InitialValPreference, ValPreference *PreferenceEval
+	// InitialValAux and ValAux are the means of a fine-tune objective's
+	// held-out metrics (Eval.Aux: a preference objective's rewards,
+	// margin and accuracy) at the first and the last evaluation, over
+	// ValRows rows (a preference objective's pairs); nil and 0 when not
+	// measured.
+	InitialValAux, ValAux map[string]float64
+	ValRows               int
+	// Best is the lowest held-out loss of the run (resumed runs included)
+	// with its step and, under Config.KeepBest, its checkpoint; nil when
+	// nothing was evaluated. EarlyStopped says the run stopped before
+	// Config.Steps because the held-out loss had not improved for
+	// Config.Patience evaluations.
+	Best         *Best
+	EarlyStopped bool
 }
 
 // Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints

@@ -10,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 )
 
 // weightedFixture is a tiny model with 4 sequences of 6 tokens and a mask
@@ -61,14 +62,14 @@ func handLoss(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int3
 	return sum / count
 }
 
-func zeroLRStep(t testing.TB, m *model.TinyGPT, accum int) (*Step, []*mlx.Array) {
+func zeroLRStep(t testing.TB, m *model.TinyGPT, accum int) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(FullLoss(m), opt, len(m.Specs), 0, len(state), StepOptions{Accum: accum, Compile: true})
+	s, err := step.NewStep(fullLoss(m), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.WeightedInputs}, step.StepOptions{Accum: accum, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestWeightedLossMatchesHandComputedAndIgnoresSplit(t *testing.T) {
 		var first []float32
 		for _, accum := range []int{1, 2, 4} {
 			s, state := zeroLRStep(t, m, accum)
-			b := Batch{X: xs, Y: ys, W: ws, N: accum, B: 4 / accum, T: 6}
+			b := step.Batch{X: xs, Y: ys, W: ws, N: accum, B: 4 / accum, T: 6}
 			w, total, err := b.NormalizedWeights()
 			if err != nil {
 				t.Fatal(err)
@@ -143,13 +144,13 @@ func TestAllMaskedUpdateIsZeroNotNaN(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, state := zeroLRStep(t, m, 2)
-		st, err := NewState(s, params, state)
+		st, err := step.NewState(s, params, state)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer st.Free()
 		before, _ := mlx.Copy(st.Params()[1]).Float32s()
-		loss, err := st.Update(0.5, Batch{X: xs, Y: ys, W: make([]float32, 24), N: 2, B: 2, T: 6})
+		loss, err := st.Update(0.5, step.Batch{X: xs, Y: ys, W: make([]float32, 24), N: 2, B: 2, T: 6})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +168,7 @@ func TestAllMaskedUpdateIsZeroNotNaN(t *testing.T) {
 // loraSetup is a rank-2 LoRA on the attention projections of the fixture's
 // model, trained with AdamW over a cosine schedule: its step, state and
 // copies of the base weights and initial adapters to compare with.
-func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*Step, *State, *peft.Adapter, [][]float32) {
+func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*step.Step, *step.State, *peft.Adapter, [][]float32) {
 	t.Helper()
 	a, err := peft.New(peft.Config{Method: peft.LoRA, Rank: 2, Alpha: 4, Targets: []string{"attn"}}, m.Specs)
 	if err != nil {
@@ -189,7 +190,7 @@ func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*Step, *State, *peft.
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := NewWeightedStep(AdapterLoss(m, a), opt, len(ad), len(base), len(optState), StepOptions{Accum: accum, GradClip: 1, Compile: true})
+	s, err := step.NewStep(adapterLoss(m, a), opt, step.Layout{Trainable: len(ad), Frozen: len(base), State: len(optState), Inputs: step.WeightedInputs}, step.StepOptions{Accum: accum, GradClip: 1, Compile: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*Step, *State, *peft.
 			t.Fatal(err)
 		}
 	}
-	st, err := NewFrozenState(s, ad, base, optState)
+	st, err := step.NewFrozenState(s, ad, base, optState)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +225,7 @@ func TestLoRAChangesOnlyAdaptersAndTracesOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 6; i++ {
-			if _, err := st.Update(sched.LR(i), Batch{X: xs, Y: ys, W: ws, N: 4, B: 1, T: 6}); err != nil {
+			if _, err := st.Update(sched.LR(i), step.Batch{X: xs, Y: ys, W: ws, N: 4, B: 1, T: 6}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -172,7 +172,7 @@ func TestGoGet(t *testing.T) {
 }
 
 // userProgram is the user's program: one compiled AdamW step of a tiny
-// TinyGPT on fixed tokens, through mlx, model, optim and train.
+// TinyGPT on fixed tokens, through mlx, model, optim, step and train.
 const userProgram = `package main
 
 import (
@@ -182,6 +182,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -202,17 +203,17 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	step, err := train.NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), train.StepOptions{Accum: 1, Compile: true})
+	update, err := step.NewStep(step.MeanLoss(m.Loss), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, step.StepOptions{Accum: 1, Compile: true})
 	if err != nil {
 		return err
 	}
-	defer step.Free()
-	state, err := train.InitState(step, m, 1)
+	defer update.Free()
+	state, err := step.InitState(update, m, 1)
 	if err != nil {
 		return err
 	}
 	defer state.Free()
-	b := train.Batch{X: make([]int32, batch*context), Y: make([]int32, batch*context), N: 1, B: batch, T: context}
+	b := step.Batch{X: make([]int32, batch*context), Y: make([]int32, batch*context), N: 1, B: batch, T: context}
 	for i := range b.X {
 		b.X[i], b.Y[i] = int32(i%vocab), int32((i+1)%vocab)
 	}
@@ -225,7 +226,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("loss %.4f traces %d tokens %.0f\n", loss, step.Traces(), sum)
+	fmt.Printf("loss %.4f traces %d tokens %.0f\n", loss, update.Traces(), sum)
 	return nil
 }
 `

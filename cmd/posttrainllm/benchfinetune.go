@@ -39,7 +39,7 @@ func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options,
 	}
 	objectives := []train.Preference{{}}
 	if fb.objective != "" {
-		p := train.Preference{Objective: train.Objective(fb.objective), Beta: fb.beta}.WithDefaults()
+		p := train.Preference{Objective: train.ObjectiveName(fb.objective), Beta: fb.beta}.WithDefaults()
 		if err := p.Validate(); err != nil {
 			return usageError("invalid --objective %s --beta %g: %v", fb.objective, fb.beta, err)
 		}

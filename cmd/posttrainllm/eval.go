@@ -26,9 +26,11 @@ func newEvalCmd() *cobra.Command {
 		Long: `eval measures a checkpoint's next-token cross-entropy (the held-out loss,
 in nats per token) and perplexity, exp(cross-entropy), over every token of
 a split of the run's corpus, or of --corpus FILE tokenised with the run's
-tokenizer. The text is cut into consecutive windows of the model's context,
-each predicting its own next tokens, and evaluated --batch windows at a
-time, so every token after the first is predicted exactly once. A model
+tokenizer. The text is cut into consecutive windows of the model's context
+(a text shorter than the context is one window of its own length), each
+predicting its own next tokens, and evaluated --batch windows at a time (no
+more than the text has), so every token after the first is predicted
+exactly once. A model
 trained with z-loss also gets its z-loss term, reported apart from the
 cross-entropy.
 

@@ -1,10 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,10 +42,15 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 	"gelu", "tokenizer", "corpus", "val-fraction", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
 
-// finetuneOwnFlags are the flags that define a fine-tune and that a
-// resumed one keeps.
-var finetuneOwnFlags = []string{"from", "data", "valid", "method", "rank", "alpha", "targets", "mask-prompt", "pack", "context",
-	"quantize", "q-group-size", "objective", "beta", "orpo-lambda", "simpo-gamma"}
+// finetuneOwnFlags are the flags that define a fine-tune, which a resumed
+// one keeps, each with the finetune.json key of the setting it sets
+// (train.FineTuneConfig.ResumeConflict compares them).
+var finetuneOwnFlags = []struct{ flag, key string }{
+	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
+	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},
+	{"context", "context"}, {"quantize", "quantize"}, {"q-group-size", "q_group_size"},
+	{"objective", "objective"}, {"beta", "beta"}, {"orpo-lambda", "orpo_lambda"}, {"simpo-gamma", "simpo_gamma"},
+}
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -137,29 +142,13 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
-	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise: sft, or a preference objective over pairs: dpo, ipo, orpo, simpo")
+	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (all but sft optimise preference pairs)")
 	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo)")
 	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
 	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
-}
-
-// finetuneDefaults are a fresh fine-tune's run settings over the base's
-// config: a short cosine run with the learning rate of the method
-// (train.FineTuneLR), whatever the base was pretrained with.
-func finetuneDefaults(base train.Config, method string) train.Config {
-	c := base
-	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
-	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
-	c.GaLoreRank, c.GaLoreGap, c.GaLoreScale, c.SophiaEvery, c.SophiaRho = 0, 0, 0, 0, 0
-	lr := train.FineTuneLR(method)
-	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", lr, lr*train.DefaultMinLRRatio, 10, 0
-	c.Compile, c.Seed = true, 1
-	c.Data, c.ValData, c.BPEDropout = "", "", 0
-	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
-	return c
 }
 
 // finetunePlan is a validated finetune command.
@@ -244,7 +233,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
 		if opts.objective != string(train.SFT) {
-			p.ft.Objective = train.Objective(opts.objective)
+			p.ft.Objective = train.ObjectiveName(opts.objective)
 		}
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
@@ -264,7 +253,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
 		}
 		p.ft.Context = opts.context
-		base = finetuneDefaults(st.Config, opts.method)
+		base = train.FineTuneDefaults(st.Config, opts.method)
 		if opts.out == "" {
 			opts.out = filepath.Join("runs", "finetune")
 		}
@@ -364,48 +353,16 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	fmt.Fprintf(out, "run folder: %s\n", p.out)
 
-	ctx, signalled, stopSignals := notifySignals(cmd.ErrOrStderr())
-	defer stopSignals()
-	prog := newProgress(out, opts.noProgress)
-	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams()))}
-	hooks := prog.hooks()
-	start := hooks.OnStart
-	hooks.OnStart = func(s train.Start) {
-		fmt.Fprintf(out, "trainable: %s of %s params\n", humanCount(s.Params), humanCount(cfg.Model.NumParams()))
-		start(s)
-	}
-	f.Hooks = plot.hook(hooks)
-	sum, runErr := f.Run(ctx, p.checkpoint)
-	plot.wait()
-	prog.finish()
-	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps, "posttrainllm finetune --resume "+p.out+nprocArg(group),
-		"fine-tuning diverged", "try a lower --lr"); err != nil {
-		return err
-	}
-	fmt.Fprintf(out, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f", sum.StartStep+1, sum.Step, cfg.Steps,
-		sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
-	if !math.IsNaN(sum.ValLoss) {
-		if !math.IsNaN(sum.InitialValLoss) {
-			fmt.Fprintf(out, ", held-out loss %.4f -> %.4f", sum.InitialValLoss, sum.ValLoss)
-		} else {
-			fmt.Fprintf(out, ", held-out loss %.4f", sum.ValLoss)
-		}
-	}
-	if v := sum.ValPreference; v != nil {
-		if i := sum.InitialValPreference; i != nil {
-			fmt.Fprintf(out, ", held-out preference accuracy %.3f -> %.3f (margin %.3f -> %.3f)", i.Accuracy, v.Accuracy, i.Margin, v.Margin)
-		} else {
-			fmt.Fprintf(out, ", held-out preference accuracy %.3f (margin %.3f)", v.Accuracy, v.Margin)
-		}
-	}
-	fmt.Fprintf(out, ", %d trace(s), peak memory %s\n", sum.Traces, humanBytes(sum.PeakMemoryBytes))
-	fmt.Fprintf(out, "checkpoint: %s\n", sum.LastCheckpoint)
-	fmt.Fprintf(out, "metrics:    %s\n", filepath.Join(p.out, train.MetricsFile))
-	if plot.err != nil {
-		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)
-	}
-	fmt.Fprintf(out, "plot:       %s\n", plot.path)
-	return nil
+	tail := runTail{out: out, runDir: p.out, plotTitle: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams())),
+		noProgress: opts.noProgress, resume: "posttrainllm finetune --resume " + p.out + nprocArg(group),
+		diverged: "fine-tuning diverged", hint: "try a lower --lr", heldOut: heldOutChange,
+		onStart: func(s train.Start) {
+			fmt.Fprintf(out, "trainable: %s of %s params\n", humanCount(s.Params), humanCount(cfg.Model.NumParams()))
+		}}
+	return tail.run(cmd, cfg, func(ctx context.Context, hooks train.Hooks) (train.Summary, error) {
+		f.Hooks = hooks
+		return f.Run(ctx, p.checkpoint)
+	})
 }
 
 // setEpochSteps sets the fine-tune's steps to epochs passes over its
@@ -413,19 +370,11 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 // of them on each of ranks ranks, shrinking a warm-up the user did not
 // set to fit, and returns the header line that says so.
 func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int) (string, error) {
-	c := f.Config
-	steps, err := train.EpochSteps(epochs, f.Train.Len(), c.Batch*ranks, c.Accum)
+	steps, err := f.SetEpochs(epochs, ranks, ov.isChanged("warmup"))
 	if err != nil {
 		return "", usageError("invalid --epochs %g: %v", epochs, err)
 	}
-	c.Steps = steps
-	if !ov.isChanged("warmup") {
-		c = fitWarmup(c)
-	}
-	if err := c.Validate(); err != nil {
-		return "", usageError("invalid --epochs %g: %d steps: %v", epochs, steps, err)
-	}
-	f.Config = c
+	c := f.Config
 	perUpdate := fmt.Sprintf("batch %d × accum %d", c.Batch, c.Accum)
 	if ranks > 1 {
 		perUpdate += fmt.Sprintf(" × %d ranks", ranks)

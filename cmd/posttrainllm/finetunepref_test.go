@@ -43,13 +43,13 @@ func TestFinetuneDPO(t *testing.T) {
 	r := mustRun(t, "finetune", "--from", base, "--data", trainFile, "--valid", validFile, "--out", out, "--objective", "dpo",
 		"--steps", "4", "--eval-every", "2", "--targets", "attn,mlp", "--no-progress")
 	for _, want := range []string{"objective: dpo, beta 0.1, reference: the base (adapters off", "16 preference pairs", "1 trace(s)",
-		"held-out preference accuracy 0.500 -> "} {
+		"held-out accuracy 0.500 -> "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("finetune --objective dpo output lacks %q:\n%s", want, r.stdout)
 		}
 	}
 	ms := readMetrics(t, out)
-	if len(ms) == 0 || ms[len(ms)-1].Preference == nil || ms[len(ms)-1].ValPreference == nil || ms[0].ValPreference.Accuracy != 0.5 {
+	if len(ms) == 0 || ms[len(ms)-1].Aux == nil || ms[len(ms)-1].ValAux == nil || ms[0].ValAux["accuracy"] != 0.5 {
 		t.Errorf("metrics.jsonl lacks the preference metrics: %+v", ms)
 	}
 	mustRun(t, "finetune", "--resume", out, "--objective", "dpo", "--steps", "6", "--no-progress")

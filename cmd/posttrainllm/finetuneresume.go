@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -14,58 +13,35 @@ import (
 // checkFinetuneResume accepts the fine-tune's own flags beside --resume
 // when they equal the resumed fine-tune's settings (finetune.json), so the
 // command line that started it, with --resume added, continues it; it
-// names the first flag that differs. baseContext is the base model's
-// context, what a fine-tune without --context trained on.
+// names the first flag that differs (train.FineTuneConfig.ResumeConflict
+// decides). baseContext is the base model's context, what a fine-tune
+// without --context trained on.
 func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train.FineTuneConfig, dir string, baseContext int) error {
 	if flags.Changed("epochs") {
 		return usageError("--epochs with --resume: a resumed fine-tune keeps its steps; pass --steps N to run to step N")
 	}
-	savedContext := saved.Context
-	if savedContext == 0 {
-		savedContext = baseContext
+	given := train.FineTuneConfig{Base: resolvedCheckpoint(opts.from), Train: absPath(opts.data), Valid: absPath(opts.valid),
+		Method: opts.method, Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt,
+		Pack: opts.pack, Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
+		Objective: train.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
+	flagOf := map[string]string{}
+	var keys []string
+	for _, f := range finetuneOwnFlags {
+		if flags.Changed(f.flag) {
+			keys, flagOf[f.key] = append(keys, f.key), f.flag
+		}
 	}
-	for _, name := range finetuneOwnFlags {
-		if !flags.Changed(name) {
-			continue
-		}
-		var given, has string
-		switch name {
-		case "from":
-			given, has = resolvedCheckpoint(opts.from), saved.Base
-		case "data":
-			given, has = absPath(opts.data), saved.Train
-		case "valid":
-			given, has = absPath(opts.valid), saved.Valid
-		case "method":
-			given, has = opts.method, saved.Method
-		case "rank":
-			given, has = fmt.Sprint(opts.rank), fmt.Sprint(saved.Rank)
-		case "alpha":
-			given, has = fmt.Sprint(opts.alpha), fmt.Sprint(saved.Alpha)
-		case "targets":
-			given, has = strings.Join(opts.targets, ","), strings.Join(saved.Targets, ",")
-		case "mask-prompt":
-			given, has = fmt.Sprint(opts.maskPrompt), fmt.Sprint(saved.MaskPrompt)
-		case "pack":
-			given, has = fmt.Sprint(opts.pack), fmt.Sprint(saved.Pack)
-		case "context":
-			given, has = fmt.Sprint(opts.context), fmt.Sprint(savedContext)
-		case "objective":
-			given, has = opts.objective, string(saved.Objective)
-			if has == "" {
-				has = string(train.SFT)
-			}
-		case "beta":
-			given, has = fmt.Sprint(opts.beta), fmt.Sprint(saved.Beta)
-		case "orpo-lambda":
-			given, has = fmt.Sprint(opts.orpoLambda), fmt.Sprint(saved.Lambda)
-		case "simpo-gamma":
-			given, has = fmt.Sprint(opts.simpoGamma), fmt.Sprint(saved.Gamma)
-		}
-		if given != has {
-			return usageError("invalid --%s %s with --resume: %s fine-tunes with %s %s; a resumed fine-tune keeps its settings (finetune.json), drop --%s",
-				name, flags.Lookup(name).Value.String(), dir, name, has, name)
-		}
+	if len(keys) == 0 {
+		return nil
+	}
+	key, has, _, err := saved.ResumeConflict(given, keys, baseContext)
+	if err != nil {
+		return err
+	}
+	if key != "" {
+		name := flagOf[key]
+		return usageError("invalid --%s %s with --resume: %s fine-tunes with %s %s; a resumed fine-tune keeps its settings (finetune.json), drop --%s",
+			name, flags.Lookup(name).Value.String(), dir, name, has, name)
 	}
 	return nil
 }
@@ -86,4 +62,15 @@ func absPath(path string) string {
 		return abs
 	}
 	return path
+}
+
+// objectiveNames lists the built-in objectives (train.ObjectiveNames) for
+// --objective's usage.
+func objectiveNames() string {
+	names := train.ObjectiveNames()
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return strings.Join(out, ", ")
 }

@@ -189,6 +189,10 @@ func addConfigFlags(fs *pflag.FlagSet, skip ...string) *overrides {
 	intF("eval-tokens", "eval_tokens", false, fmt.Sprintf("held-out tokens per evaluation, rounded up to whole batches (%d unless the preset sets it)", train.DefaultEvalTokens), func(c *train.Config) *int { return &c.EvalTokens })
 	intF("checkpoint-every", "checkpoint_every", false, "checkpoint every N updates (0: only at the end)", func(c *train.Config) *int { return &c.CheckpointEvery })
 	intF("keep-checkpoints", "keep_checkpoints", false, "newest checkpoints kept", func(c *train.Config) *int { return &c.KeepCheckpoints })
+	boolF("keep-best", "keep_best", false, "also keep the checkpoint of the lowest held-out loss so far, in RUN/best (needs --eval-every and held-out data)",
+		func(c *train.Config) *bool { return &c.KeepBest })
+	intF("patience", "patience", false, "stop early, with a checkpoint, once the held-out loss has not improved for N evaluations in a row (0: never)",
+		func(c *train.Config) *int { return &c.Patience })
 	intF("prefetch-depth", "prefetch_depth", false, "batches prepared ahead (1-8)", func(c *train.Config) *int { return &c.PrefetchDepth })
 	stringF("windows", "windows", false, "where each update's token windows are made: device (gathered from the corpus held on the device), host (copied from the host) or auto (device on a GPU, host on the CPU)",
 		func(c *train.Config) *string { return &c.Windows })
@@ -260,18 +264,9 @@ func (o *overrides) flagError(f configFlag, err error) error {
 	return &invalidFlagError{flag: f.name, value: o.value(f.name), want: msg}
 }
 
-// fitWarmup shortens a learning-rate warm-up that does not fit the run's
-// steps (a preset's 20 warm-up steps for --steps 2) to half the steps.
-func fitWarmup(c train.Config) train.Config {
-	if c.Schedule != "constant" && c.Steps >= 1 && c.Warmup >= c.Steps {
-		c.Warmup = c.Steps / 2
-	}
-	return c
-}
-
 // apply overrides base with the flags the user set and validates the
 // result. base must be valid. A warm-up the user did not set shrinks to
-// fit the steps (fitWarmup). An invalid result is blamed on the flag whose
+// fit the steps (train.Config.FitWarmup). An invalid result is blamed on the flag whose
 // own setting Validate names, else on the first flag that alone makes base
 // invalid, or else on the combination.
 func (o *overrides) apply(base train.Config) (train.Config, error) {
@@ -281,7 +276,7 @@ func (o *overrides) apply(base train.Config) (train.Config, error) {
 			f.apply(&c)
 		}
 		if !o.isChanged("warmup") {
-			c = fitWarmup(c)
+			c = c.FitWarmup()
 		}
 		return c
 	}

@@ -236,7 +236,7 @@ func checkResumable(ov *overrides, base, cfg train.Config, p trainPlan) error {
 // the first setting that differs. The device is left out: the run's is
 // the one auto chose. run is the checkpoint's config with the flags
 // applied. A warm-up the preset had shrunk to fit a first --steps shorter
-// than it (fitWarmup: half those steps) counts as the preset's.
+// than it (train.Config.FitWarmup: half those steps) counts as the preset's.
 func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) error {
 	pc, err := presets.Load(preset)
 	if err != nil {
@@ -247,7 +247,7 @@ func checkPresetOfRun(ov *overrides, preset, resume string, run train.Config) er
 		return usageError("invalid --preset %s with --resume %s: %v", preset, resume, err)
 	}
 	if !ov.isChanged("warmup") && pc.Schedule != "constant" && run.Warmup <= pc.Warmup/2 {
-		withFlags.Warmup = run.Warmup // what fitWarmup made of it for a run of up to pc.Warmup steps
+		withFlags.Warmup = run.Warmup // what FitWarmup made of it for a run of up to pc.Warmup steps
 	}
 	for _, f := range ov.flags {
 		if f.name == "device" {
@@ -332,30 +332,19 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	}
 	fmt.Fprintf(out, "run folder: %s\n", p.out)
 
-	ctx, signalled, stopSignals := notifySignals(cmd.ErrOrStderr())
-	defer stopSignals()
-
-	prog := newProgress(out, opts.noProgress)
-	// The plot is drawn at checkpoints: a run that fails before its first
-	// one leaves the folder as it was.
-	plot := &lossPlot{runDir: p.out, title: fmt.Sprintf("%s · %s params · %d tokens/step", p.label,
-		humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()*group.Size())}
-	tr.Hooks = plot.hook(prog.hooks())
-	sum, runErr := tr.Run(ctx, p.checkpoint)
-	plot.wait()
-	prog.finish()
-
-	if err := runOutcome(out, runErr, signalled, sum, cfg.Steps,
-		fmt.Sprintf("posttrainllm train --resume %s%s", p.out, nprocArg(group)),
-		"training diverged", "try a lower --lr or --grad-clip 1"); err != nil {
-		return err
-	}
-	printSummary(out, sum, cfg, p.out)
-	if plot.err != nil {
-		return fmt.Errorf("the run finished but its plot failed: %w", plot.err)
-	}
-	fmt.Fprintf(out, "plot:       %s\n", plot.path)
-	return nil
+	tail := runTail{out: out, runDir: p.out, noProgress: opts.noProgress,
+		plotTitle: fmt.Sprintf("%s · %s params · %d tokens/step", p.label, humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()*group.Size()),
+		resume:    fmt.Sprintf("posttrainllm train --resume %s%s", p.out, nprocArg(group)),
+		diverged:  "training diverged", hint: "try a lower --lr or --grad-clip 1",
+		heldOut: func(w io.Writer, sum train.Summary) {
+			if !math.IsNaN(sum.ValLoss) {
+				fmt.Fprintf(w, ", held-out loss %.4f (%d tokens)", sum.ValLoss, cfg.EvalTokensCovered())
+			}
+		}}
+	return tail.run(cmd, cfg, func(ctx context.Context, hooks train.Hooks) (train.Summary, error) {
+		tr.Hooks = hooks
+		return tr.Run(ctx, p.checkpoint)
+	})
 }
 
 // runOutcome turns the error a run ended with into the command's: after a
@@ -447,17 +436,6 @@ func openDataset(w io.Writer, cfg train.Config, cacheDir, runDir string) (*train
 	}
 	fmt.Fprintf(w, "tokens: %d for training, %d held out (%s tokenizer)\n", ds.Train.Len(), ds.Val.Len(), tok.Name())
 	return ds, nil
-}
-
-func printSummary(w io.Writer, sum train.Summary, cfg train.Config, out string) {
-	fmt.Fprintf(w, "done: steps %d-%d of %d in %s, loss %.4f -> %.4f",
-		sum.StartStep+1, sum.Step, cfg.Steps, sum.Elapsed.Round(1e7), sum.FirstLoss, sum.Loss)
-	if !math.IsNaN(sum.ValLoss) {
-		fmt.Fprintf(w, ", held-out loss %.4f (%d tokens)", sum.ValLoss, cfg.EvalTokensCovered())
-	}
-	fmt.Fprintf(w, ", %.0f tokens/s, %d trace(s), peak memory %s\n", sum.TokensPerS, sum.Traces, humanBytes(sum.PeakMemoryBytes))
-	fmt.Fprintf(w, "checkpoint: %s\n", sum.LastCheckpoint)
-	fmt.Fprintf(w, "metrics:    %s\n", filepath.Join(out, train.MetricsFile))
 }
 
 // humanBytes writes n in KiB, MiB or GiB.

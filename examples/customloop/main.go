@@ -7,7 +7,7 @@
 //
 // The learning rate reaches the step as an input array each update, so the
 // step is traced once however the rate changes; the program prints the
-// number of traces at the end. A train.State owns the parameters and the
+// number of traces at the end. A step.State owns the parameters and the
 // optimizer state: the loop frees nothing.
 package main
 
@@ -22,6 +22,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -48,15 +49,15 @@ const (
 // distribution: (1−ε)·CE + ε·mean over the vocabulary of −log p. It is
 // built from the model's logits with plain mlx ops, so it traces into the
 // compiled step like the model's own loss.
-func smoothedLoss(m *model.TinyGPT) train.LossFunc {
-	return func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func smoothedLoss(m *model.TinyGPT) step.Loss {
+	return step.MeanLoss(func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		logits := mlx.AsType(m.Logits(params, x), mlx.Float32) // [B, T, V]
 		lse := mlx.LogSumExpKeep(logits, -1)                   // [B, T, 1]
 		logp := mlx.Subtract(logits, lse)
 		nll := mlx.Negative(mlx.Squeeze(mlx.TakeAlongAxis(logp, mlx.ExpandDims(y, -1), -1), -1))
 		uniform := mlx.Negative(mlx.Mean(logp, -1))
 		return mlx.Mean(mlx.Add(mlx.MulScalar(nll, 1-smoothing), mlx.MulScalar(uniform, smoothing)))
-	}
+	})
 }
 
 // lrAt is the schedule: linear warm-up to peakLR, then peakLR·√(warmup/step).
@@ -93,22 +94,22 @@ func run(w io.Writer, steps, accum int) error {
 		return err
 	}
 	// The step is built once: accum is part of the compiled function.
-	step, err := train.NewStep(smoothedLoss(m), opt, len(m.Specs), len(opt.StateNames()),
-		train.StepOptions{Accum: accum, GradClip: 1, Compile: true})
+	update, err := step.NewStep(smoothedLoss(m), opt, step.Layout{Trainable: len(m.Specs), State: len(opt.StateNames())},
+		step.StepOptions{Accum: accum, GradClip: 1, Compile: true})
 	if err != nil {
 		return err
 	}
-	defer step.Free()
+	defer update.Free()
 	// The state owns parameters and optimizer state; each update releases
 	// what it replaces.
-	state, err := train.InitState(step, m, 1)
+	state, err := step.InitState(update, m, 1)
 	if err != nil {
 		return err
 	}
 	defer state.Free()
 
 	rng := rand.New(rand.NewPCG(1, 2))
-	b := train.Batch{X: make([]int32, accum*batch*context), Y: make([]int32, accum*batch*context),
+	b := step.Batch{X: make([]int32, accum*batch*context), Y: make([]int32, accum*batch*context),
 		N: accum, B: batch, T: context}
 	for s := 0; s < steps; s++ {
 		fillBatch(rng, b.X, b.Y)
@@ -120,6 +121,6 @@ func run(w io.Writer, steps, accum int) error {
 			fmt.Fprintf(w, "step %4d  lr %.2e  loss %.4f\n", s+1, lrAt(s), loss)
 		}
 	}
-	fmt.Fprintf(w, "traces %d\n", step.Traces())
+	fmt.Fprintf(w, "traces %d\n", update.Traces())
 	return nil
 }

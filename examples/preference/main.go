@@ -65,12 +65,12 @@ func run(w io.Writer, corpus, out string, pretrainSteps, dpoSteps int) error {
 		return err
 	}
 	fmt.Fprintf(w, "dpo: %d updates, loss %.4f -> %.4f, %d trace(s)\n", sum.Step, sum.FirstLoss, sum.Loss, sum.Traces)
-	if sum.InitialValPreference == nil || sum.ValPreference == nil {
+	if sum.InitialValAux == nil || sum.ValAux == nil {
 		return errors.New("the fine-tune measured no held-out preference")
 	}
-	b, a := sum.InitialValPreference, sum.ValPreference
-	fmt.Fprintf(w, "held-out preference accuracy: %.3f -> %.3f over %d pairs\n", b.Accuracy, a.Accuracy, a.Pairs)
-	fmt.Fprintf(w, "held-out reward margin: %.4f -> %.4f\n", b.Margin, a.Margin)
+	b, a := sum.InitialValAux, sum.ValAux
+	fmt.Fprintf(w, "held-out preference accuracy: %.3f -> %.3f over %d pairs\n", b["accuracy"], a["accuracy"], sum.ValRows)
+	fmt.Fprintf(w, "held-out reward margin: %.4f -> %.4f\n", b["margin"], a["margin"])
 	return nil
 }
 

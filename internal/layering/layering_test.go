@@ -1,5 +1,3 @@
-// Package layering holds the test that keeps the module's imports flowing
-// one way: from the command down to the MLX bridge, never back up.
 package layering
 
 import (
@@ -21,7 +19,7 @@ var layers = [][]string{
 	{"mlx", "internal/pyenv"},
 	{"model", "optim", "data", "tboard", "internal/mlxtest"},
 	{"peft", "hf", "internal/tokentest"},
-	{"generate", "checkpoint"},
+	{"generate", "checkpoint", "step"},
 	{"rl"},
 	{"train", "launch", "serve"},
 	{"train/bench", "presets"},

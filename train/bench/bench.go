@@ -8,13 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -235,7 +235,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 			mlx.ResetPeakMemory()
 			cpuStart = processCPUTime()
 		}
-		h, d, loss, err := step(s, sampler, in, i, i == countedUpdate(total), res)
+		h, d, loss, err := runUpdate(s, sampler, in, i, i == countedUpdate(total), res)
 		if err != nil {
 			return fmt.Errorf("bench step %d: %w", i+1, err)
 		}
@@ -266,9 +266,9 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 	}
 	// The timed steps' learning rates again.
 	return pipelined(s.State, opts, cfg.LogEvery, func(i int) float64 { return s.Schedule.LR(opts.Warmup + i) },
-		func(int) (train.Batch, error) {
+		func(int) (step.Batch, error) {
 			if err := sampler.FillBatch(in.batch); err != nil {
-				return train.Batch{}, err
+				return step.Batch{}, err
 			}
 			return in.of(), nil
 		}, res)
@@ -279,7 +279,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 // host, or window starts into a token stream on the device.
 type inputs struct {
 	batch  *data.Batch
-	stream *train.TokenStream // nil: batch holds tokens
+	stream *step.TokenStream // nil: batch holds tokens
 }
 
 // newInputs allocates the batch of plan's shape for windows of view, and
@@ -293,16 +293,16 @@ func newInputs(cfg train.Config, plan train.Plan, view data.View) (inputs, error
 	if err != nil {
 		return inputs{}, err
 	}
-	stream, err := train.NewTokenStream(view, cfg.Model.Context)
+	stream, err := step.NewTokenStream(view, cfg.Model.Context)
 	return inputs{batch: b, stream: stream}, err
 }
 
 // of views the batch, as last filled, as the step's Batch.
-func (in inputs) of() train.Batch {
+func (in inputs) of() step.Batch {
 	if in.stream != nil {
 		return in.stream.Batch(in.batch)
 	}
-	return train.BatchOf(in.batch)
+	return step.BatchOf(in.batch)
 }
 
 // pipelined runs opts.Steps more updates on st as train.Trainer runs them
@@ -311,7 +311,7 @@ func (in inputs) of() train.Batch {
 // (State.UpdateAsync), and the loss is read back (State.Stats, which
 // waits) every `every` updates and after the last; the time ends when the
 // last update is wholly computed.
-func pipelined(st *train.State, opts Options, every int, lr func(i int) float64, next func(i int) (train.Batch, error), res *Result) error {
+func pipelined(st *step.State, opts Options, every int, lr func(i int) float64, next func(i int) (step.Batch, error), res *Result) error {
 	if _, err := st.Stats(); err != nil { // nothing of the timed steps still running
 		return err
 	}
@@ -352,11 +352,11 @@ func pipelined(st *train.State, opts Options, every int, lr func(i int) float64,
 // about 200 operations that never run again).
 func countedUpdate(total int) int { return min(1, total-1) }
 
-// step runs update i and returns its host and device times and its loss.
+// runUpdate runs update i and returns its host and device times and its loss.
 // With count it also counts the operations the update evaluates into
 // res.GraphOps and res.GraphOpsByPrimitive, a count kept out of both
 // times.
-func step(s *train.Setup, sampler *data.Sampler, in inputs, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
+func runUpdate(s *train.Setup, sampler *data.Sampler, in inputs, i int, count bool, res *Result) (host, device time.Duration, loss float64, err error) {
 	start := time.Now()
 	if err := sampler.FillBatch(in.batch); err != nil {
 		return 0, 0, 0, err
@@ -397,45 +397,6 @@ func finiteLoss(loss float64) error {
 		return fmt.Errorf("loss is %v: %w", loss, train.ErrNonFinite)
 	}
 	return nil
-}
-
-// benchData returns the view Run samples windows from and names it.
-func benchData(cfg train.Config, ds *train.Dataset) (data.View, string, error) {
-	if ds != nil {
-		if ds.Tokenizer.VocabSize() > cfg.Model.VocabSize {
-			return data.View{}, "", fmt.Errorf("bench: the %s tokenizer's %d ids do not fit vocab_size %d",
-				ds.Tokenizer.Name(), ds.Tokenizer.VocabSize(), cfg.Model.VocabSize)
-		}
-		name := cfg.Corpus
-		if ds.Corpus != nil && ds.Corpus.Root != "" {
-			name = ds.Corpus.Root
-		}
-		return ds.Train, name, nil
-	}
-	return data.NewTokens(syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(cfg.Model.Context+1)), cfg.Seed)).All(),
-		"synthetic", nil
-}
-
-// syntheticSuccessors is how many next tokens each token of the synthetic
-// stream chooses among, so a model can learn it down to ln 4 nats.
-const syntheticSuccessors = 4
-
-// syntheticStream returns n seeded random tokens below vocab drawn from a
-// random first-order Markov chain in which every token has
-// syntheticSuccessors equally likely successors: random, yet learnable, so a
-// bench's falling loss shows that the steps train.
-func syntheticStream(vocab, n int, seed uint64) []int32 {
-	rng := rand.New(rand.NewPCG(seed, 0x62656e6368)) // "bench"
-	next := make([]int32, vocab*syntheticSuccessors)
-	for i := range next {
-		next[i] = int32(rng.IntN(vocab))
-	}
-	ids := make([]int32, n)
-	ids[0] = int32(rng.IntN(vocab))
-	for i := 1; i < n; i++ {
-		ids[i] = next[int(ids[i-1])*syntheticSuccessors+rng.IntN(syntheticSuccessors)]
-	}
-	return ids
 }
 
 // Quantile returns the q-quantile of xs by linear interpolation between

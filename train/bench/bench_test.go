@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -313,9 +314,9 @@ func pipelinedWaits(t *testing.T, updates, every int) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := func(int) (train.Batch, error) {
+	next := func(int) (step.Batch, error) {
 		if err := sampler.FillBatch(in.batch); err != nil {
-			return train.Batch{}, err
+			return step.Batch{}, err
 		}
 		return in.of(), nil
 	}

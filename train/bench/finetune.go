@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -35,7 +36,7 @@ func (ft FineTune) prefers() bool {
 
 // RunFineTune times the fine-tune step of cfg's model, as Run times the
 // pretraining step: opts.Warmup untimed and opts.Steps timed updates of
-// the weighted step (train.NewWeightedStep) on freshly initialised base
+// the step of the fine-tune objective (train.Objective) on freshly initialised base
 // weights, LoRA/DoRA adapters trainable and the base frozen, or every
 // weight trainable for a full fine-tune. The data are synthetic windows
 // whose first half of positions is masked out of the loss, as a prompt
@@ -73,34 +74,33 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 			return err
 		}
 		defer unlimit()
-		state, step, trainable, err := fineTuneState(cfg, m, ft)
+		state, update, trainable, err := fineTuneState(cfg, m, ft)
 		if err != nil {
 			return err
 		}
 		defer mlx.ClearCache()
-		defer step.Free()
+		defer update.Free()
 		defer state.Free()
 		res.Params = trainable
 		sched, err := train.NewSchedule(cfg)
 		if err != nil {
 			return err
 		}
-		return measureFineTune(state, step, sched, cfg, opts, ft, &res)
+		return measureFineTune(state, update, sched, cfg, opts, ft, &res)
 	})
 	return res, err
 }
 
 // fineTuneState builds the weighted step and its state, and counts the
 // trainable parameters.
-func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.State, *train.Step, int, error) {
+func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State, *step.Step, int, error) {
 	base, err := m.Init(cfg.Seed)
 	if err != nil {
 		return nil, nil, 0, err
 	}
 	var (
 		opt       optim.Optimizer
-		loss      train.WeightedLossFunc
-		rowLoss   train.RowLossFunc
+		policy    train.Policy
 		trainable []*mlx.Array
 		frozen    []*mlx.Array
 		count     int
@@ -109,8 +109,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 	switch ft.Method {
 	case train.MethodFull:
 		if opt, err = train.NewOptimizer(cfg, m.Specs); err == nil {
-			loss, trainable, count = train.FullLoss(m), base, cfg.Model.NumParams()
-			rowLoss = train.PreferenceLoss(m, ft.Objective)
+			policy, trainable, count = train.Policy{Model: m}, base, cfg.Model.NumParams()
 		}
 	case train.MethodLoRA, train.MethodDoRA:
 		ac := ft.Adapter
@@ -126,8 +125,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		if err == nil {
-			loss, frozen, count = train.AdapterLoss(m, a), base, a.NumParams()
-			rowLoss = train.AdapterPreferenceLoss(m, a, ft.Objective)
+			policy, frozen, count = train.Policy{Model: m, Adapter: a}, base, a.NumParams()
 		}
 		opts = train.AdapterStepOptions(opts, cfg.Model)
 	default:
@@ -138,18 +136,22 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		return nil, nil, 0, err
 	}
 	optState, err := opt.Init()
-	var step *train.Step
-	if err == nil && ft.prefers() {
-		step, err = train.NewRowStep(rowLoss, opt, len(trainable), len(frozen), len(optState), fullReference(ft), len(train.PreferenceAux), opts)
-	} else if err == nil {
-		step, err = train.NewWeightedStep(loss, opt, len(trainable), len(frozen), len(optState), opts)
+	var obj train.Objective = train.SupervisedObjective{}
+	if ft.prefers() {
+		obj = train.PreferenceObjective{Preference: ft.Objective}
 	}
-	var state *train.State
+	var update *step.Step
 	if err == nil {
-		state, err = train.NewFrozenState(step, trainable, frozen, optState)
+		layout := obj.Layout(policy)
+		layout.Trainable, layout.Frozen, layout.State = len(trainable), len(frozen), len(optState)
+		update, err = step.NewStep(obj.Loss(policy), opt, layout, opts)
+	}
+	var state *step.State
+	if err == nil {
+		state, err = step.NewFrozenState(update, trainable, frozen, optState)
 	}
 	if err != nil {
-		step.Free()
+		update.Free()
 		mlx.Free(optState...)
 		mlx.Free(base...)
 		if ft.Method != train.MethodFull {
@@ -157,7 +159,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*train.Stat
 		}
 		return nil, nil, 0, err
 	}
-	return state, step, count, nil
+	return state, update, count, nil
 }
 
 // fullReference is the number of row inputs after the row weights that
@@ -171,7 +173,7 @@ func fullReference(ft FineTune) int {
 }
 
 // measureFineTune runs the updates and fills in res, as measure does.
-func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cfg train.Config, opts Options, ft FineTune, res *Result) error {
+func measureFineTune(st *step.State, update *step.Step, sched optim.Schedule, cfg train.Config, opts Options, ft FineTune, res *Result) error {
 	N, B, T := cfg.Accum, cfg.Batch, cfg.Model.Context
 	stream := syntheticStream(cfg.Model.VocabSize, max(syntheticTokens, 2*(T+1)), cfg.Seed)
 	x, y, w := make([]int32, N*B*T), make([]int32, N*B*T), make([]float32, N*B*T)
@@ -197,13 +199,13 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 	}
 	windows := (len(stream) - 1) / T
 	// fill returns update i's batch: windows of the stream in turn.
-	fill := func(i int) train.Batch {
+	fill := func(i int) step.Batch {
 		for r := 0; r < N*B; r++ {
 			off := ((i*N*B + r) % windows) * T
 			copy(x[r*T:(r+1)*T], stream[off:off+T])
 			copy(y[r*T:(r+1)*T], stream[off+1:off+T+1])
 		}
-		return train.Batch{X: x, Y: y, W: w, RowW: rowW, RowInputs: rowInputs, N: N, B: B, T: T}
+		return step.Batch{X: x, Y: y, W: w, RowW: rowW, RowInputs: rowInputs, N: N, B: B, T: T}
 	}
 	total := opts.Warmup + opts.Steps
 	all, host, device := make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps), make([]float64, 0, opts.Steps)
@@ -250,7 +252,7 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 	}
 	mem := mlx.Memory()
 	res.PeakMemoryBytes, res.ActiveMemoryBytes = mem.Peak, mem.Active
-	res.Traces = step.Traces()
+	res.Traces = update.Traces()
 	res.MsPerStepMedian = Quantile(all, 0.5)
 	res.MsPerStepP10 = Quantile(all, 0.1)
 	res.MsPerStepP90 = Quantile(all, 0.9)
@@ -262,5 +264,5 @@ func measureFineTune(st *train.State, step *train.Step, sched optim.Schedule, cf
 		return nil
 	}
 	return pipelined(st, opts, cfg.LogEvery, func(i int) float64 { return sched.LR(opts.Warmup + i) },
-		func(i int) (train.Batch, error) { return fill(total + i), nil }, res)
+		func(i int) (step.Batch, error) { return fill(total + i), nil }, res)
 }

@@ -75,7 +75,7 @@ func TestRunFineTunePreference(t *testing.T) {
 	cfg := benchConfig()
 	for _, c := range []struct {
 		method string
-		obj    train.Objective
+		obj    train.ObjectiveName
 	}{{train.MethodLoRA, train.DPO}, {train.MethodFull, train.DPO}, {train.MethodLoRA, train.SimPO}, {train.MethodFull, train.ORPO}} {
 		cc := cfg
 		if c.method != train.MethodFull {

@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"errors"
@@ -68,20 +68,20 @@ func (s *State) IntervalLoss() (mean, tokens float64, updates int, err error) {
 	err = mlx.Do(func() error {
 		switch {
 		case s.freed:
-			return errors.New("train: interval loss of a freed state")
+			return errors.New("step: interval loss of a freed state")
 		case s.interval.updates == 0:
-			return errors.New("train: interval loss with no update since the last")
+			return errors.New("step: interval loss with no update since the last")
 		}
 		sum, e := s.interval.sum.Item()
 		if e != nil {
-			return fmt.Errorf("train: update: %w", e)
+			return fmt.Errorf("step: update: %w", e)
 		}
 		tokens, updates = s.interval.weight, s.interval.updates
 		aux := make([]float64, len(s.interval.aux))
 		for i, a := range s.interval.aux {
 			v, e := a.Item()
 			if e != nil {
-				return fmt.Errorf("train: update: %w", e)
+				return fmt.Errorf("step: update: %w", e)
 			}
 			if tokens > 0 {
 				aux[i] = v / tokens
@@ -97,7 +97,7 @@ func (s *State) IntervalLoss() (mean, tokens float64, updates int, err error) {
 	return mean, tokens, updates, err
 }
 
-// IntervalAux returns the means of a row step's auxiliary sums (NewRowStep)
+// IntervalAux returns the means of the step's auxiliary sums (Layout.Aux)
 // over the interval the last IntervalLoss call closed, weighted as its
 // loss mean is; nil before that call and for other steps.
 func (s *State) IntervalAux() []float64 {

@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"github.com/posttrainllm/posttrainllm/mlx"

@@ -1,4 +1,4 @@
-package train
+package step
 
 // The flat layout of the step: with an elementwise optimizer (optim.Flat)
 // the parameters, their compute copies, gradients and optimizer state are
@@ -80,12 +80,12 @@ func (s *Step) layoutFor(params []*mlx.Array) (*optim.Flat, error) {
 	if s.flat == nil {
 		flat, err := optim.NewFlat(s.opt, dtypes)
 		if err != nil {
-			return nil, fmt.Errorf("train: %w", err)
+			return nil, fmt.Errorf("step: %w", err)
 		}
 		s.flat = flat
 	}
 	if want := s.flat.Dtypes(); !slices.Equal(dtypes, want) {
-		return nil, fmt.Errorf("train: parameters of dtypes %v for a step laid out for %v", dtypes, want)
+		return nil, fmt.Errorf("step: parameters of dtypes %v for a step laid out for %v", dtypes, want)
 	}
 	return s.flat, nil
 }
@@ -95,7 +95,7 @@ func (s *Step) layoutFor(params []*mlx.Array) (*optim.Flat, error) {
 func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
 	P, C, S := s.layoutSizes()
 	if len(params) != P || len(state) != S || len(frozen) != s.nFrozen {
-		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, laid out for %d, %d and %d",
+		return stepOutputs{}, fmt.Errorf("step: step got %d params, %d frozen and %d state arrays, laid out for %d, %d and %d",
 			len(params), len(frozen), len(state), P, s.nFrozen, S)
 	}
 	if err := s.checkBatch(lr, batch); err != nil {
@@ -103,7 +103,7 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 	}
 	if s.weighted {
 		if len(batch) < 3 {
-			return stepOutputs{}, fmt.Errorf("train: a weighted step needs loss weights")
+			return stepOutputs{}, fmt.Errorf("step: a weighted step needs loss weights")
 		}
 		if err := checkWeights(batch[2], batch[0]); err != nil {
 			return stepOutputs{}, err
@@ -124,7 +124,7 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 		copies = cast
 	}
 	if len(copies) != C {
-		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, laid out for %d", len(copies), C)
+		return stepOutputs{}, fmt.Errorf("step: step got %d parameter copies, laid out for %d", len(copies), C)
 	}
 	in := make([]*mlx.Array, 0, P+C+s.nFrozen+S+1+len(batch))
 	in = append(append(append(append(append(append(in, params...), copies...), frozen...), state...), lr), batch...)
@@ -132,7 +132,7 @@ func (s *Step) applyLayout(params, copies, frozen, state []*mlx.Array, lr *mlx.A
 	// The outputs' graph holds what it needs of the inputs.
 	mlx.Free(cast...)
 	if err != nil {
-		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
+		return stepOutputs{}, fmt.Errorf("step: step: %w", err)
 	}
 	return stepOutputs{params: out[:P:P], copies: out[P : P+C : P+C], state: out[P+C : P+C+S : P+C+S],
 		loss: out[P+C+S], gradNorm: out[P+C+S+1], aux: out[P+C+S+2:]}, nil

@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"fmt"
@@ -37,11 +37,11 @@ func NewTokenStream(view data.View, context int) (*TokenStream, error) {
 	n := view.Len()
 	switch {
 	case context < 1:
-		return nil, fmt.Errorf("train: token stream with context %d, want at least 1", context)
+		return nil, fmt.Errorf("step: token stream with context %d, want at least 1", context)
 	case n <= context:
-		return nil, fmt.Errorf("train: token stream of %d tokens for context %d, want more than the context", n, context)
+		return nil, fmt.Errorf("step: token stream of %d tokens for context %d, want more than the context", n, context)
 	case n > MaxStreamTokens:
-		return nil, fmt.Errorf("train: token stream of %d tokens, want at most %d (MaxStreamTokens)", n, MaxStreamTokens)
+		return nil, fmt.Errorf("step: token stream of %d tokens, want at most %d (MaxStreamTokens)", n, MaxStreamTokens)
 	}
 	host := make([]int32, n)
 	view.CopyInto(host, 0)
@@ -56,7 +56,7 @@ func NewTokenStream(view data.View, context int) (*TokenStream, error) {
 		ts.offsets = mlx.FromSlice(offsets, context)
 		if err := mlx.Eval(ts.tokens, ts.shifted, ts.offsets); err != nil {
 			mlx.Free(ts.tokens, ts.shifted, ts.offsets)
-			return fmt.Errorf("train: token stream of %d tokens: %w", n, err)
+			return fmt.Errorf("step: token stream of %d tokens: %w", n, err)
 		}
 		return nil
 	})
@@ -71,6 +71,10 @@ func (t *TokenStream) Len() int { return t.n }
 
 // Context returns the window length T the stream serves.
 func (t *TokenStream) Context() int { return t.context }
+
+// Tokens returns the stream's tokens on the device, [Len] int32. The
+// stream owns them: they stay valid until Free.
+func (t *TokenStream) Tokens() *mlx.Array { return t.tokens }
 
 // Batch views a data batch of window starts (data.NewStartsBatch,
 // data.NewStartsPrefetcher) over the view the stream was made from as a
@@ -96,37 +100,4 @@ func (t *TokenStream) Free() {
 		mlx.Free(t.tokens, t.shifted, t.offsets)
 		return nil
 	})
-}
-
-// WindowSource says how a run of cfg over a training view of n tokens
-// feeds its windows to the step: gathered on the device from a
-// TokenStream (device true) when Config.Windows asks for it, explicitly
-// or by default on a GPU, unless something needs them on the host; why
-// not when they are copied from the host. What needs the host:
-// BPE-dropout, whose windows are re-encoded rather than slices of the
-// corpus; GaLore's and Sophia's refreshes, which read an update's tokens;
-// a corpus longer than MaxStreamTokens.
-func WindowSource(cfg Config, n int) (device bool, why string) {
-	switch {
-	case cfg.Windows == "host":
-		return false, "windows = host"
-	case cfg.Windows != "device" && cfg.Device != "gpu":
-		return false, "the default on the CPU"
-	case cfg.BPEDropout > 0:
-		return false, "BPE-dropout re-encodes each window"
-	case cfg.Optimizer == "galore" || cfg.Optimizer == "sophia":
-		return false, fmt.Sprintf("the %s refresh reads the batch's tokens", cfg.Optimizer)
-	case n > MaxStreamTokens:
-		return false, fmt.Sprintf("the corpus has %d tokens, more than the %d a token stream holds", n, MaxStreamTokens)
-	}
-	return true, ""
-}
-
-// DescribeWindows is WindowSource for a run's header: where its windows
-// come from.
-func DescribeWindows(cfg Config, n int) string {
-	if device, why := WindowSource(cfg, n); !device {
-		return "copied from the host (" + why + ")"
-	}
-	return fmt.Sprintf("gathered on the device from %d tokens held there", n)
 }

@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"errors"
@@ -15,7 +15,7 @@ import (
 type StepStats struct {
 	Loss     float64 // mean training loss over the update's microbatches
 	GradNorm float64 // global norm of the averaged gradients, before clipping
-	// Aux are a row step's auxiliary sums over the update (NewRowStep):
+	// Aux are the step's auxiliary sums over the update (Layout.Aux):
 	// means over its weighted rows, like Loss. nil for other steps.
 	Aux []float64
 }
@@ -26,7 +26,7 @@ type StepStats struct {
 // them. It owns these arrays: each update releases the arrays it replaces,
 // and Free releases the rest.
 //
-//	state, err := train.InitState(step, m, seed)
+//	state, err := step.InitState(update, m, seed)
 //	defer state.Free()
 //	for s := range steps {
 //		loss, err := state.Update(schedule.LR(s), batch)
@@ -60,14 +60,14 @@ func NewState(step *Step, params, optState []*mlx.Array) (*State, error) {
 	var s *State
 	err := mlx.Do(func() error {
 		if len(params) != step.nParams || len(optState) != step.nState {
-			return fmt.Errorf("train: state of %d params and %d optimizer arrays for a step built for %d and %d",
+			return fmt.Errorf("step: state of %d params and %d optimizer arrays for a step built for %d and %d",
 				len(params), len(optState), step.nParams, step.nState)
 		}
 		if err := firstErr(params, optState); err != nil {
-			return fmt.Errorf("train: state: %w", err)
+			return fmt.Errorf("step: state: %w", err)
 		}
 		if step.nFrozen > 0 {
-			return fmt.Errorf("train: the step takes %d frozen arrays; use NewFrozenState", step.nFrozen)
+			return fmt.Errorf("step: the step takes %d frozen arrays; use NewFrozenState", step.nFrozen)
 		}
 		var err error
 		s, err = newState(step, params, nil, optState)
@@ -84,11 +84,11 @@ func NewFrozenState(step *Step, trainable, frozen, optState []*mlx.Array) (*Stat
 	var s *State
 	err := mlx.Do(func() error {
 		if len(trainable) != step.nParams || len(frozen) != step.nFrozen || len(optState) != step.nState {
-			return fmt.Errorf("train: state of %d trainable, %d frozen and %d optimizer arrays for a step built for %d, %d and %d",
+			return fmt.Errorf("step: state of %d trainable, %d frozen and %d optimizer arrays for a step built for %d, %d and %d",
 				len(trainable), len(frozen), len(optState), step.nParams, step.nFrozen, step.nState)
 		}
 		if err := firstErr(trainable, frozen, optState); err != nil {
-			return fmt.Errorf("train: state: %w", err)
+			return fmt.Errorf("step: state: %w", err)
 		}
 		var err error
 		s, err = newState(step, trainable, frozen, optState)
@@ -145,7 +145,7 @@ func InitState(step *Step, m *model.TinyGPT, seed uint64) (*State, error) {
 		opt, err := step.opt.Init()
 		if err != nil {
 			mlx.Free(params...)
-			return fmt.Errorf("train: optimizer state: %w", err)
+			return fmt.Errorf("step: optimizer state: %w", err)
 		}
 		if s, err = NewState(step, params, opt); err != nil {
 			mlx.Free(params...)
@@ -169,7 +169,7 @@ func (s *State) Update(lr float64, b Batch) (float64, error) {
 			return err
 		}
 		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
-			return fmt.Errorf("train: update: %w", err)
+			return fmt.Errorf("step: update: %w", err)
 		}
 		st, err := s.readStats()
 		loss = st.Loss
@@ -204,11 +204,11 @@ func (s *State) UpdateAsync(lr float64, b Batch) error {
 		}
 		defer prev.Free()
 		if err := mlx.AsyncEval(append(s.arrays(), s.interval.arrays()...)...); err != nil {
-			return fmt.Errorf("train: update: %w", err)
+			return fmt.Errorf("step: update: %w", err)
 		}
 		if prev != nil {
 			if err := mlx.Eval(prev); err != nil {
-				return fmt.Errorf("train: update: %w", err)
+				return fmt.Errorf("step: update: %w", err)
 			}
 		}
 		return nil
@@ -226,18 +226,18 @@ func (s *State) Apply(lr float64, b Batch) error {
 // apply runs the step on the state's arrays and swaps in its results.
 func (s *State) apply(lr float64, b Batch) error {
 	if s.freed {
-		return errors.New("train: update of a freed state")
+		return errors.New("step: update of a freed state")
 	}
 	if math.IsNaN(lr) || lr < 0 || lr > math.MaxFloat32 {
-		return fmt.Errorf("train: lr = %g, want a finite value >= 0 (float32: at most %.3g)", lr, math.MaxFloat32)
+		return fmt.Errorf("step: lr = %g, want a finite value >= 0 (float32: at most %.3g)", lr, math.MaxFloat32)
 	}
-	if err := b.check(s.step.opts.Accum); err != nil {
+	if err := b.Check(s.step.opts.Accum); err != nil {
 		return err
 	}
 	var w []float32
 	var total float64
 	if s.step.weighted && b.Stream != nil {
-		return errors.New("train: a weighted step takes token batches (Batch.X, Y, W), not window starts")
+		return errors.New("step: a weighted step takes token batches (Batch.X, Y, W), not window starts")
 	}
 	rows, total, err := s.rowInputs(b)
 	if err != nil {
@@ -249,7 +249,7 @@ func (s *State) apply(lr float64, b Batch) error {
 		}
 	} else if s.step.weighted {
 		if b.W == nil {
-			return errors.New("train: a weighted step's batch needs loss weights (Batch.W)")
+			return errors.New("step: a weighted step's batch needs loss weights (Batch.W)")
 		}
 		var err error
 		if w, total, err = b.NormalizedWeights(); err != nil {
@@ -270,6 +270,9 @@ func (s *State) apply(lr float64, b Batch) error {
 		}
 		for _, r := range rows {
 			batch = append(batch, mlx.FromSlice(r, b.N, b.B))
+		}
+		for _, p := range b.PositionInputs {
+			batch = append(batch, mlx.FromSlice(p, b.N, b.B, b.T))
 		}
 		made = batch
 	}
@@ -321,7 +324,7 @@ func (v *stateViews) free() {
 func (s *State) Eval() error {
 	return mlx.Do(func() error {
 		if s.freed {
-			return errors.New("train: evaluation of a freed state")
+			return errors.New("step: evaluation of a freed state")
 		}
 		return mlx.Eval(append(s.arrays(), s.interval.arrays()...)...)
 	})
@@ -343,25 +346,25 @@ func (s *State) Stats() (StepStats, error) {
 func (s *State) readStats() (StepStats, error) {
 	switch {
 	case s.freed:
-		return StepStats{}, errors.New("train: stats of a freed state")
+		return StepStats{}, errors.New("step: stats of a freed state")
 	case !s.updated:
-		return StepStats{}, errors.New("train: stats before the first update")
+		return StepStats{}, errors.New("step: stats before the first update")
 	case s.read:
 		return s.stats, nil
 	}
 	loss, err := s.loss.Item()
 	if err != nil {
-		return StepStats{}, fmt.Errorf("train: update: %w", err)
+		return StepStats{}, fmt.Errorf("step: update: %w", err)
 	}
 	norm, err := s.gradNorm.Item()
 	if err != nil {
-		return StepStats{}, fmt.Errorf("train: update: %w", err)
+		return StepStats{}, fmt.Errorf("step: update: %w", err)
 	}
 	var aux []float64
 	for _, a := range s.aux {
 		v, err := a.Item()
 		if err != nil {
-			return StepStats{}, fmt.Errorf("train: update: %w", err)
+			return StepStats{}, fmt.Errorf("step: update: %w", err)
 		}
 		aux = append(aux, v)
 	}
@@ -379,7 +382,7 @@ func (s *State) GraphOps() (map[string]int, error) {
 	var ops map[string]int
 	err := mlx.Do(func() error {
 		if s.freed {
-			return errors.New("train: graph of a freed state")
+			return errors.New("step: graph of a freed state")
 		}
 		var err error
 		ops, err = mlx.GraphOps(s.arrays()...)
@@ -400,6 +403,11 @@ func (s *State) Params() []*mlx.Array {
 	}
 	return s.views.params
 }
+
+// Copies returns the compute-dtype copies of the parameters the state
+// carries with StepOptions.ComputeCopies (per flat group with a flat
+// layout), nil without. The state owns them, as Params.
+func (s *State) Copies() []*mlx.Array { return s.copies }
 
 // Frozen returns the frozen arrays of a weighted step's state (nil
 // otherwise). The state owns them, as Params.
@@ -432,6 +440,29 @@ func (s *State) Free() {
 			s.params, s.copies, s.frozen, s.opt = nil, nil, nil, nil
 			s.freed = true
 		}
+		return nil
+	})
+}
+
+// RefreshOptState replaces the optimizer state with what refresh returns
+// for the current parameters and state, on the MLX thread: what an
+// optimizer whose state is refreshed beside the compiled step needs
+// (GaLore's projections, Sophia's Hessian estimate, from a gradient or an
+// estimate of their own). refresh frees the arrays of opt that its result
+// no longer holds; on an error the state keeps opt.
+func (s *State) RefreshOptState(refresh func(params, opt []*mlx.Array) ([]*mlx.Array, error)) error {
+	return mlx.Do(func() error {
+		if s.freed {
+			return errors.New("step: refresh of a freed state's optimizer state")
+		}
+		fresh, err := refresh(s.params, s.opt)
+		if err != nil {
+			return err
+		}
+		if len(fresh) != len(s.opt) {
+			return fmt.Errorf("step: refreshed optimizer state of %d arrays, want %d", len(fresh), len(s.opt))
+		}
+		s.opt = fresh
 		return nil
 	})
 }

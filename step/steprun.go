@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"fmt"
@@ -20,7 +20,7 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 	var res StepResult
 	err := mlx.Do(func() error {
 		if s.weighted {
-			return fmt.Errorf("train: Run on a weighted step; use RunWeighted")
+			return fmt.Errorf("step: Run on a weighted step; use RunWeighted")
 		}
 		out, err := s.apply(params, nil, nil, state, lr, x, y)
 		if err != nil {
@@ -33,7 +33,7 @@ func (s *Step) Run(params, state []*mlx.Array, lr, x, y *mlx.Array) (StepResult,
 	return res, err
 }
 
-// RunWeighted applies one update of a weighted step (NewWeightedStep):
+// RunWeighted applies one update of a weighted step (WeightedInputs):
 // Run with the frozen arrays and the loss weights w, [Accum, B, T]
 // float32, already divided by the update's weight total. Its loss is
 // Σ w·loss over the update.
@@ -41,7 +41,7 @@ func (s *Step) RunWeighted(params, frozen, state []*mlx.Array, lr, x, y, w *mlx.
 	var res StepResult
 	err := mlx.Do(func() error {
 		if !s.weighted {
-			return fmt.Errorf("train: RunWeighted on an unweighted step; use Run")
+			return fmt.Errorf("step: RunWeighted on an unweighted step; use Run")
 		}
 		out, err := s.apply(params, nil, frozen, state, lr, x, y, w)
 		if err != nil {
@@ -61,14 +61,14 @@ func (s *Step) RunWeighted(params, frozen, state []*mlx.Array, lr, x, y, w *mlx.
 // and, for a weighted step, w. Inputs are not freed.
 func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, batch ...*mlx.Array) (stepOutputs, error) {
 	if len(params) != s.nParams || len(state) != s.nState || len(frozen) != s.nFrozen {
-		return stepOutputs{}, fmt.Errorf("train: step got %d params, %d frozen and %d state arrays, built for %d, %d and %d",
+		return stepOutputs{}, fmt.Errorf("step: step got %d params, %d frozen and %d state arrays, built for %d, %d and %d",
 			len(params), len(frozen), len(state), s.nParams, s.nFrozen, s.nState)
 	}
 	if copies != nil && len(copies) != s.nCopies {
-		return stepOutputs{}, fmt.Errorf("train: step got %d parameter copies, built for %d", len(copies), s.nCopies)
+		return stepOutputs{}, fmt.Errorf("step: step got %d parameter copies, built for %d", len(copies), s.nCopies)
 	}
 	if err := firstErr(params, state); err != nil {
-		return stepOutputs{}, fmt.Errorf("train: step: %w", err)
+		return stepOutputs{}, fmt.Errorf("step: step: %w", err)
 	}
 	flat, err := s.layoutFor(params)
 	if err != nil || flat == nil {
@@ -109,14 +109,14 @@ func (s *Step) apply(params, copies, frozen, state []*mlx.Array, lr *mlx.Array, 
 // [Accum, B] int32 starts.
 func (s *Step) checkBatch(lr *mlx.Array, batch []*mlx.Array) error {
 	if err := lr.Err(); err != nil {
-		return fmt.Errorf("train: lr: %w", err)
+		return fmt.Errorf("step: lr: %w", err)
 	}
 	if lr.Dtype() != mlx.Float32 || lr.Ndim() != 0 {
-		return fmt.Errorf("train: lr is a %v array of shape %v, want a 0-D float32 array (mlx.Scalar(lr, mlx.Float32))",
+		return fmt.Errorf("step: lr is a %v array of shape %v, want a 0-D float32 array (mlx.Scalar(lr, mlx.Float32))",
 			lr.Dtype(), lr.Shape())
 	}
 	if len(batch) < 2 {
-		return fmt.Errorf("train: step got %d batch arrays, want x and y", len(batch))
+		return fmt.Errorf("step: step got %d batch arrays, want x and y", len(batch))
 	}
 	type input struct {
 		name string
@@ -142,17 +142,17 @@ func (s *Step) checkBatch(lr *mlx.Array, batch []*mlx.Array) error {
 	}
 	for _, in := range inputs {
 		if err := in.a.Err(); err != nil {
-			return fmt.Errorf("train: batch %s: %w", in.name, err)
+			return fmt.Errorf("step: batch %s: %w", in.name, err)
 		}
 		if !in.ok(in.a) {
-			return fmt.Errorf("train: batch %s has shape %v, want %s", in.name, in.a.Shape(), in.want)
+			return fmt.Errorf("step: batch %s has shape %v, want %s", in.name, in.a.Shape(), in.want)
 		}
 		if in.a.Dtype() != mlx.Int32 {
-			return fmt.Errorf("train: batch %s is %v, want int32", in.name, in.a.Dtype())
+			return fmt.Errorf("step: batch %s is %v, want int32", in.name, in.a.Dtype())
 		}
 	}
 	if x, y := batch[0], batch[1]; !s.windowed(batch) && !slices.Equal(x.Shape(), y.Shape()) {
-		return fmt.Errorf("train: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
+		return fmt.Errorf("step: batch x has shape %v, y %v; want the same", x.Shape(), y.Shape())
 	}
 	return nil
 }
@@ -160,13 +160,13 @@ func (s *Step) checkBatch(lr *mlx.Array, batch []*mlx.Array) error {
 // checkWeights refuses loss weights that are not float32 of x's shape.
 func checkWeights(w, x *mlx.Array) error {
 	if w == nil {
-		return fmt.Errorf("train: a weighted step needs loss weights")
+		return fmt.Errorf("step: a weighted step needs loss weights")
 	}
 	if err := w.Err(); err != nil {
-		return fmt.Errorf("train: loss weights: %w", err)
+		return fmt.Errorf("step: loss weights: %w", err)
 	}
 	if w.Dtype() != mlx.Float32 || !slices.Equal(w.Shape(), x.Shape()) {
-		return fmt.Errorf("train: loss weights are %v of shape %v, want float32 of the batch's shape %v", w.Dtype(), w.Shape(), x.Shape())
+		return fmt.Errorf("step: loss weights are %v of shape %v, want float32 of the batch's shape %v", w.Dtype(), w.Shape(), x.Shape())
 	}
 	return nil
 }

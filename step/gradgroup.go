@@ -1,4 +1,4 @@
-package train
+package step
 
 import (
 	"fmt"
@@ -86,7 +86,7 @@ func groupGradCopy(parts []*mlx.Array, sum *mlx.Array) (*mlx.Array, error) {
 	offsets := make([]int, len(parts)+1)
 	for i, p := range parts {
 		if p.Dtype() != dtype {
-			return nil, fmt.Errorf("train: group gradient kernel: part %d is %v, part 0 %v; a group holds one dtype", i, p.Dtype(), dtype)
+			return nil, fmt.Errorf("step: group gradient kernel: part %d is %v, part 0 %v; a group holds one dtype", i, p.Dtype(), dtype)
 		}
 		offsets[i+1] = offsets[i] + p.Size()
 	}
@@ -110,7 +110,7 @@ func groupGradCopy(parts []*mlx.Array, sum *mlx.Array) (*mlx.Array, error) {
 	}
 	k, err := mlx.NewCUDAKernel(name, inputs, []string{"out"}, source, header)
 	if err != nil {
-		return nil, fmt.Errorf("train: group gradient kernel: %w", err)
+		return nil, fmt.Errorf("step: group gradient kernel: %w", err)
 	}
 	defer k.Free() // the launched operation holds its own source
 	out, err := k.Apply(in, mlx.KernelLaunch{
@@ -118,7 +118,7 @@ func groupGradCopy(parts []*mlx.Array, sum *mlx.Array) (*mlx.Array, error) {
 		Grid: [3]int{(size + 255) / 256 * 256, 1, 1}, Block: [3]int{256, 1, 1},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("train: group gradient kernel: %w", err)
+		return nil, fmt.Errorf("step: group gradient kernel: %w", err)
 	}
 	return out[0], nil
 }

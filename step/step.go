@@ -1,13 +1,4 @@
-// Package train runs TinyGPT training: a whole optimizer step compiled into
-// one MLX function (Step), the arrays it updates (State), the setup every
-// run starts from (Setup), and a Trainer around them with schedules, data,
-// evaluation, checkpoints and resume.
-//
-// MLX keeps per-thread state, so the package's entry points that build or
-// evaluate arrays (NewStep, State's methods, Trainer.Run, the Evaluator,
-// checkpoints, sampling) run their work on the MLX thread with mlx.Do and
-// may be called from any goroutine.
-package train
+package step
 
 import (
 	"fmt"
@@ -15,24 +6,8 @@ import (
 	"slices"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
-
-// LossFunc is a scalar training loss of parameters and one microbatch of
-// inputs x and targets y, each [B, T] int32. It must build its result only
-// from its arguments (and constants), so it traces into a compiled step.
-type LossFunc func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array
-
-// WeightedLossFunc is a training loss of trainable parameters (the ones
-// differentiated and updated), frozen arrays (inputs of the step that are
-// neither: a fine-tune's base weights) and one microbatch of inputs x,
-// targets y ([B, T] int32) and per-target loss weights w ([B, T] float32).
-// It returns Σ w·loss over the microbatch's positions. The step passes
-// weights already divided by the whole update's weight total (Batch.W,
-// Batch.WeightSum), so the sum over the microbatches is the mean loss per
-// counted token of the update, whatever the microbatch holds.
-type WeightedLossFunc func(trainable, frozen []*mlx.Array, x, y, w *mlx.Array) *mlx.Array
 
 // StepOptions fix the shape of the traced step.
 type StepOptions struct {
@@ -77,25 +52,13 @@ type StepOptions struct {
 	// step, one gradient instead of several. Ignored otherwise.
 	StackedParams [][]int
 
-	// dependsOn picks, from what the microbatches so far accumulated
+	// DependsOn picks, from what the microbatches so far accumulated
 	// (every gradient, then the loss), what each microbatch after the first
-	// waits for; nil picks all of it (see Step.body). Tests and the
-	// accumulation benchmark set it to compare other orderings, the
+	// waits for; nil, the default, picks all of it (see Step.body), which
+	// bounds the step's peak memory to one microbatch's. It is there to
+	// compare other orderings (docs/performance/cpu.md measures them), the
 	// unbounded formulation among them.
-	dependsOn func(accumulated []*mlx.Array) []*mlx.Array
-}
-
-// RunStepOptions are the step options of a training run: its accumulation
-// as configured (Plan.StepOptions takes the plan's instead), clipping and
-// compile mode, and compute-dtype copies of the parameters when the model
-// keeps float32 masters but computes in a lower precision (the copies save
-// a cast kernel per parameter per step; see StepOptions.ComputeCopies).
-func RunStepOptions(cfg Config) StepOptions {
-	o := StepOptions{Accum: cfg.Accum, GradClip: cfg.GradClip, Compile: cfg.Compile}
-	if m := cfg.Model; m.MasterFP32 && m.ComputeDtype() != m.ParamDtype() {
-		o.ComputeCopies, o.ComputeDtype = true, m.ComputeDtype()
-	}
-	return o
+	DependsOn func(accumulated []*mlx.Array) []*mlx.Array
 }
 
 // Step is one optimizer update as a pure function of its inputs:
@@ -106,13 +69,13 @@ func RunStepOptions(cfg Config) StepOptions {
 //
 //	(params, copies, state, lr, x, y) → (params', copies', state', mean loss, grad norm)
 //
-// A weighted step (NewWeightedStep) also takes frozen arrays and the
-// update's loss weights w[N,B,T]; only the trainable params are
+// A weighted step (Layout.Inputs WeightedInputs) also takes frozen arrays
+// and the update's loss weights w[N,B,T]; only the trainable params are
 // differentiated and have optimizer state:
 //
 //	(params, [copies], frozen, state, lr, x, y, w) → (params', [copies'], state', weighted loss, grad norm)
 //
-// A row step (NewRowStep) takes per-row inputs after the token mask w,
+// A row step (RowInputs) takes per-row inputs after the token mask w,
 // the row weights first, and emits its loss's auxiliary sums last:
 //
 //	(params, frozen, state, lr, x, y, w, rows…[N,B]) → (params', state', weighted loss, grad norm, aux…)
@@ -132,12 +95,16 @@ type Step struct {
 	nState   int
 	nCopies  int // nParams with ComputeCopies, else 0
 	nFrozen  int // frozen (not differentiated) inputs of a weighted step
-	weighted bool
-	packed   bool // weighted, with segments as a fourth batch input (NewPackedStep)
+	layout   Layout
+	weighted bool // Inputs other than TokenInputs
+	packed   bool // PackedInputs: segments as a fourth batch input
 	// nRows is the number of per-row [N, B] float32 inputs after x, y
-	// and w of a row step (NewRowStep), the first the row weights; nAux
-	// the scalars its loss returns beside the loss, summed like it.
+	// and w of a RowInputs step, the first the row weights; nAux the
+	// scalars its loss returns beside the loss, summed like it.
 	nRows, nAux int
+	// nPos is the number of per-position [N, B, T] float32 inputs of a
+	// RowInputs step, after its row inputs.
+	nPos int
 	// flat is the flat layout of an elementwise optimizer's parameters
 	// and state (optim.Flat), built by layoutFor from the first
 	// parameters the step sees; nil runs the optimizer per parameter.
@@ -158,8 +125,8 @@ type Step struct {
 type StepResult struct {
 	Params, State  []*mlx.Array
 	Loss, GradNorm *mlx.Array
-	// Aux are a row step's auxiliary sums over the update (NewRowStep),
-	// nil for other steps.
+	// Aux are the auxiliary sums over the update its loss emits, in the
+	// order of Layout.Aux; nil when it names none.
 	Aux []*mlx.Array
 }
 
@@ -177,75 +144,47 @@ func (o stepOutputs) all() []*mlx.Array {
 	return append(out, o.aux...)
 }
 
-// NewStep builds the step for a loss over nParams parameters and an
-// optimizer whose state has nState arrays (len(opt.StateNames())).
-func NewStep(loss LossFunc, opt optim.Optimizer, nParams, nState int, opts StepOptions) (*Step, error) {
-	return newStep(func(in []*mlx.Array) []*mlx.Array {
-		return []*mlx.Array{loss(in[:nParams], in[nParams], in[nParams+1])}
-	}, opt, nParams, 0, nState, false, opts)
-}
-
-// NewModelStep is NewStep for m's training loss (m.Loss) over all its
-// parameters, with opt's state, passing each layer's q/k/v weights stacked
-// where the model's formulation wants them so and the layout allows
-// (StepOptions.StackedParams from m.StackedQKV: on a GPU): the step a
-// training run uses.
-func NewModelStep(m *model.TinyGPT, opt optim.Optimizer, opts StepOptions) (*Step, error) {
-	opts.StackedParams = m.StackedQKV()
-	return NewStep(m.Loss, opt, len(m.Specs), len(opt.StateNames()), opts)
-}
-
-// NewWeightedStep builds the step for a weighted loss over nTrainable
-// parameters, which the optimizer (with nState state arrays) updates, and
-// nFrozen arrays that are inputs of the step but neither differentiated
-// nor updated: fine-tuning with adapters passes the base weights here, so
-// the optimizer holds state for the adapters alone. Each update takes
-// per-target loss weights (Batch.W); microbatch losses and gradients are
-// summed, not averaged, since the weights already normalise them over the
-// whole update.
-func NewWeightedStep(loss WeightedLossFunc, opt optim.Optimizer, nTrainable, nFrozen, nState int, opts StepOptions) (*Step, error) {
-	if nFrozen < 0 {
-		return nil, fmt.Errorf("train: step over %d frozen arrays, want >= 0", nFrozen)
-	}
-	P, F := nTrainable, nFrozen
-	return newStep(func(in []*mlx.Array) []*mlx.Array {
-		return []*mlx.Array{loss(in[:P], in[P:P+F], in[P+F], in[P+F+1], in[P+F+2])}
-	}, opt, nTrainable, nFrozen, nState, true, opts)
-}
-
-// newStep builds a step whose loss reads the flat list (trainable params,
-// frozen arrays, x, y and, when weighted, w) and returns the loss first.
-func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, nParams, nFrozen, nState int, weighted bool, opts StepOptions) (*Step, error) {
+// newStep checks the options and builds (and, with Compile, compiles)
+// the step of layout l whose loss reads the flat list (trainable params,
+// frozen arrays, then the microbatch's inputs) and returns the loss
+// first, then l.Aux's sums.
+func newStep(loss func(in []*mlx.Array) []*mlx.Array, opt optim.Optimizer, l Layout, opts StepOptions) (*Step, error) {
+	nParams, nFrozen, nState := l.Trainable, l.Frozen, l.State
+	weighted := l.Inputs != TokenInputs
 	if opts.Accum < 1 {
-		return nil, fmt.Errorf("train: accum = %d, want >= 1", opts.Accum)
+		return nil, fmt.Errorf("step: accum = %d, want >= 1", opts.Accum)
 	}
 	if opts.GradClip < 0 || math.IsNaN(opts.GradClip) {
-		return nil, fmt.Errorf("train: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
+		return nil, fmt.Errorf("step: grad clip = %g, want >= 0 (0 disables)", opts.GradClip)
 	}
 	if opts.ComputeCopies && !opts.ComputeDtype.IsFloat() {
-		return nil, fmt.Errorf("train: compute dtype %v for the parameter copies, want a float type", opts.ComputeDtype)
+		return nil, fmt.Errorf("step: compute dtype %v for the parameter copies, want a float type", opts.ComputeDtype)
 	}
 	if !opts.ComputeCopies && opts.ComputeDtype != 0 {
-		return nil, fmt.Errorf("train: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
+		return nil, fmt.Errorf("step: compute dtype %v set without ComputeCopies", opts.ComputeDtype)
 	}
 	if nParams < 1 || nState < 0 {
-		return nil, fmt.Errorf("train: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
+		return nil, fmt.Errorf("step: step over %d parameters and %d state arrays, want >= 1 and >= 0", nParams, nState)
 	}
 	for _, run := range opts.StackedParams {
 		for _, i := range run {
 			if i < 0 || i >= nParams {
-				return nil, fmt.Errorf("train: stacked parameter run %v: index %d out of range [0, %d)", run, i, nParams)
+				return nil, fmt.Errorf("step: stacked parameter run %v: index %d out of range [0, %d)", run, i, nParams)
 			}
 		}
 	}
-	s := &Step{opt: opt, opts: opts, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted, loss: loss}
+	s := &Step{opt: opt, opts: opts, layout: l, nParams: nParams, nState: nState, nFrozen: nFrozen, weighted: weighted,
+		packed: l.Inputs == PackedInputs, nAux: len(l.Aux), loss: loss}
+	if l.Inputs == RowInputs {
+		s.nRows, s.nPos = 1+l.RowInputs, l.PositionInputs
+	}
 	if opts.ComputeCopies {
 		s.nCopies = nParams
 	}
 	if opts.Compile {
 		err := mlx.Do(func() (err error) {
 			if s.compiled, err = mlx.Compile(s.body); err != nil {
-				return fmt.Errorf("train: compiling the step: %w", err)
+				return fmt.Errorf("step: compiling the step: %w", err)
 			}
 			return nil
 		})
@@ -284,7 +223,7 @@ func (s *Step) gradient() (*mlx.ValueAndGradFunc, error) {
 		return s.loss(append(full, in[U:]...)), nil
 	}, argnums...)
 	if err != nil {
-		return nil, fmt.Errorf("train: building value_and_grad: %w", err)
+		return nil, fmt.Errorf("step: building value_and_grad: %w", err)
 	}
 	s.vag, s.units = vag, units
 	return vag, nil
@@ -299,8 +238,24 @@ func (s *Step) Traces() int { return s.traces }
 func (s *Step) Compiled() bool { return s.compiled != nil }
 
 // Weighted reports whether the step takes frozen arrays and loss weights
-// (NewWeightedStep).
+// (any Layout.Inputs but TokenInputs).
 func (s *Step) Weighted() bool { return s.weighted }
+
+// FlatGroups is the number of flat parameter groups the step updates
+// (optim.Flat: an elementwise optimizer's parameters and state packed by
+// dtype), known once the step has seen its parameters; 0 when it updates
+// each parameter on its own.
+func (s *Step) FlatGroups() int {
+	if s.flat == nil {
+		return 0
+	}
+	return s.flat.Groups()
+}
+
+// Differentiated is the number of arrays the step differentiates, known
+// after its first trace: one per parameter, or per flat group's run with
+// StackedParams' runs each one array.
+func (s *Step) Differentiated() int { return len(s.units) }
 
 // Free releases the step's MLX functions and trace cache. A nil step is
 // a no-op.
@@ -416,8 +371,8 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 		s.microbatchInputs(batch, i, mb)
 		if i > 0 {
 			deps := append(append(slices.Clip(acc), lossSum), auxSum...)
-			if s.opts.dependsOn != nil {
-				deps = s.opts.dependsOn(deps)
+			if s.opts.DependsOn != nil {
+				deps = s.opts.DependsOn(deps)
 			}
 			if len(deps) > 0 {
 				copy(mb, mlx.Depends(mb, deps))
@@ -428,7 +383,7 @@ func (s *Step) body(in []*mlx.Array) ([]*mlx.Array, error) {
 			return nil, err
 		}
 		if len(vals) != 1+s.nAux {
-			return nil, fmt.Errorf("train: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
+			return nil, fmt.Errorf("step: the loss returned %d values, want the loss and %d auxiliary sums", len(vals), s.nAux)
 		}
 		if i == 0 {
 			lossSum, auxSum = vals[0], slices.Clone(vals[1:])

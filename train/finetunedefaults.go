@@ -1,0 +1,52 @@
+package train
+
+import "fmt"
+
+// FineTuneDefaults are a fresh fine-tune's run settings over the base's
+// config: a short cosine run with the learning rate of the method
+// (FineTuneLR), whatever the base was pretrained with, evaluating every 50
+// updates. The base's model and tokenizer stay.
+func FineTuneDefaults(base Config, method string) Config {
+	c := base
+	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
+	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
+	c.GaLoreRank, c.GaLoreGap, c.GaLoreScale, c.SophiaEvery, c.SophiaRho = 0, 0, 0, 0, 0
+	lr := FineTuneLR(method)
+	c.Schedule, c.LR, c.MinLR, c.Warmup, c.DecayFraction = "cosine", lr, lr*DefaultMinLRRatio, 10, 0
+	c.Compile, c.Seed = true, 1
+	c.Data, c.ValData, c.BPEDropout = "", "", 0
+	c.LogEvery, c.EvalEvery, c.EvalTokens, c.CheckpointEvery, c.KeepCheckpoints = 10, 50, 16384, 0, 3
+	c.KeepBest, c.Patience = false, 0
+	return c
+}
+
+// FitWarmup shrinks a warm-up that does not fit the steps (a preset's, or
+// a default's, over a short run) to half of them; a constant schedule has
+// no warm-up to fit.
+func (c Config) FitWarmup() Config {
+	if c.Schedule != "constant" && c.Steps >= 1 && c.Warmup >= c.Steps {
+		c.Warmup = c.Steps / 2
+	}
+	return c
+}
+
+// SetEpochs sets the fine-tune's steps to epochs passes over its training
+// rows (EpochSteps), an update taking Batch × Accum rows on each of ranks
+// ranks, fitting the warm-up to them unless keepWarmup (a warm-up the user
+// set), and validates the result. It returns the steps.
+func (f *FineTuner) SetEpochs(epochs float64, ranks int, keepWarmup bool) (int, error) {
+	c := f.Config
+	steps, err := EpochSteps(epochs, f.Train.Len(), c.Batch*ranks, c.Accum)
+	if err != nil {
+		return 0, err
+	}
+	c.Steps = steps
+	if !keepWarmup {
+		c = c.FitWarmup()
+	}
+	if err := c.Validate(); err != nil {
+		return 0, fmt.Errorf("%d steps: %w", steps, err)
+	}
+	f.Config = c
+	return steps, nil
+}

@@ -78,7 +78,7 @@ func windowed(k, v *mlx.Array, mask mlx.AttentionMask, maskArr *mlx.Array, T, wi
 		return mlx.Slice(k, start, stop), mlx.Slice(v, start, stop), mlx.NoMask, nil
 	}
 	q := mlx.ExpandDims(mlx.Arange(float64(S-T), float64(S), 1, mlx.Int32), 1) // [T, 1] absolute positions
-	p := mlx.ExpandDims(mlx.Arange(0, float64(S), 1, mlx.Int32), 0)          // [1, S]
+	p := mlx.ExpandDims(mlx.Arange(0, float64(S), 1, mlx.Int32), 0)            // [1, S]
 	near := mlx.Less(mlx.Subtract(q, p), mlx.Scalar(float64(window), mlx.Int32))
 	allowed := mlx.LogicalAnd(mlx.GreaterEqual(q, p), near) // causal and within the window
 	if maskArr != nil {

@@ -134,7 +134,9 @@ func TestParseConfigMapsRopeFamilies(t *testing.T) {
 					c.LayerWindow(0) == 16 && c.LayerWindow(5) == 0 && c.LayerWindow(6) == 16 && c.NormEps == 1e-6
 			}},
 		{`{"model_type":"gemma3_text",` + ropeFields + `,"layer_types":["sliding_attention","full_attention"],"head_dim":8,"query_pre_attn_scalar":8}`, Gemma3,
-			func(c model.Config) bool { return c.SlidingPattern == 2 && c.LayerWindow(0) == 4096 && c.LayerWindow(1) == 0 }},
+			func(c model.Config) bool {
+				return c.SlidingPattern == 2 && c.LayerWindow(0) == 4096 && c.LayerWindow(1) == 0
+			}},
 		{`{"model_type":"phi3",` + ropeFields + `,"sliding_window":2047,"max_position_embeddings":2047,"rope_scaling":null}`, Phi3,
 			func(c model.Config) bool { return c.NormEps == 1e-5 && !c.QKVBias && c.Context == 2047 }},
 	} {

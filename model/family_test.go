@@ -70,11 +70,11 @@ func TestValidateRejectsBadFamilyFields(t *testing.T) {
 		"rope_original_context": func(c *Config) {
 			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor = RoPELlama3, 8, 1, 4
 		},
-		"sliding_window":                             func(c *Config) { c.SlidingWindow = -1 },
-		"sliding_pattern = 6 needs a sliding_window": func(c *Config) { c.SlidingPattern = 6 },
+		"sliding_window": func(c *Config) { c.SlidingWindow = -1 },
+		"sliding_pattern = 6 needs a sliding_window":     func(c *Config) { c.SlidingPattern = 6 },
 		"rope_local_base = 10000 needs a sliding_window": func(c *Config) { c.RoPELocalBase = 10000 },
-		"query_scale":                                func(c *Config) { c.QueryScale = math.NaN() },
-		"post_norms needs norm":                      func(c *Config) { c.PostNorms, c.Norm = true, NormLayer },
+		"query_scale":           func(c *Config) { c.QueryScale = math.NaN() },
+		"post_norms needs norm": func(c *Config) { c.PostNorms, c.Norm = true, NormLayer },
 		"rope_scale = 2 with rope_type": func(c *Config) {
 			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor, c.RoPEOriginalContext, c.RoPEScale = RoPELlama3, 8, 1, 4, 64, 2
 		},

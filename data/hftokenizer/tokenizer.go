@@ -38,7 +38,7 @@ type Tokenizer struct {
 
 	normalizer   normalizer   // nil: none
 	preTokenizer preTokenizer // nil: none
-	model        *bpeModel
+	model        wordModel
 	decoder      decoder // nil: tokens joined with spaces
 	// raw matches the added tokens that are not normalized, in the input;
 	// normalized those that are, in normalized text.
@@ -93,7 +93,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 	}
 	t := &Tokenizer{special: map[string]int32{}}
 	var err error
-	if t.model, err = parseBPE(file.Model); err != nil {
+	if t.model, err = parseModel(file.Model); err != nil {
 		return nil, err
 	}
 	if t.normalizer, err = parseNormalizer(file.Normalizer); err != nil {
@@ -111,7 +111,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 	}
 	t.raw = newMatcher(added, func(a addedToken) bool { return !a.Normalized })
 	t.normalized = newMatcher(added, func(a addedToken) bool { return a.Normalized })
-	for _, id := range t.model.vocab {
+	for _, id := range t.model.vocabulary() {
 		t.vocab = max(t.vocab, int(id)+1)
 	}
 	for _, a := range added {
@@ -121,7 +121,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 		}
 	}
 	t.tokens = make([]string, t.vocab)
-	for tok, id := range t.model.vocab {
+	for tok, id := range t.model.vocabulary() {
 		t.tokens[id] = tok
 	}
 	for _, a := range added {

@@ -1,6 +1,7 @@
 package hf
 
 import (
+	_ "embed"
 	"fmt"
 	"strings"
 
@@ -108,3 +109,16 @@ func gemma3GGUFName(name string) (string, error) {
 	}
 	return "", fmt.Errorf("tensor %q is not a parameter of a gemma3 model this import maps", name)
 }
+
+// gemma3ChatTemplate is Gemma 3's chat template, as its instruction-tuned
+// models' tokenizer_config.json carries it: turns between <start_of_turn>
+// and <end_of_turn>, the assistant's role named model, a system message
+// put in front of the first user turn. llama.cpp's GGUF files of the base
+// models carry none.
+//
+//go:embed gemma3.jinja
+var gemma3ChatTemplate string
+
+// gemma3EndOfTurn is the token that ends each of Gemma's turns, a stop
+// token beside <eos> (Gemma 3's generation_config.json lists both).
+const gemma3EndOfTurn = "<end_of_turn>"

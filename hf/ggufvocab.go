@@ -202,6 +202,16 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 	} else if ok {
 		cfg["chat_template"] = tmpl
 	}
+	if arch, _, _ := m.str("general.architecture"); arch == GGUFGemma3 {
+		if _, ok := cfg["chat_template"]; !ok {
+			cfg["chat_template"] = gemma3ChatTemplate
+		}
+		if id, ok := vocab[gemma3EndOfTurn]; ok {
+			if _, set := ids["eot"]; !set {
+				ids["eot"] = id
+			}
+		}
+	}
 	gen := map[string]any{"eos_token_id": eos}
 	if eot, ok := ids["eot"]; ok && eot != eos {
 		gen["eos_token_id"] = []int{eos, eot}

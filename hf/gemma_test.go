@@ -217,3 +217,54 @@ func greedyCached(t *testing.T, m *Model, prompt []int32, n int) []int32 {
 	}
 	return out
 }
+
+// TestGemmaExportImportsBack exports the imported Gemma-3-270M as a
+// Gemma3ForCausalLM folder (norms written as Gemma's w = gain − 1) and
+// imports it back: the same configuration and the same logits, bit for
+// bit; the folder's norm tensors are the gains less one.
+func TestGemmaExportImportsBack(t *testing.T) {
+	g, _ := loadGemma(t)
+	dir := t.TempDir()
+	family, err := Save(dir, g.Model.Model, g.Params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if family != Gemma3 {
+		t.Fatalf("exported as %q, want %q", family, Gemma3)
+	}
+	b, err := Load(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if b.Model.Config != g.Model.Model.Config {
+		t.Fatalf("config read back %+v\nwant %+v", b.Model.Config, g.Model.Model.Config)
+	}
+	tokens := []int32{2, 818, 5279, 529, 7001, 563}
+	got, want := modelLogits(t, b, tokens), modelLogits(t, g.Model, tokens)
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d: %g read back, %g exported", i, got[i], want[i])
+		}
+	}
+	raw, _, err := mlx.LoadSafetensors(filepath.Join(dir, WeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range raw {
+		defer a.Free()
+	}
+	w, err := raw["model.layers.0.input_layernorm.weight"].Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gain, err := g.Params[slices.IndexFunc(g.Model.Model.Specs, func(s model.ParamSpec) bool { return s.Name == "blocks.0.attn_norm.weight" })].Float32s()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w {
+		if w[i] != gain[i]-1 {
+			t.Fatalf("input_layernorm.weight[%d] = %g, want the gain %g less one", i, w[i], gain[i])
+		}
+	}
+}

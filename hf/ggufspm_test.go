@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
@@ -66,6 +67,17 @@ func TestGemmaSentencePieceMatchesTokenizers(t *testing.T) {
 	}
 	if tok.VocabSize() != 262144 || tok.EOT() != 1 {
 		t.Errorf("vocabulary %d, EOT %d; want 262,144 and <eos> = 1", tok.VocabSize(), tok.EOT())
+	}
+	// add_bos_token: a prompt starts with <bos> (2), once.
+	if p := tok.PromptPrefix(); !slices.Equal(p, []int32{2}) {
+		t.Errorf("prompt prefix %v, want [2] (<bos>)", p)
+	}
+	hi := tok.EncodeSpecial("Hello")
+	if got := data.EncodePrompt(tok, "Hello"); !slices.Equal(got, append([]int32{2}, hi...)) {
+		t.Errorf("EncodePrompt(Hello) = %v, want <bos> and %v", got, hi)
+	}
+	if got := data.EncodePrompt(tok, "<bos>Hello"); !slices.Equal(got, append([]int32{2}, hi...)) {
+		t.Errorf("EncodePrompt(<bos>Hello) = %v, want one <bos> and %v", got, hi)
 	}
 	n := 0
 	for i, text := range want.Texts {

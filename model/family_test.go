@@ -27,7 +27,7 @@ func familyConfigs() map[string]Config {
 	llama3.RoPEType, llama3.RoPEFactor, llama3.RoPELowFreqFactor, llama3.RoPEHighFreqFactor, llama3.RoPEOriginalContext = RoPELlama3, 8, 1, 4, 64
 	qwen2.QKVBias, qwen2.TiedEmbeddings, qwen2.RoPEBase = true, true, 1e6
 	qwen3.QKNorm, qwen3.HeadDimension, qwen3.TiedEmbeddings, qwen3.RoPEBase = true, 16, true, 1e6
-	mistral.SlidingWindow = 4
+	mistral.SlidingWindow = 8
 	gemma := Config{VocabSize: 61, DModel: 32, Layers: 3, Heads: 4, KVHeads: 1, HeadDimension: 16, Context: 16, MLPHidden: 40,
 		Norm: NormRMS, MLP: MLPGeGLU, GELU: GELUTanh, RoPEBase: 1e6, RoPELocalBase: 10000, SlidingWindow: 4, SlidingPattern: 2,
 		QKNorm: true, PostNorms: true, EmbedScale: true, TiedEmbeddings: true, QueryScale: 12, NormEps: 1e-6}

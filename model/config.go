@@ -6,7 +6,9 @@
 // positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
 // attention, scaled RoPE) and its relatives: Llama 3's scaled frequencies,
 // Qwen2's q/k/v biases, Qwen3's per-head q/k norms and head widths other
-// than d_model/heads. A KVCache lets generation feed each token once.
+// than d_model/heads, Mistral's sliding window, and Gemma 3's sliding
+// layers between global ones, post-norms, GeGLU MLP and scaled
+// embeddings. A KVCache lets generation feed each token once.
 package model
 
 import (

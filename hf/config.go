@@ -18,10 +18,12 @@ const (
 	Qwen2   = "qwen2"
 	Qwen3   = "qwen3"
 	Phi3    = "phi3"
+	// Gemma3 is the text-only Gemma 3 (Gemma3ForCausalLM).
+	Gemma3 = "gemma3_text"
 )
 
 // familyNames lists the model_types ParseConfig maps, for its errors.
-const familyNames = `"gpt2", "llama", "mistral", "qwen2", "qwen3" or "phi3"`
+const familyNames = `"gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3" or "gemma3_text"`
 
 // ConfigFile is the name of a folder's model configuration.
 const ConfigFile = "config.json"
@@ -74,6 +76,14 @@ type hfConfig struct {
 	MaxWindowLayers     *int            `json:"max_window_layers"`
 	LayerTypes          []string        `json:"layer_types"`
 	PartialRotaryFactor *float64        `json:"partial_rotary_factor"`
+
+	// Gemma 3
+	HiddenActivation      string          `json:"hidden_activation"`
+	QueryPreAttnScalar    *float64        `json:"query_pre_attn_scalar"`
+	RoPELocalBaseFreq     *float64        `json:"rope_local_base_freq"`
+	SlidingWindowPattern  *int            `json:"sliding_window_pattern"`
+	FinalLogitSoftcapping json.RawMessage `json:"final_logit_softcapping"`
+	AttnLogitSoftcapping  json.RawMessage `json:"attn_logit_softcapping"`
 }
 
 // ropeScaling is config.json's rope_scaling: the type (rope_type, or type
@@ -132,6 +142,8 @@ func ParseConfig(b []byte, dtype string) (model.Config, string, error) {
 		cfg, err = gpt2Config(h)
 	case Llama, Mistral, Qwen2, Qwen3, Phi3:
 		cfg, err = ropeFamilyConfig(h)
+	case Gemma3:
+		cfg, err = gemma3Config(h)
 	case "":
 		return model.Config{}, "", fmt.Errorf("model_type is missing; want %s", familyNames)
 	default:

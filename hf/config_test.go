@@ -36,10 +36,9 @@ func TestParseConfigNamesUnsupportedFields(t *testing.T) {
 			"original_max_position_embeddings"},
 		{`{` + llamaFields + `,"rope_scaling":{"rope_type":"llama3","factor":8,"low_freq_factor":4,"high_freq_factor":1,"original_max_position_embeddings":16}}`,
 			"high_freq_factor = 1"},
-		{`{"model_type":"mistral",` + ropeFields + `,"sliding_window":32}`, "sliding_window = 32"},
-		// Absent, Mistral's sliding_window is transformers' default, 4096.
-		{`{"model_type":"mistral","vocab_size":300,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":4,` +
-			`"max_position_embeddings":8192}`, "sliding_window = 4096"},
+		{`{"model_type":"gemma3_text",` + ropeFields + `,"final_logit_softcapping":30.0}`, "final_logit_softcapping"},
+		{`{"model_type":"gemma3_text",` + ropeFields + `,"hidden_activation":"gelu"}`, "hidden_activation"},
+		{`{"model_type":"gemma3_text",` + ropeFields + `,"num_hidden_layers":3,"layer_types":["sliding_attention","full_attention","full_attention"]}`, "layer_types[2]"},
 		{`{"model_type":"qwen2",` + ropeFields + `,"use_sliding_window":true,"sliding_window":16,"max_window_layers":1}`, "sliding_window = 16"},
 		{`{"model_type":"qwen3",` + ropeFields + `,"use_sliding_window":true,"sliding_window":16,"layer_types":["full_attention","sliding_attention"]}`,
 			"sliding_window = 16"},
@@ -123,7 +122,21 @@ func TestParseConfigMapsRopeFamilies(t *testing.T) {
 			`"max_position_embeddings":64,"attention_bias":true}`, Mistral,
 			func(c model.Config) bool { return c.KVHeads == 8 && !c.QKVBias && !c.OutBias && c.NormEps == 1e-6 }},
 		{`{"model_type":"mistral",` + ropeFields + `,"sliding_window":null}`, Mistral, func(c model.Config) bool { return true }},
-		{`{"model_type":"mistral",` + ropeFields + `,"sliding_window":64}`, Mistral, func(c model.Config) bool { return true }},
+		{`{"model_type":"mistral",` + ropeFields + `,"sliding_window":64}`, Mistral, func(c model.Config) bool { return c.SlidingWindow == 0 }},
+		{`{"model_type":"mistral",` + ropeFields + `,"sliding_window":32}`, Mistral, func(c model.Config) bool { return c.SlidingWindow == 32 }},
+		// Absent, Mistral's sliding_window is transformers' default, 4096.
+		{`{"model_type":"mistral","vocab_size":300,"hidden_size":32,"intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":8,` +
+			`"max_position_embeddings":8192}`, Mistral, func(c model.Config) bool { return c.SlidingWindow == 4096 && c.LayerWindow(1) == 4096 }},
+		{`{"model_type":"gemma3_text",` + ropeFields + `,"num_hidden_layers":7,"sliding_window":16,"rope_scaling":{"rope_type":"linear","factor":8}}`, Gemma3,
+			func(c model.Config) bool {
+				return c.MLP == model.MLPGeGLU && c.GELU == model.GELUTanh && c.QKNorm && c.PostNorms && c.EmbedScale && c.TiedEmbeddings &&
+					c.HeadDim() == 256 && c.QueryScale == 256 && c.RoPEBase == 1e6 && c.RoPELocalBase == 10000 && c.RoPEScale == 8 &&
+					c.LayerWindow(0) == 16 && c.LayerWindow(5) == 0 && c.LayerWindow(6) == 16 && c.NormEps == 1e-6
+			}},
+		{`{"model_type":"gemma3_text",` + ropeFields + `,"layer_types":["sliding_attention","full_attention"],"head_dim":8,"query_pre_attn_scalar":8}`, Gemma3,
+			func(c model.Config) bool {
+				return c.SlidingPattern == 2 && c.LayerWindow(0) == 4096 && c.LayerWindow(1) == 0
+			}},
 		{`{"model_type":"phi3",` + ropeFields + `,"sliding_window":2047,"max_position_embeddings":2047,"rope_scaling":null}`, Phi3,
 			func(c model.Config) bool { return c.NormEps == 1e-5 && !c.QKVBias && c.Context == 2047 }},
 	} {

@@ -20,6 +20,9 @@ func exportConfig(cfg model.Config, family string) map[string]any {
 			"torch_dtype": dtype,
 		}
 	}
+	if family == Gemma3 {
+		return gemma3ExportConfig(cfg)
+	}
 	out := map[string]any{
 		"architectures": []string{ropeFamilies[family].arch}, "model_type": family,
 		"vocab_size": cfg.VocabSize, "hidden_size": cfg.DModel, "intermediate_size": cfg.Hidden(),
@@ -43,7 +46,7 @@ func exportConfig(cfg model.Config, family string) map[string]any {
 	case Llama:
 		out["attention_bias"], out["mlp_bias"], out["head_dim"], out["pretraining_tp"] = cfg.QKVBias, false, hd, 1
 	case Mistral:
-		out["head_dim"], out["sliding_window"] = hd, nil
+		out["head_dim"], out["sliding_window"] = hd, window(cfg)
 	case Qwen2:
 		out["use_sliding_window"], out["sliding_window"], out["max_window_layers"] = false, cfg.Context, cfg.Layers
 		if hd*cfg.Heads != cfg.DModel {
@@ -55,8 +58,16 @@ func exportConfig(cfg model.Config, family string) map[string]any {
 	case Phi3:
 		// Phi3Config's default pad_token_id (32000) would index past a
 		// smaller vocabulary's embedding table.
-		out["original_max_position_embeddings"], out["sliding_window"], out["pad_token_id"] = cfg.Context, nil, nil
+		out["original_max_position_embeddings"], out["sliding_window"], out["pad_token_id"] = cfg.Context, window(cfg), nil
 		out["resid_pdrop"], out["embd_pdrop"] = 0.0, 0.0
 	}
 	return out
+}
+
+// window is config.json's sliding_window of cfg: null without one.
+func window(cfg model.Config) any {
+	if cfg.SlidingWindow == 0 {
+		return nil
+	}
+	return cfg.SlidingWindow
 }

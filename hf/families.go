@@ -90,9 +90,11 @@ func ropeFamilyConfig(h hfConfig) (model.Config, error) {
 	if err := ropeScalingConfig(h, fam, &cfg); err != nil {
 		return model.Config{}, err
 	}
-	if err := checkSlidingWindow(h, fam); err != nil {
+	window, err := slidingWindow(h, fam)
+	if err != nil {
 		return model.Config{}, err
 	}
+	cfg.SlidingWindow = window
 	return cfg, nil
 }
 
@@ -140,20 +142,22 @@ func ropeScalingConfig(h hfConfig, fam ropeFamily, cfg *model.Config) error {
 	return nil
 }
 
-// checkSlidingWindow refuses sliding-window attention that would bind
-// within the context: a window smaller than max_position_embeddings on a
-// layer that uses it. The model attends to every earlier position, which
-// is the same function only while no key lies a window or more behind its
-// query.
-func checkSlidingWindow(h hfConfig, fam ropeFamily) error {
+// slidingWindow is the sliding window of a family that slides on every
+// layer (Mistral, Phi-3) where it binds within the context (a window
+// smaller than max_position_embeddings), 0 otherwise. Qwen's window, which
+// slides on the layers from max_window_layers on, is refused where it
+// binds: the model's windows are every layer's or a pattern's
+// (model.Config's SlidingPattern), and the full attention computes the
+// same function only while no key lies a window or more behind its query.
+func slidingWindow(h hfConfig, fam ropeFamily) (int, error) {
 	if fam.window == "" {
-		return nil
+		return 0, nil
 	}
 	window := fam.windowDefault
 	if len(h.SlidingWindow) > 0 {
 		var w *int
 		if err := json.Unmarshal(h.SlidingWindow, &w); err != nil {
-			return fmt.Errorf("sliding_window = %s, want an integer or null", h.SlidingWindow)
+			return 0, fmt.Errorf("sliding_window = %s, want an integer or null", h.SlidingWindow)
 		}
 		window = 0
 		if w != nil {
@@ -161,21 +165,24 @@ func checkSlidingWindow(h hfConfig, fam ropeFamily) error {
 		}
 	}
 	if window <= 0 || window >= h.MaxPositionEmbeddings {
-		return nil
+		return 0, nil
+	}
+	if fam.window == "always" {
+		return window, nil
 	}
 	if fam.window == "qwen" {
 		if !h.UseSlidingWindow {
-			return nil
+			return 0, nil
 		}
 		sliding := orDefault(h.MaxWindowLayers, fam.maxWindowLayers) < h.NumHiddenLayers
 		if len(h.LayerTypes) > 0 {
 			sliding = slices.Contains(h.LayerTypes, "sliding_attention")
 		}
 		if !sliding {
-			return nil
+			return 0, nil
 		}
 	}
-	return fmt.Errorf("sliding_window = %d is smaller than the context (max_position_embeddings = %d): sliding-window attention is not supported; want null or a window >= the context",
+	return 0, fmt.Errorf("sliding_window = %d is smaller than the context (max_position_embeddings = %d) on the layers from max_window_layers on: Qwen's per-layer sliding window is not supported; want null or a window >= the context",
 		window, h.MaxPositionEmbeddings)
 }
 
@@ -209,6 +216,11 @@ func Family(cfg model.Config) (string, error) {
 			return "", fmt.Errorf("a GPT-2 model needs head_dim = d_model/heads, not %d", cfg.HeadDim())
 		}
 		return GPT2, nil
+	case cfg.Norm != model.NormLayer && cfg.Positions != model.PositionsLearned && cfg.MLP == model.MLPGeGLU:
+		if cfg.Family != "" && cfg.Family != Gemma3 {
+			return "", fmt.Errorf("family %q: the model has Gemma 3's shape (GeGLU MLP)", cfg.Family)
+		}
+		return Gemma3, checkGemma3(cfg)
 	case cfg.Norm != model.NormLayer && cfg.Positions != model.PositionsLearned && cfg.MLP == model.MLPSwiGLU:
 		if cfg.Bias {
 			return "", fmt.Errorf("a %s model needs bias = false (no MLP biases)", orName(cfg.Family, Llama))
@@ -223,7 +235,10 @@ func Family(cfg model.Config) (string, error) {
 		default:
 			family = Llama
 		}
-		return family, checkRopeFamily(cfg, family)
+		if err := checkRopeFamily(cfg, family); err != nil {
+			return "", err
+		}
+		return family, checkNoGemmaFields(cfg, family)
 	}
 	return "", fmt.Errorf("model config (norm %q, positions %q, mlp %q) is neither GPT-2 (norm layer, positions learned, mlp gelu) nor Llama-shaped (norm rms, positions rope, mlp swiglu)",
 		orName(cfg.Norm, model.NormRMS), orName(cfg.Positions, model.PositionsRoPE), orName(cfg.MLP, model.MLPGELU))
@@ -249,6 +264,19 @@ func checkRopeFamily(cfg model.Config, family string) error {
 		return fmt.Errorf("a %s model needs head_dim = d_model/heads, not %d", family, cfg.HeadDim())
 	case !fam.ropeScaling && (cfg.RoPEType != "" || cfg.RoPEScale != 0 && cfg.RoPEScale != 1):
 		return fmt.Errorf("a %s model here has no rope scaling (rope_scale %g, rope_type %q)", family, cfg.RoPEScale, cfg.RoPEType)
+	}
+	return nil
+}
+
+// checkNoGemmaFields reports Gemma's fields on a config of another
+// Llama-shaped family, whose classes have none of them; a sliding window
+// only Mistral's expresses (on every layer, with one rotary base).
+func checkNoGemmaFields(cfg model.Config, family string) error {
+	switch {
+	case cfg.PostNorms || cfg.EmbedScale || cfg.QueryScale != 0 || cfg.RoPELocalBase != 0:
+		return fmt.Errorf("a %s model has no post_norms, embed_scale, query_scale or rope_local_base", family)
+	case cfg.SlidingWindow != 0 && (family != Mistral && family != Phi3 || cfg.SlidingPattern != 0):
+		return fmt.Errorf("a %s model here has no sliding window (sliding_window %d, sliding_pattern %d)", family, cfg.SlidingWindow, cfg.SlidingPattern)
 	}
 	return nil
 }

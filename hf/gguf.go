@@ -15,12 +15,16 @@ import (
 
 // GGUFArchitectures are the general.architecture values of GGUF files
 // that ReadGGUFConfig and LoadGGUF map: Llama (and the models llama.cpp
-// converts as llama), and Qwen2 and Qwen2.5.
-var GGUFArchitectures = []string{Llama, Qwen2}
+// converts as llama), Qwen2 and Qwen2.5, and Gemma 3 (its text model).
+var GGUFArchitectures = []string{Llama, Qwen2, GGUFGemma3}
+
+// GGUFGemma3 is Gemma 3's general.architecture.
+const GGUFGemma3 = "gemma3"
 
 // GGUFTypes are the tensor types LoadGGUF reads: float tensors as they
-// are, and the quantized types dequantized to float32.
-var GGUFTypes = []mlx.GGMLType{mlx.GGMLF32, mlx.GGMLF16, mlx.GGMLBF16, mlx.GGMLQ4_0, mlx.GGMLQ4_1, mlx.GGMLQ8_0}
+// are, and the quantized types (the legacy 32-value blocks and the
+// K-quants) dequantized to float32 exactly as llama.cpp does.
+var GGUFTypes = append([]mlx.GGMLType{mlx.GGMLF32, mlx.GGMLF16, mlx.GGMLBF16}, mlx.GGUFBlockTypes...)
 
 // IsGGUF reports whether path is a regular file that starts with GGUF's
 // magic bytes.
@@ -83,7 +87,13 @@ func ggufConfig(h *mlx.GGUFHeader, dtype string) (model.Config, string, error) {
 			return model.Config{}, "", err
 		}
 	}
-	cfg, err := ropeGGUFConfig(h, arch)
+	var cfg map[string]any
+	var err error
+	if arch == GGUFGemma3 {
+		cfg, err = gemma3GGUFConfig(h)
+	} else {
+		cfg, err = ropeGGUFConfig(h, arch)
+	}
 	if err != nil {
 		return model.Config{}, "", err
 	}
@@ -197,6 +207,9 @@ var ggufLayerName = regexp.MustCompile(`^blk\.(\d+)\.(.+)$`)
 // to Hugging Face's name (LlamaForCausalLM's, which Qwen2ForCausalLM
 // shares, with q, k and v biases).
 func ggufHFName(arch, name string) (string, error) {
+	if arch == GGUFGemma3 || arch == Gemma3 {
+		return gemma3GGUFName(name)
+	}
 	switch name {
 	case "token_embd.weight":
 		return "model.embed_tokens.weight", nil
@@ -272,7 +285,7 @@ func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 			}
 			t[hfName] = a
 		}
-		params, err := assemble(path, family, m, t)
+		params, err := assemble(path, family, m, t, family == Gemma3)
 		if err != nil {
 			return err
 		}
@@ -294,7 +307,7 @@ func LoadGGUF(path, dtype string) (*GGUFModel, error) {
 // before the next is made.
 func ggufWeight(t *mlx.GGUFTensor, arch string, cfg model.Config) (*mlx.Array, error) {
 	a := t.Data
-	if t.Quantized() {
+	if t.Quantized() || t.Raw != nil {
 		var err error
 		if a, err = t.Float32(); err != nil {
 			return nil, err
@@ -307,7 +320,7 @@ func ggufWeight(t *mlx.GGUFTensor, arch string, cfg model.Config) (*mlx.Array, e
 	case strings.HasSuffix(t.Info.Name, ".attn_k.weight"):
 		a = unpermuteRoPE(a, cfg.KVHeadCount())
 	}
-	if t.Quantized() {
+	if t.Quantized() || t.Raw != nil {
 		a = mlx.AsType(a, cfg.ParamDtype())
 	}
 	if err := mlx.Eval(a); err != nil {

@@ -114,11 +114,12 @@ func (m ggufMeta) flag(key string) bool {
 
 // ggufTokenizerFiles makes tokenizer.json, tokenizer_config.json and
 // generation_config.json from a GGUF file's tokenizer.ggml.* metadata and
-// tokenizer.chat_template: a byte-level BPE (tokenizer.ggml.model gpt2)
-// with the file's tokens and merges, CONTROL tokens as special added
-// tokens and USER_DEFINED ones as plain added tokens, and the
-// pre-tokenizer of the family tokenizer.ggml.pre names. The tokens must
-// fit the model's vocabulary of vocabSize ids.
+// tokenizer.chat_template: for tokenizer.ggml.model gpt2 a byte-level BPE
+// with the file's tokens and merges and the pre-tokenizer of the family
+// tokenizer.ggml.pre names; for llama a SentencePiece vocabulary as a BPE
+// by scores with byte fallback (ggufspm.go). CONTROL tokens become
+// special added tokens, USER_DEFINED ones plain added tokens. The tokens
+// must fit the model's vocabulary of vocabSize ids.
 func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[string][]byte, error) {
 	m := ggufMeta(meta)
 	kind, ok, err := m.str("tokenizer.ggml.model")
@@ -128,16 +129,8 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 	if !ok {
 		return nil, fmt.Errorf("metadata tokenizer.ggml.model is missing: the file has no tokenizer")
 	}
-	if kind != "gpt2" {
-		return nil, fmt.Errorf("tokenizer.ggml.model %q is not supported; want gpt2 (byte-level BPE)", kind)
-	}
-	pre, ok, err := m.str("tokenizer.ggml.pre")
-	if err != nil {
-		return nil, err
-	}
-	pt, known := ggufPreTokenizers[pre]
-	if !ok || !known {
-		return nil, fmt.Errorf("tokenizer.ggml.pre %q is not supported; want one of %q", pre, GGUFPreTokenizers())
+	if kind != "gpt2" && kind != "llama" {
+		return nil, fmt.Errorf("tokenizer.ggml.model %q is not supported; want gpt2 (byte-level BPE) or llama (SentencePiece)", kind)
 	}
 	tokens, err := m.strs("tokenizer.ggml.tokens")
 	if err != nil {
@@ -145,10 +138,6 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 	}
 	if len(tokens) > vocabSize {
 		return nil, fmt.Errorf("tokenizer.ggml.tokens has %d tokens, the model's vocabulary %d", len(tokens), vocabSize)
-	}
-	merges, err := m.strs("tokenizer.ggml.merges")
-	if err != nil {
-		return nil, err
 	}
 	types := make([]int64, len(tokens))
 	if v, ok := m["tokenizer.ggml.token_type"]; ok {
@@ -158,25 +147,13 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 		types = v.Ints
 	}
 	vocab := make(map[string]int, len(tokens))
-	var added []map[string]any
 	for i, tok := range tokens {
 		if _, dup := vocab[tok]; dup {
 			return nil, fmt.Errorf("token %q (id %d) is in tokenizer.ggml.tokens twice", tok, i)
 		}
 		vocab[tok] = i
-		switch types[i] {
-		case tokenControl, tokenUserDefined:
-			special := types[i] == tokenControl
-			added = append(added, map[string]any{"id": i, "content": tok, "single_word": false, "lstrip": false,
-				"rstrip": false, "normalized": !special, "special": special})
-		case 0, tokenNormal, tokenUnknown, tokenUnused, tokenByte:
-		default:
+		if types[i] < 0 || types[i] > tokenByte {
 			return nil, fmt.Errorf("token %q (id %d) has token type %d; want 1 to 6", tok, i, types[i])
-		}
-	}
-	for i, mg := range merges {
-		if a, b, ok := strings.Cut(mg, " "); !ok || strings.Contains(b, " ") || a == "" || b == "" {
-			return nil, fmt.Errorf("merge %d %q is not two tokens separated by one space", i, mg)
 		}
 	}
 	ids := map[string]int{}
@@ -194,22 +171,21 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 	if !ok {
 		return nil, fmt.Errorf("metadata tokenizer.ggml.eos_token_id is missing")
 	}
-	var unk any
+	var tok map[string]any
+	if kind == "gpt2" {
+		tok, err = byteLevelTokenizer(m, tokens, types, vocab)
+	} else {
+		tok, err = sentencePieceTokenizer(m, tokens, types, vocab)
+	}
+	if err != nil {
+		return nil, err
+	}
+	tok["post_processor"] = postProcessor(m, tokens, ids)
+	if kind == "llama" && !m.flag("tokenizer.ggml.add_bos_token") && !m.flag("tokenizer.ggml.add_eos_token") {
+		tok["post_processor"] = nil // no byte-level offsets to trim
+	}
 	if id, ok := ids["unknown"]; ok {
-		unk = tokens[id]
-	}
-	tok := map[string]any{
-		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": added,
-		"normalizer": pt.normalizer, "pre_tokenizer": pt.preTokenizer,
-		"post_processor": postProcessor(m, tokens, ids), "decoder": byteLevel(true, true),
-		"model": map[string]any{
-			"type": "BPE", "dropout": nil, "unk_token": unk, "continuing_subword_prefix": nil,
-			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
-			"vocab": vocab, "merges": merges,
-		},
-	}
-	if pt.normalizer == nil {
-		tok["normalizer"] = nil
+		tok["model"].(map[string]any)["unk_token"] = tokens[id]
 	}
 	cfg := map[string]any{
 		"tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": false,
@@ -225,6 +201,16 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 		return nil, err
 	} else if ok {
 		cfg["chat_template"] = tmpl
+	}
+	if arch, _, _ := m.str("general.architecture"); arch == GGUFGemma3 {
+		if _, ok := cfg["chat_template"]; !ok {
+			cfg["chat_template"] = gemma3ChatTemplate
+		}
+		if id, ok := vocab[gemma3EndOfTurn]; ok {
+			if _, set := ids["eot"]; !set {
+				ids["eot"] = id
+			}
+		}
 	}
 	gen := map[string]any{"eos_token_id": eos}
 	if eot, ok := ids["eot"]; ok && eot != eos {
@@ -245,6 +231,59 @@ func ggufTokenizerFiles(meta map[string]mlx.GGUFValue, vocabSize int) (map[strin
 		files[name] = buf.Bytes()
 	}
 	return files, nil
+}
+
+// byteLevelTokenizer is the tokenizer.json, less its post-processor and
+// unknown token, of a byte-level BPE (tokenizer.ggml.model gpt2): the
+// file's merges and the pre-tokenizer of tokenizer.ggml.pre's family.
+func byteLevelTokenizer(m ggufMeta, tokens []string, types []int64, vocab map[string]int) (map[string]any, error) {
+	pre, ok, err := m.str("tokenizer.ggml.pre")
+	if err != nil {
+		return nil, err
+	}
+	pt, known := ggufPreTokenizers[pre]
+	if !ok || !known {
+		return nil, fmt.Errorf("tokenizer.ggml.pre %q is not supported; want one of %q", pre, GGUFPreTokenizers())
+	}
+	merges, err := m.strs("tokenizer.ggml.merges")
+	if err != nil {
+		return nil, err
+	}
+	for i, mg := range merges {
+		if a, b, ok := strings.Cut(mg, " "); !ok || strings.Contains(b, " ") || a == "" || b == "" {
+			return nil, fmt.Errorf("merge %d %q is not two tokens separated by one space", i, mg)
+		}
+	}
+	tok := map[string]any{
+		"version": "1.0", "truncation": nil, "padding": nil, "added_tokens": addedTokens(tokens, types, true),
+		"normalizer": pt.normalizer, "pre_tokenizer": pt.preTokenizer, "decoder": byteLevel(true, true),
+		"model": map[string]any{
+			"type": "BPE", "dropout": nil, "unk_token": nil, "continuing_subword_prefix": nil,
+			"end_of_word_suffix": nil, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+			"vocab": vocab, "merges": merges,
+		},
+	}
+	if pt.normalizer == nil {
+		tok["normalizer"] = nil
+	}
+	return tok, nil
+}
+
+// addedTokens are the added_tokens of a tokenizer.json: CONTROL tokens as
+// special ones, USER_DEFINED ones as plain ones, matched in normalized
+// text where normalized is set (byte-level files) and in the raw text
+// otherwise (SentencePiece, as llama.cpp matches them).
+func addedTokens(tokens []string, types []int64, normalized bool) []map[string]any {
+	var added []map[string]any
+	for i, tok := range tokens {
+		if types[i] != tokenControl && types[i] != tokenUserDefined {
+			continue
+		}
+		special := types[i] == tokenControl
+		added = append(added, map[string]any{"id": i, "content": tok, "single_word": false, "lstrip": false,
+			"rstrip": false, "normalized": normalized && !special, "special": special})
+	}
+	return added
 }
 
 // postProcessor adds the bos (and eos) tokens that the file's

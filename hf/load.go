@@ -91,7 +91,7 @@ func loadFolder(dir, dtype string, keepQuant bool) (*Model, error) {
 			return nil, err
 		}
 	}
-	named, err := mapTensors(dir, family, m, t)
+	named, err := mapTensors(dir, family, m, t, false)
 	if err != nil {
 		return nil, err
 	}
@@ -115,9 +115,11 @@ func loadFolder(dir, dtype string, keepQuant bool) (*Model, error) {
 
 // assemble maps the tensors of src (a folder, or a GGUF file under
 // Hugging Face's names) onto m's parameters in its Specs order, checking
-// their shapes, in m's parameter dtype. It runs on the MLX thread.
-func assemble(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, error) {
-	named, err := mapTensors(src, family, m, t)
+// their shapes, in m's parameter dtype; gains says that norm tensors hold
+// the norms' gains where the family stores them otherwise (toParams). It
+// runs on the MLX thread.
+func assemble(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]*mlx.Array, error) {
+	named, err := mapTensors(src, family, m, t, gains)
 	if err != nil {
 		return nil, err
 	}
@@ -126,8 +128,8 @@ func assemble(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, er
 
 // mapTensors maps the tensors of src onto m's parameters in its Specs
 // order (toParams), checking their shapes.
-func mapTensors(src, family string, m *model.TinyGPT, t tensors) ([]*mlx.Array, error) {
-	byName, err := toParams(family, m.Config, t)
+func mapTensors(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]*mlx.Array, error) {
+	byName, err := toParams(family, m.Config, t, gains)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
 	}

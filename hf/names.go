@@ -26,7 +26,10 @@ func (t tensors) take(name string) (*mlx.Array, error) {
 // is split. The Llama-shaped families store projections [out, in] already,
 // and their q and k rows are in the rotate-half order that MLX's RoPE
 // (traditional = false) uses, so they map as they are (ropeToParams).
-func toParams(family string, cfg model.Config, t tensors) (map[string]*mlx.Array, error) {
+//
+// Gemma 3's norm tensors are Gemma's w of (1 + w), mapped to the gains
+// 1 + w, unless gains says they hold the gains (gemma3ToParams).
+func toParams(family string, cfg model.Config, t tensors, gains bool) (map[string]*mlx.Array, error) {
 	out := map[string]*mlx.Array{}
 	var errs []error
 	take := func(name string) *mlx.Array {
@@ -77,6 +80,8 @@ func toParams(family string, cfg model.Config, t tensors) (map[string]*mlx.Array
 		if err := ropeToParams(family, cfg, t, out, take); err != nil {
 			return nil, err
 		}
+	case Gemma3:
+		gemma3ToParams(cfg, t, out, take, gains)
 	default:
 		return nil, fmt.Errorf("family %q is not supported", family)
 	}
@@ -127,6 +132,8 @@ func fromParams(family string, cfg model.Config, p map[string]*mlx.Array) map[st
 			conv(b+"mlp.w2", h+"mlp.c_proj")
 		}
 		ln("norm", "transformer.ln_f")
+	case Gemma3:
+		gemma3FromParams(cfg, p, out, vocab)
 	default:
 		ropeFromParams(family, cfg, p, out, vocab)
 	}

@@ -45,6 +45,11 @@ type GGUFValue struct {
 
 // GGUFTensor is one tensor of a GGUF file as MLX loads it.
 //
+// A file with a tensor of a type MLX cannot read exactly (Q5_0, Q5_1 and
+// the K-quants) is read without MLX: its float and integer tensors are
+// Data, and every quantized tensor is Raw, its GGML blocks as the file
+// stores them, with Data, Scales and Biases nil and Bits 0.
+//
 // F32, F16, BF16, I8, I16 and I32 tensors are Data, of Info.Shape, in the
 // matching dtype. Q4_0, Q4_1 and Q8_0 tensors come as MLX's affine
 // quantization with groups of 32 along the last axis: Data is uint32 of
@@ -56,6 +61,9 @@ type GGUFTensor struct {
 	Info                 GGUFTensorInfo
 	Data, Scales, Biases *Array
 	Bits                 int // 4 or 8 for a quantized tensor, 0 otherwise
+	// Raw holds a quantized tensor's blocks, of type Info.Type, where the
+	// file was read without MLX; nil otherwise.
+	Raw []byte
 }
 
 // Quantized reports whether the tensor is held as MLX's quantization.
@@ -75,9 +83,11 @@ func (f *GGUFFile) Free() {
 	}
 }
 
-// GGUFLoadable are the tensor types LoadGGUF reads exactly. MLX converts
-// other types to float16 (lossy) or, for types its reader does not know,
-// cannot read them at all, so LoadGGUF refuses them by name.
+// GGUFLoadable are the tensor types MLX's reader reads exactly. MLX
+// converts other types to float16 (lossy) or, for types its reader does
+// not know, cannot read them at all: LoadGGUF reads a file with Q5_0,
+// Q5_1 or K-quant tensors (GGUFBlockTypes) without MLX, and refuses other
+// types (the I-quants, ternary and FP4 types) by name.
 var GGUFLoadable = []GGMLType{GGMLF32, GGMLF16, GGMLBF16, GGMLI8, GGMLI16, GGMLI32, GGMLQ4_0, GGMLQ4_1, GGMLQ8_0}
 
 // LoadGGUF checks the structure of the GGUF file path (ReadGGUFHeader),
@@ -99,9 +109,14 @@ func LoadGGUF(path string) (*GGUFFile, error) {
 		}
 	}
 	for _, t := range h.Tensors {
-		if !slices.Contains(GGUFLoadable, t.Type) {
+		if !slices.Contains(GGUFLoadable, t.Type) && !slices.Contains(GGUFBlockTypes, t.Type) {
 			return nil, fmt.Errorf("gguf: %s: tensor %q is %s; readable types are %s", path, t.Name, t.Type, loadableNames())
 		}
+	}
+	if needsHostLoad(h) {
+		return loadGGUFHost(path, h)
+	}
+	for _, t := range h.Tensors {
 		if isGGUFQuant(t.Type) && !strings.HasSuffix(t.Name, ".weight") {
 			return nil, fmt.Errorf("gguf: %s: quantized tensor %q: MLX names the scales of quantized tensors after a .weight suffix, which this name lacks", path, t.Name)
 		}
@@ -184,9 +199,11 @@ func LoadGGUF(path string) (*GGUFFile, error) {
 }
 
 func loadableNames() string {
-	names := make([]string, len(GGUFLoadable))
-	for i, t := range GGUFLoadable {
-		names[i] = t.String()
+	var names []string
+	for _, t := range append(slices.Clone(GGUFLoadable), GGUFBlockTypes...) {
+		if n := t.String(); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
 	}
 	return strings.Join(names, ", ")
 }

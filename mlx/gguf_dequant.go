@@ -11,8 +11,17 @@ import (
 // as q·scale + bias, the product rounded to float32 before the sum, which
 // is how llama.cpp and its Python package dequantize Q4_1: the values are
 // the same float32 numbers as theirs (Q4_0 and Q8_0 values are exact
-// products; a zero may differ from theirs in sign).
+// products; a zero may differ from theirs in sign). Raw blocks are
+// decoded by GGMLDequantize, to the same float32 numbers as theirs.
 func (t *GGUFTensor) Float32() (*Array, error) {
+	if t.Raw != nil {
+		vals, err := GGMLDequantize(t.Info.Type, t.Raw)
+		if err != nil {
+			return nil, fmt.Errorf("gguf tensor %q: %w", t.Info.Name, err)
+		}
+		a := FromSlice(vals, t.Info.Shape...)
+		return a, a.Err()
+	}
 	if !t.Quantized() {
 		out := Copy(AsType(t.Data, Float32))
 		if err := Eval(out); err != nil {

@@ -48,13 +48,33 @@ func fixture(t *testing.T) string {
 // quantized ones dequantized, against that package's own values: equal
 // float32 numbers.
 func TestLoadGGUFMatchesGGUFPackage(t *testing.T) {
+	checkGGUFFixture(t, "all.gguf", "expected.json")
+}
+
+// TestLoadGGUFBlocksMatchGGUFPackage loads a file of random blocks of
+// every quantized type, the ones MLX cannot read exactly among them, which
+// LoadGGUF therefore reads and decodes itself: metadata as MLX returns it,
+// and every value the same float32 bits as gguf.quants.dequantize's.
+func TestLoadGGUFBlocksMatchGGUFPackage(t *testing.T) {
+	f := checkGGUFFixture(t, "blocks.gguf", "blocks.json")
+	for _, typ := range mlx.GGUFBlockTypes {
+		name := "blocks_" + strings.ToLower(typ.String()) + ".weight"
+		if tt := f[name]; tt == nil || tt.Raw == nil || tt.Data != nil {
+			t.Errorf("%s: %+v, want its raw blocks and no MLX array", name, tt)
+		}
+	}
+}
+
+// checkGGUFFixture checks the fixture file name against the expectations
+// in want and returns its tensors (their arrays freed).
+func checkGGUFFixture(t *testing.T, name, wantFile string) map[string]*mlx.GGUFTensor {
 	dir := fixture(t)
-	f, err := mlx.LoadGGUF(filepath.Join(dir, "all.gguf"))
+	f, err := mlx.LoadGGUF(filepath.Join(dir, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Free()
-	raw, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+	raw, err := os.ReadFile(filepath.Join(dir, wantFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,13 +165,16 @@ func TestLoadGGUFMatchesGGUFPackage(t *testing.T) {
 		}
 		for i := range got {
 			// Equal as numbers: Q4_0 and Q8_0 as q·scale + bias give +0
-			// where llama.cpp's (q−8)·scale gives −0.
-			if w := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])); got[i] != w {
-				t.Errorf("%s[%d] = %g, gguf.quants gives %g", name, i, got[i], w)
+			// where llama.cpp's (q−8)·scale gives −0. Raw blocks decode to
+			// the same bits.
+			w := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			if got[i] != w || tt.Raw != nil && math.Float32bits(got[i]) != math.Float32bits(w) {
+				t.Errorf("%s[%d] = %g (%#x), gguf.quants gives %g (%#x)", name, i, got[i], math.Float32bits(got[i]), w, math.Float32bits(w))
 				break
 			}
 		}
 	}
+	return f.Tensors
 }
 
 func checkNumbers(t *testing.T, key string, got mlx.GGUFValue, dtype mlx.Dtype, scalar bool, want []any) {
@@ -176,21 +199,28 @@ func checkNumbers(t *testing.T, key string, got mlx.GGUFValue, dtype mlx.Dtype, 
 	}
 }
 
-// TestLoadGGUFRefusesOtherTypes: a Q4_K tensor, which MLX would return in
-// a lossy float16 conversion of its scales, is refused by name.
+// TestLoadGGUFRefusesOtherTypes: an IQ4_NL tensor (an I-quant, whose
+// codebook decoding this reader does not implement) is refused by name.
 func TestLoadGGUFRefusesOtherTypes(t *testing.T) {
-	_, err := mlx.LoadGGUF(filepath.Join(fixture(t), "q4k.gguf"))
-	if err == nil || !strings.Contains(err.Error(), `tensor "q4k.weight" is Q4_K`) || !strings.Contains(err.Error(), "Q4_1") {
-		t.Fatalf("LoadGGUF of a Q4_K tensor: %v, want an error naming Q4_K and the readable types", err)
+	_, err := mlx.LoadGGUF(filepath.Join(fixture(t), "iq4nl.gguf"))
+	if err == nil || !strings.Contains(err.Error(), `tensor "iq4nl.weight" is IQ4_NL`) || !strings.Contains(err.Error(), "Q6_K") {
+		t.Fatalf("LoadGGUF of an IQ4_NL tensor: %v, want an error naming IQ4_NL and the readable types", err)
 	}
 }
 
-// TestLoadGGUFTruncatedAndCorrupt cuts the fixture at every length and
-// damages its bytes: ReadGGUFHeader accepts a prefix only if it still
+// TestLoadGGUFTruncatedAndCorrupt cuts the fixtures at every length of
+// their header (every 97th in the tensor data) and damages their bytes: ReadGGUFHeader accepts a prefix only if it still
 // holds every tensor's bytes, and LoadGGUF either fails with an error or
 // loads a file whose structure is intact; nothing panics or crashes.
 func TestLoadGGUFTruncatedAndCorrupt(t *testing.T) {
-	src := filepath.Join(fixture(t), "all.gguf")
+	// all.gguf is read by MLX, blocks.gguf (K-quants) in Go.
+	for _, name := range []string{"all.gguf", "blocks.gguf"} {
+		t.Run(name, func(t *testing.T) { truncatedAndCorrupt(t, filepath.Join(fixture(t), name)) })
+	}
+}
+
+// truncatedAndCorrupt cuts and damages the file src.
+func truncatedAndCorrupt(t *testing.T, src string) {
 	b, err := os.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +235,9 @@ func TestLoadGGUFTruncatedAndCorrupt(t *testing.T) {
 	}
 	tmp := filepath.Join(t.TempDir(), "cut.gguf")
 	for n := 0; n < len(b); n++ {
+		if n > int(h.DataOffset) && n%97 != 0 && n != len(b)-1 {
+			continue // in the tensor data, every length fails the same size check
+		}
 		if err := os.WriteFile(tmp, b[:n], 0o644); err != nil {
 			t.Fatal(err)
 		}

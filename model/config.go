@@ -6,7 +6,9 @@
 // positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
 // attention, scaled RoPE) and its relatives: Llama 3's scaled frequencies,
 // Qwen2's q/k/v biases, Qwen3's per-head q/k norms and head widths other
-// than d_model/heads. A KVCache lets generation feed each token once.
+// than d_model/heads, Mistral's sliding window, and Gemma 3's sliding
+// layers between global ones, post-norms, GeGLU MLP and scaled
+// embeddings. A KVCache lets generation feed each token once.
 package model
 
 import (
@@ -102,6 +104,29 @@ type Config struct {
 	RoPELowFreqFactor   float64 `json:"rope_low_freq_factor,omitempty"`
 	RoPEHighFreqFactor  float64 `json:"rope_high_freq_factor,omitempty"`
 	RoPEOriginalContext int     `json:"rope_original_context,omitempty"`
+	// SlidingWindow limits the attention of sliding layers to the
+	// SlidingWindow most recent positions, the query's own included
+	// (Mistral's sliding_window; Gemma 3's local layers). 0 means every
+	// layer attends to every earlier position.
+	SlidingWindow int `json:"sliding_window,omitempty"`
+	// SlidingPattern interleaves sliding layers with global ones: layer l
+	// is global when (l+1) is a multiple of SlidingPattern (Gemma 3: 6,
+	// five local layers, then a global one). 0 makes every layer sliding.
+	SlidingPattern int `json:"sliding_pattern,omitempty"`
+	// RoPELocalBase is the rotary base of sliding layers, which take no
+	// rope scaling (Gemma 3's rope_local_base_freq); 0 means they rotate
+	// as global layers do.
+	RoPELocalBase float64 `json:"rope_local_base,omitempty"`
+	// PostNorms normalises the outputs of attention and of the MLP with
+	// norms of their own (attn_post_norm, mlp_post_norm) before they join
+	// the residual stream, as Gemma 2 and 3 do.
+	PostNorms bool `json:"post_norms,omitempty"`
+	// EmbedScale multiplies the token embeddings by √DModel, rounded to
+	// the compute dtype (Gemma); a tied head uses the table unscaled.
+	EmbedScale bool `json:"embed_scale,omitempty"`
+	// QueryScale scales attention scores by 1/√QueryScale rather than
+	// 1/√HeadDim (Gemma's query_pre_attn_scalar); 0 means HeadDim.
+	QueryScale float64 `json:"query_scale,omitempty"`
 	// Family is the Hugging Face model_type the configuration came from
 	// (llama, mistral, qwen2, qwen3, phi3, gpt2), set by import so that
 	// export writes the same architecture and tensor layout back (Phi-3's

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Values of the family-level Config fields. The empty string is always the
@@ -14,6 +15,9 @@ const (
 	PositionsLearned = "learned"
 	MLPGELU          = "gelu"
 	MLPSwiGLU        = "swiglu"
+	// MLPGeGLU is the MLP gated by the config's GELU instead of SiLU:
+	// (GELU(x·W1ᵀ) ⊙ x·W3ᵀ)·W2ᵀ (Gemma's gelu_pytorch_tanh gate).
+	MLPGeGLU = "geglu"
 	// RoPELlama3 is Config.RoPEType for Llama 3.1's scaled frequencies.
 	RoPELlama3 = "llama3"
 )
@@ -27,11 +31,14 @@ func (c Config) validateFamily() error {
 	}{
 		{"norm", c.Norm, []string{NormRMS, NormLayer}},
 		{"positions", c.Positions, []string{PositionsRoPE, PositionsLearned}},
-		{"mlp", c.MLP, []string{MLPGELU, MLPSwiGLU}},
+		{"mlp", c.MLP, []string{MLPGELU, MLPSwiGLU, MLPGeGLU}},
 	} {
-		if f.v != "" && f.v != f.ok[0] && f.v != f.ok[1] {
-			return fmt.Errorf("model config: %s = %q, want %q or %q", f.name, f.v, f.ok[0], f.ok[1])
+		if f.v != "" && !slices.Contains(f.ok, f.v) {
+			return fmt.Errorf("model config: %s = %q, want one of %q", f.name, f.v, f.ok)
 		}
+	}
+	if err := c.validateWindow(); err != nil {
+		return err
 	}
 	if c.KVHeads < 0 || c.KVHeads > 0 && c.Heads%c.KVHeads != 0 {
 		return fmt.Errorf("model config: kv_heads = %d, want 0 (as many as heads) or a divisor of heads %d", c.KVHeads, c.Heads)
@@ -99,8 +106,12 @@ func (c Config) layerNorm() bool { return c.Norm == NormLayer }
 // rotary.
 func (c Config) learnedPositions() bool { return c.Positions == PositionsLearned }
 
-// swiGLU says whether the MLP is gated (SwiGLU) rather than GELU.
+// swiGLU says whether the MLP is gated by SiLU (SwiGLU).
 func (c Config) swiGLU() bool { return c.MLP == MLPSwiGLU }
+
+// gated says whether the MLP is gated (SwiGLU or GeGLU), with a third
+// projection w3.
+func (c Config) gated() bool { return c.MLP == MLPSwiGLU || c.MLP == MLPGeGLU }
 
 // normBias says whether norms carry a bias: LayerNorms of a biased family.
 func (c Config) normBias() bool { return c.Bias && c.layerNorm() }

@@ -14,22 +14,28 @@ import (
 // linearly scaled RoPE, SwiGLU, grouped-query attention, untied head),
 // Llama 3 (its scaled frequencies, a head width other than d_model/heads,
 // attention biases), Qwen2 (q/k/v biases, tied head) and Qwen3 (per-head
-// q/k norms, a head width other than d_model/heads). Mistral and Phi-3
-// compute what Llama does.
+// q/k norms, a head width other than d_model/heads), Mistral (a sliding
+// window on every layer) and Gemma 3 (sliding layers with a rotary base of
+// their own interleaved with global ones, post-norms, a GeGLU MLP, scaled
+// tied embeddings, query_pre_attn_scalar). Phi-3 computes what Llama does.
 func familyConfigs() map[string]Config {
 	llama := Config{VocabSize: 61, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 16, MLPHidden: 40,
 		Norm: NormRMS, MLP: MLPSwiGLU, RoPEBase: 500000}
-	llama3, qwen2, qwen3 := llama, llama, llama
+	llama3, qwen2, qwen3, mistral := llama, llama, llama, llama
 	llama.RoPEScale = 2
 	llama3.HeadDimension, llama3.QKVBias, llama3.OutBias = 12, true, true
 	llama3.RoPEType, llama3.RoPEFactor, llama3.RoPELowFreqFactor, llama3.RoPEHighFreqFactor, llama3.RoPEOriginalContext = RoPELlama3, 8, 1, 4, 64
 	qwen2.QKVBias, qwen2.TiedEmbeddings, qwen2.RoPEBase = true, true, 1e6
 	qwen3.QKNorm, qwen3.HeadDimension, qwen3.TiedEmbeddings, qwen3.RoPEBase = true, 16, true, 1e6
+	mistral.SlidingWindow = 8
+	gemma := Config{VocabSize: 61, DModel: 32, Layers: 3, Heads: 4, KVHeads: 1, HeadDimension: 16, Context: 16, MLPHidden: 40,
+		Norm: NormRMS, MLP: MLPGeGLU, GELU: GELUTanh, RoPEBase: 1e6, RoPELocalBase: 10000, SlidingWindow: 4, SlidingPattern: 2,
+		QKNorm: true, PostNorms: true, EmbedScale: true, TiedEmbeddings: true, QueryScale: 12, NormEps: 1e-6}
 	return map[string]Config{
 		"tinygpt": smallConfig(),
 		"gpt2": {VocabSize: 61, DModel: 24, Layers: 2, Heads: 4, Context: 16, TiedEmbeddings: true,
 			Norm: NormLayer, Bias: true, Positions: PositionsLearned, GELU: GELUTanh},
-		"llama": llama, "llama3": llama3, "qwen2": qwen2, "qwen3": qwen3,
+		"llama": llama, "llama3": llama3, "qwen2": qwen2, "qwen3": qwen3, "mistral": mistral, "gemma3": gemma,
 	}
 }
 
@@ -64,6 +70,11 @@ func TestValidateRejectsBadFamilyFields(t *testing.T) {
 		"rope_original_context": func(c *Config) {
 			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor = RoPELlama3, 8, 1, 4
 		},
+		"sliding_window": func(c *Config) { c.SlidingWindow = -1 },
+		"sliding_pattern = 6 needs a sliding_window":     func(c *Config) { c.SlidingPattern = 6 },
+		"rope_local_base = 10000 needs a sliding_window": func(c *Config) { c.RoPELocalBase = 10000 },
+		"query_scale":           func(c *Config) { c.QueryScale = math.NaN() },
+		"post_norms needs norm": func(c *Config) { c.PostNorms, c.Norm = true, NormLayer },
 		"rope_scale = 2 with rope_type": func(c *Config) {
 			c.RoPEType, c.RoPEFactor, c.RoPELowFreqFactor, c.RoPEHighFreqFactor, c.RoPEOriginalContext, c.RoPEScale = RoPELlama3, 8, 1, 4, 64, 2
 		},

@@ -11,7 +11,8 @@ import (
 // ProjectionGroups returns the projections of each transformer block of
 // the layout specs (Config.Specs) that share their input and that the
 // model computes with one matmul in its stacked formulation, as indices in
-// specs: per block [wq, wk, wv], and for SwiGLU [w1, w3]. A Linear with one
+// specs: per block [wq, wk, wv], and for the gated MLPs (SwiGLU, GeGLU)
+// [w1, w3]. A Linear with one
 // of them as its Group computes the group together (Linear.Group), so
 // that adapted projections keep the stacked formulation.
 func ProjectionGroups(specs []ParamSpec) [][]int {
@@ -26,7 +27,7 @@ func ProjectionGroups(specs []ParamSpec) [][]int {
 		case strings.HasSuffix(s.Name, ".attn.wq.weight"):
 			p := strings.TrimSuffix(s.Name, "wq.weight")
 			members = []string{p + "wq.weight", p + "wk.weight", p + "wv.weight"}
-		case strings.HasSuffix(s.Name, ".mlp.w1.weight"): // w3 exists for SwiGLU only
+		case strings.HasSuffix(s.Name, ".mlp.w1.weight"): // w3 exists for the gated MLPs only
 			p := strings.TrimSuffix(s.Name, "w1.weight")
 			members = []string{p + "w1.weight", p + "w3.weight"}
 		default:
@@ -52,7 +53,7 @@ func (m *TinyGPT) checkGroup(g []int) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("model: a Linear for the group of parameters %v, want one of ProjectionGroups (a block's wq, wk, wv or SwiGLU's w1, w3)", g)
+	return fmt.Errorf("model: a Linear for the group of parameters %v, want one of ProjectionGroups (a block's wq, wk, wv or a gated MLP's w1, w3)", g)
 }
 
 // grouped returns the grouped Linear held for the group whose first weight

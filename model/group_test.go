@@ -11,13 +11,14 @@ import (
 )
 
 // TestProjectionGroupsNameTheirMembers: every block has a wq, wk, wv group
-// and, for SwiGLU only, a w1, w3 group, by the names in Specs.
+// and, for the gated MLPs (SwiGLU, GeGLU) only, a w1, w3 group, by the
+// names in Specs.
 func TestProjectionGroupsNameTheirMembers(t *testing.T) {
 	for name, c := range familyConfigs() {
 		specs := c.WithDefaults().Specs()
 		groups := ProjectionGroups(specs)
 		want := c.Layers
-		if c.WithDefaults().swiGLU() {
+		if c.WithDefaults().gated() {
 			want *= 2
 		}
 		if len(groups) != want {

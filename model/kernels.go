@@ -231,7 +231,7 @@ func (c Config) kernelUse(B, T int) kernelUse {
 	rotation := c.learnedPositions() || (c.RoPEBase >= 1 && c.ropeScale() > 0 && c.RoPEType == "")
 	n := B * T * (c.Heads + 2*c.KVHeadCount()) * hd / 2
 	return kernelUse{
-		heads: hd%2 == 0 && rotation && !c.QKNorm && n < math.MaxInt32-256,
+		heads: hd%2 == 0 && rotation && !c.QKNorm && c.RoPELocalBase == 0 && n < math.MaxInt32-256,
 		norm:  !c.layerNorm() && c.DModel <= maxKernelNormDim,
 	}
 }

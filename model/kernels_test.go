@@ -6,8 +6,9 @@ import "testing"
 // may use: configurations a kernel computes exactly keep it (q/k/v biases
 // are added before the heads kernel; any head width and head counts are
 // its template arguments), and the others fall back to MLX's operations
-// (Llama 3's scaled frequencies and Qwen3's per-head q/k norms for the
-// heads kernel; LayerNorm and wide rows for the RMSNorm kernels).
+// (Llama 3's scaled frequencies, Qwen3's per-head q/k norms and Gemma's
+// second rotary base for the heads kernel; LayerNorm and wide rows for the
+// RMSNorm kernels).
 func TestKernelUseByConfiguration(t *testing.T) {
 	fam := familyConfigs()
 	wide := fam["llama"]
@@ -16,6 +17,8 @@ func TestKernelUseByConfiguration(t *testing.T) {
 	subUnitBase.RoPEBase = 0.5
 	headDimOnly := fam["llama"]
 	headDimOnly.HeadDimension = 24
+	localBase := fam["mistral"]
+	localBase.RoPELocalBase = 10000
 	for _, c := range []struct {
 		name        string
 		cfg         Config
@@ -30,6 +33,9 @@ func TestKernelUseByConfiguration(t *testing.T) {
 		{"head_dim other than d_model/heads", headDimOnly, true, true},
 		{"d_model above the norm kernels' rows", wide, true, false},
 		{"rope base below 1", subUnitBase, false, true},
+		{"mistral (sliding window: a mask, one rotary base)", fam["mistral"], true, true},
+		{"sliding layers with a rotary base of their own", localBase, false, true},
+		{"gemma3 (q/k norms, two rotary bases)", fam["gemma3"], false, true},
 	} {
 		cfg := c.cfg.WithDefaults()
 		if err := cfg.Validate(); err != nil {

@@ -8,18 +8,27 @@ import (
 
 // KVCache holds the keys and values of the positions a model has already
 // seen, so generation feeds only each new token instead of the whole
-// context again. Keys and values are [B, KVHeads, Offset, HeadDim] per
-// layer, after rotary positions. Its arrays outlive MLX scopes: keep them
-// (Arrays) when a step runs inside mlx.Run, and Free the cache when done.
+// context again. Keys and values are [B, KVHeads, n, HeadDim] per layer,
+// after rotary positions, for the last n positions: all Offset of them on
+// a global layer; on a sliding layer (Config.LayerWindow) a rolling window
+// that keeps twice the window's positions and drops older ones once it
+// holds three times as many (Truncate can go back a window). Its arrays outlive MLX scopes: keep them (Arrays)
+// when a step runs inside mlx.Run, and Free the cache when done.
 type KVCache struct {
-	Offset int // positions held
-	keys   []*mlx.Array
-	values []*mlx.Array
+	Offset  int // positions seen
+	keys    []*mlx.Array
+	values  []*mlx.Array
+	windows []int // each layer's window, 0 for a global layer
 }
 
 // NewKVCache returns an empty cache for m.
 func (m *TinyGPT) NewKVCache() *KVCache {
-	return &KVCache{keys: make([]*mlx.Array, m.Config.Layers), values: make([]*mlx.Array, m.Config.Layers)}
+	c := &KVCache{keys: make([]*mlx.Array, m.Config.Layers), values: make([]*mlx.Array, m.Config.Layers),
+		windows: make([]int, m.Config.Layers)}
+	for l := range c.windows {
+		c.windows[l] = m.Config.LayerWindow(l)
+	}
+	return c
 }
 
 // LogitsCached is Logits for tokens [B, T] that continue the positions held
@@ -105,7 +114,10 @@ func (c *KVCache) check(cfg Config, B, _ int) error {
 }
 
 // append adds layer l's new keys and values [B, KVHeads, T, HeadDim] and
-// returns all of the layer's, cached first.
+// returns all of the layer's, cached first: the last positions of the
+// sequence, which is all attention needs of them. A sliding layer holding
+// more than three times its window keeps the last two windows' worth
+// (copied, so the dropped positions' buffers are released).
 func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
 	if c.keys[l] != nil {
 		oldK, oldV := c.keys[l], c.values[l]
@@ -115,13 +127,30 @@ func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
 		oldV.Free()
 	}
 	c.keys[l], c.values[l] = k, v
+	if w := c.window(l); w > 0 && k.Dim(2) > 3*w {
+		s := k.Shape()
+		start, stop := []int{0, 0, s[2] - 2*w, 0}, []int{s[0], s[1], s[2], s[3]}
+		c.keys[l], c.values[l] = mlx.Copy(mlx.Slice(k, start, stop)), mlx.Copy(mlx.Slice(v, start, stop))
+	}
 	return k, v
+}
+
+// window is layer l's window, 0 for a global layer (or a cache made
+// without windows).
+func (c *KVCache) window(l int) int {
+	if l < len(c.windows) {
+		return c.windows[l]
+	}
+	return 0
 }
 
 // Truncate keeps the first n positions of the cache and drops the rest,
 // so generation can continue a conversation from the part of it that is
-// unchanged. n must be in [0, Offset]; 0 empties the cache. Call it where
-// the cache's arrays are kept (inside mlx.Run, returning Arrays), as for
+// unchanged. n must be in [0, Offset]; 0 empties the cache. A sliding
+// layer that has dropped positions the window of position n would read
+// cannot go back that far: Truncate says so and changes nothing, and the
+// caller feeds the sequence again from an empty cache. Call it where the
+// cache's arrays are kept (inside mlx.Run, returning Arrays), as for
 // LogitsCached.
 func (c *KVCache) Truncate(n int) error {
 	if n < 0 || n > c.Offset {
@@ -138,10 +167,20 @@ func (c *KVCache) Truncate(n int) error {
 		if c.keys[l] == nil {
 			continue
 		}
+		if dropped := c.Offset - c.keys[l].Dim(2); dropped > 0 && n-dropped < c.window(l) {
+			return fmt.Errorf("model: truncate the cache to %d positions: layer %d keeps its last %d of %d (window %d), so position %d's window is gone; feed the sequence again",
+				n, l, c.keys[l].Dim(2), c.Offset, c.window(l), n)
+		}
+	}
+	for l := range c.keys {
+		if c.keys[l] == nil {
+			continue
+		}
 		k, v := c.keys[l], c.values[l]
 		s := k.Shape()
-		c.keys[l] = mlx.Slice(k, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
-		c.values[l] = mlx.Slice(v, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+		keep := n - (c.Offset - s[2])
+		c.keys[l] = mlx.Slice(k, []int{0, 0, 0, 0}, []int{s[0], s[1], keep, s[3]})
+		c.values[l] = mlx.Slice(v, []int{0, 0, 0, 0}, []int{s[0], s[1], keep, s[3]})
 		k.Free()
 		v.Free()
 	}

@@ -35,6 +35,9 @@ type block struct {
 	// qNorm and kNorm are the per-head RMSNorm gains of q and k
 	// (Config.QKNorm), nil without.
 	qNorm, kNorm *mlx.Array
+	// attnPost and mlpPost are the gains of the norms of attention's and
+	// the MLP's outputs (Config.PostNorms), nil without.
+	attnPost, mlpPost *mlx.Array
 	// wqkv is [wq; wk; wv], [D + 2·KV, D], when the caller passed the
 	// three stacked (Config.QKVRuns); wq, wk and wv are nil then.
 	wqkv *mlx.Array
@@ -107,12 +110,18 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 			b.qNorm, b.kNorm = next(), next()
 		}
 		linear(&b.wo, &b.bo, c.outBias())
+		if c.PostNorms {
+			b.attnPost = next()
+		}
 		norm(&b.mlpNorm, &b.mlpNormB)
 		linear(&b.w1, &b.b1, c.Bias)
-		if c.swiGLU() {
+		if c.gated() {
 			linear(&b.w3, &b.b3, c.Bias)
 		}
 		linear(&b.w2, &b.b2, c.Bias)
+		if c.PostNorms {
+			b.mlpPost = next()
+		}
 	}
 	norm(&w.norm, &w.normB)
 	w.head = w.tokEmb
@@ -218,7 +227,7 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStor
 		offset, rows = cache.start()
 	}
 	var gelu activation
-	if !c.swiGLU() {
+	if !c.swiGLU() { // the GELU MLP and GeGLU's gate
 		if gelu, err = newGELU(c.GELU, f.writtenGELU); err != nil {
 			return fail(err)
 		}
@@ -250,6 +259,9 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStor
 		}
 		pos := mlx.Slice(w.posEmb, []int{offset, 0}, []int{offset + T, c.DModel}) // [T, D]
 		x = mlx.Reshape(mlx.Add(mlx.Reshape(x, B, T, c.DModel), pos), B*T, c.DModel)
+	}
+	if c.EmbedScale {
+		x = mlx.Multiply(x, mlx.AsType(mlx.Scalar(float64(float32(math.Sqrt(float64(c.DModel)))), mlx.Float32), c.ComputeDtype()))
 	}
 	if w.embedNorm != nil {
 		x = m.norm(ks, x, w.embedNorm, w.embedNormB)
@@ -285,9 +297,18 @@ func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
 // block is transformer block l applied to the residual stream x [B·T, D].
 func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
 	h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
-	x = f.residualBias(res, m.attention(f, ks, rot, b, h, B, T, cache, l), b.wo, b.bo)
+	x = m.joinResidual(f, ks, res, m.attention(f, ks, rot.forLayer(m.Config, l), b, h, B, T, cache, l), b.wo, b.bo, b.attnPost)
 	h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
-	return f.residualBias(res, m.mlp(f, gelu, b, h), b.w2, b.b2)
+	return m.joinResidual(f, ks, res, m.mlp(f, gelu, b, h), b.w2, b.b2, b.mlpPost)
+}
+
+// joinResidual is res + h·wᵀ + bias, or with a post-norm gain post
+// (Config.PostNorms) res + RMSNorm(h·wᵀ + bias)·post.
+func (m *TinyGPT) joinResidual(f formulation, ks kernels, res, h, w, bias, post *mlx.Array) *mlx.Array {
+	if post == nil {
+		return f.residualBias(res, h, w, bias)
+	}
+	return mlx.Add(res, m.norm(ks, f.proj.linear(h, w, bias), post, nil))
 }
 
 // paddingBias is the [pv] bias of the output projection: 0 for the v real
@@ -354,30 +375,37 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 	if f.docMask != nil && cache == nil {
 		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
 	}
-	o := mlx.ScaledDotProductAttention(q, k, v, float32(1/math.Sqrt(float64(hd))), mask, maskArr)
+	if window := c.LayerWindow(l); window > 0 {
+		k, v, mask, maskArr = windowed(k, v, mask, maskArr, T, window)
+	}
+	o := mlx.ScaledDotProductAttention(q, k, v, c.attentionScale(), mask, maskArr)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.qDim())
 }
 
 // mlp is the position-wise feed-forward network up to its hidden
-// activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ with the
-// two projections run as one matmul (or one grouped Linear). The caller
-// applies the down projection w2 together with the residual add. gelu is
-// the family's GELU (unused by SwiGLU).
+// activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ (GeGLU:
+// GELU in place of SiLU) with the two projections run as one matmul (or
+// one grouped Linear). The caller applies the down projection w2 together
+// with the residual add. gelu is the family's GELU (unused by SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
-	if !m.Config.swiGLU() {
+	if !m.Config.gated() {
 		return gelu.apply(f.proj.linear(x, b.w1, b.b1))
+	}
+	gate := silu
+	if !m.Config.swiGLU() {
+		gate = gelu.apply
 	}
 	var rows *mlx.Array // [x·W1ᵀ + b1, x·W3ᵀ + b3]
 	switch l13, grouped := f.proj.grouped(b.w1); {
 	case grouped:
 		rows = addBias(l13.apply(x), b.bias13())
 	case f.proj.replaced(b.w1) || f.proj.replaced(b.w3):
-		return mlx.Multiply(silu(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
+		return mlx.Multiply(gate(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
 	default:
 		rows = f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b.bias13())
 	}
 	gu := mlx.Split(rows, 2, -1)
-	return mlx.Multiply(silu(gu[0]), gu[1])
+	return mlx.Multiply(gate(gu[0]), gu[1])
 }
 
 // bias13 is SwiGLU's two biases [b1; b3] stacked as its two projections

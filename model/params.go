@@ -85,12 +85,18 @@ func (c Config) Specs() []ParamSpec {
 			add(p+"attn.k_norm.weight", Norm, c.HeadDim())
 		}
 		linear(p+"attn.wo", true, d, q, c.outBias())
+		if c.PostNorms {
+			add(p+"attn_post_norm.weight", Norm, d)
+		}
 		norm(p + "mlp_norm")
 		linear(p+"mlp.w1", false, h, d, c.Bias)
-		if c.swiGLU() {
+		if c.gated() {
 			linear(p+"mlp.w3", false, h, d, c.Bias)
 		}
 		linear(p+"mlp.w2", true, d, h, c.Bias)
+		if c.PostNorms {
+			add(p+"mlp_post_norm.weight", Norm, d)
+		}
 	}
 	norm("norm")
 	if !c.TiedEmbeddings {
@@ -156,8 +162,11 @@ func (c Config) ParamCount() float64 {
 		attn += 2 * float64(c.HeadDim())
 	}
 	mlp := (d+bias)*h + (h+bias)*d // w1 w2
-	if c.swiGLU() {
+	if c.gated() {
 		mlp += (d + bias) * h // w3
+	}
+	if c.PostNorms {
+		mlp += 2 * d // attn_post_norm, mlp_post_norm
 	}
 	n += float64(c.Layers) * (2*norm + attn + mlp)
 	if !c.TiedEmbeddings {

@@ -12,8 +12,10 @@ import (
 // choice away from TinyGPT's defaults. GPT-2; Llama with linearly scaled
 // RoPE; Llama 3 with its scaled frequencies, a head width other than
 // d_model/heads and attention biases; Qwen2 with q/k/v biases; Qwen3 with
-// per-head q/k norms and its own head width. (Mistral and Phi-3 compute
-// what Llama does; their difference is the folder layout, hf's concern.)
+// per-head q/k norms and its own head width; Gemma 3 with sliding layers
+// (a window of 8 within the context of 32) between global ones, post-norms,
+// a GeGLU MLP and scaled, tied embeddings. (Mistral and Phi-3 compute
+// what Llama does but for Mistral's window, which Gemma's covers.)
 func familyConfigs() map[string]model.Config {
 	llama := model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 32, MLPHidden: 40,
 		Norm: model.NormRMS, MLP: model.MLPSwiGLU, RoPEBase: 500000}
@@ -27,6 +29,10 @@ func familyConfigs() map[string]model.Config {
 		"gpt2": {VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 32, TiedEmbeddings: true,
 			Norm: model.NormLayer, Bias: true, Positions: model.PositionsLearned, GELU: model.GELUTanh},
 		"llama": llama, "llama3": llama3, "qwen2": qwen2, "qwen3": qwen3,
+		"gemma3": {VocabSize: 256, DModel: 32, Layers: 3, Heads: 4, KVHeads: 1, HeadDimension: 16, Context: 32, MLPHidden: 40,
+			Norm: model.NormRMS, MLP: model.MLPGeGLU, GELU: model.GELUTanh, RoPEBase: 1e6, RoPELocalBase: 10000,
+			SlidingWindow: 8, SlidingPattern: 3, QKNorm: true, PostNorms: true, EmbedScale: true, TiedEmbeddings: true,
+			QueryScale: 16, Family: "gemma3_text"},
 	}
 }
 

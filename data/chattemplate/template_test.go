@@ -98,6 +98,7 @@ var templates = []struct{ file, bos, eos string }{
 	{"llama-3.2.jinja", "<|begin_of_text|>", "<|eot_id|>"},
 	{"qwen-2.5.jinja", "", "<|im_end|>"},
 	{"mistral-v0.3.jinja", "<s>", "</s>"},
+	{"gemma-3.jinja", "<bos>", "<eos>"},
 }
 
 // TestRenderMatchesJinja2 renders every template with every conversation,

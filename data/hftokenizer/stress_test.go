@@ -103,8 +103,9 @@ func stressVariants(t *testing.T) string {
 // idsEqual compares id lists, nil and empty alike.
 func idsEqual(a, b []int32) bool { return len(a) == 0 && len(b) == 0 || slices.Equal(a, b) }
 
-// The real SmolLM2 tokenizer.json and four variants in the shapes of
-// Llama 3, Qwen2, Llama 2 and Mistral give the ids tokenizers gives on
+// The real SmolLM2 tokenizer.json and five variants in the shapes of
+// Llama 3, Qwen2, Llama 2, Mistral and a SentencePiece Unigram model
+// (with byte fallback) give the ids tokenizers gives on
 // every stress sample, both with special tokens matched (EncodeSpecial)
 // and as text (Encode), and decode them to the text tokenizers decodes
 // them to, as they decode every id alone and random id sequences that cut
@@ -114,7 +115,7 @@ func idsEqual(a, b []int32) bool { return len(a) == 0 && len(b) == 0 || slices.E
 func TestStressMatchesTokenizers(t *testing.T) {
 	dir := stressVariants(t)
 	t.Run("smollm2-shakespeare", func(t *testing.T) { shakespeareMatches(t, dir) })
-	for _, name := range []string{"smollm2", "llama3", "qwen2", "llama2", "metaspace"} {
+	for _, name := range []string{"smollm2", "llama3", "qwen2", "llama2", "metaspace", "unigram"} {
 		t.Run(name, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, name, "expected.json"))
 			if err != nil {

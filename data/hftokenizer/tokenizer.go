@@ -38,13 +38,17 @@ type Tokenizer struct {
 
 	normalizer   normalizer   // nil: none
 	preTokenizer preTokenizer // nil: none
-	model        *bpeModel
+	model        wordModel
 	decoder      decoder // nil: tokens joined with spaces
 	// raw matches the added tokens that are not normalized, in the input;
 	// normalized those that are, in normalized text.
 	raw, normalized *matcher
 	special         map[string]int32
 	tokens          []string // id -> token text, "" for an unused id
+	// prefix are the ids the post-processor puts before a single text
+	// (TemplateProcessing's special tokens ahead of $A: Gemma's and Llama
+	// 2's <bos>), nil for none.
+	prefix []int32
 }
 
 // eosNames are end-of-text tokens, most likely first, for files that
@@ -79,11 +83,12 @@ func Load(path string) (*Tokenizer, error) {
 // parse builds the tokenizer of the contents of a tokenizer.json.
 func parse(raw []byte) (*Tokenizer, error) {
 	var file struct {
-		AddedTokens  json.RawMessage `json:"added_tokens"`
-		Normalizer   json.RawMessage `json:"normalizer"`
-		PreTokenizer json.RawMessage `json:"pre_tokenizer"`
-		Model        json.RawMessage `json:"model"`
-		Decoder      json.RawMessage `json:"decoder"`
+		AddedTokens   json.RawMessage `json:"added_tokens"`
+		Normalizer    json.RawMessage `json:"normalizer"`
+		PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
+		Model         json.RawMessage `json:"model"`
+		Decoder       json.RawMessage `json:"decoder"`
+		PostProcessor json.RawMessage `json:"post_processor"`
 	}
 	if err := json.Unmarshal(raw, &file); err != nil {
 		return nil, fmt.Errorf("not a valid tokenizer.json: %w", err)
@@ -93,7 +98,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 	}
 	t := &Tokenizer{special: map[string]int32{}}
 	var err error
-	if t.model, err = parseBPE(file.Model); err != nil {
+	if t.model, err = parseModel(file.Model); err != nil {
 		return nil, err
 	}
 	if t.normalizer, err = parseNormalizer(file.Normalizer); err != nil {
@@ -109,9 +114,12 @@ func parse(raw []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t.prefix, err = parsePrefix(file.PostProcessor); err != nil {
+		return nil, err
+	}
 	t.raw = newMatcher(added, func(a addedToken) bool { return !a.Normalized })
 	t.normalized = newMatcher(added, func(a addedToken) bool { return a.Normalized })
-	for _, id := range t.model.vocab {
+	for _, id := range t.model.vocabulary() {
 		t.vocab = max(t.vocab, int(id)+1)
 	}
 	for _, a := range added {
@@ -121,7 +129,7 @@ func parse(raw []byte) (*Tokenizer, error) {
 		}
 	}
 	t.tokens = make([]string, t.vocab)
-	for tok, id := range t.model.vocab {
+	for tok, id := range t.model.vocabulary() {
 		t.tokens[id] = tok
 	}
 	for _, a := range added {
@@ -234,6 +242,66 @@ func (t *Tokenizer) encode(text string, specials bool) []int32 {
 		return nil
 	}
 	return ids
+}
+
+// PromptPrefix returns the ids tokenizers' post-processor puts before
+// every single text it encodes with special tokens added (Gemma's <bos>),
+// nil for none. Encode and EncodeSpecial leave them out;
+// data.EncodePrompt adds them.
+func (t *Tokenizer) PromptPrefix() []int32 { return append([]int32(nil), t.prefix...) }
+
+// parsePrefix reads the ids a TemplateProcessing post-processor puts in
+// front of the single sequence $A; other post-processors add none there.
+func parsePrefix(raw json.RawMessage) ([]int32, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var p struct {
+		Type   string            `json:"type"`
+		Single []json.RawMessage `json:"single"`
+		// special_tokens maps each template token to its ids.
+		Special map[string]struct {
+			IDs []int32 `json:"ids"`
+		} `json:"special_tokens"`
+		Processors []json.RawMessage `json:"processors"`
+	}
+	if err := json.Unmarshal(raw, &p); err != nil {
+		return nil, fmt.Errorf("post_processor: %w", err)
+	}
+	if p.Type == "Sequence" {
+		var prefix []int32
+		for _, r := range p.Processors {
+			ids, err := parsePrefix(r)
+			if err != nil {
+				return nil, err
+			}
+			prefix = append(prefix, ids...)
+		}
+		return prefix, nil
+	}
+	if p.Type != "TemplateProcessing" {
+		return nil, nil
+	}
+	var prefix []int32
+	for _, r := range p.Single {
+		var piece struct {
+			Special *struct {
+				ID string `json:"id"`
+			} `json:"SpecialToken"`
+		}
+		if err := json.Unmarshal(r, &piece); err != nil {
+			return nil, fmt.Errorf("post_processor: template piece %s: %w", r, err)
+		}
+		if piece.Special == nil {
+			break // $A: the text itself
+		}
+		st, ok := p.Special[piece.Special.ID]
+		if !ok {
+			return nil, fmt.Errorf("post_processor: template token %q is not in special_tokens", piece.Special.ID)
+		}
+		prefix = append(prefix, st.IDs...)
+	}
+	return prefix, nil
 }
 
 // Decode returns the text of ids as tokenizers decodes them, special

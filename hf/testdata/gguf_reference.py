@@ -10,11 +10,12 @@ Go tests of hf's GGUF import:
   gguf_reference.py logits FILE.gguf OUT TOKENS...
       runs the model on TOKENS (one sequence) in float64 and writes the
       [T, vocab] logits to OUT as little-endian float32
-  gguf_reference.py make OUT.gguf --arch A --pre P [--q4k]
+  gguf_reference.py make OUT.gguf --arch A --pre P [--iq4nl]
       writes a tiny random Llama-shaped GGUF (F32 norms, Q8_0 embeddings,
       Q4_0/Q4_1/F16/BF16 projections, untied output) whose general.architecture
       is A (llama or qwen2, with q/k/v biases; or any name, for refusals) and
-      tokenizer.ggml.pre is P; --q4k stores one tensor as Q4_K.
+      tokenizer.ggml.pre is P; --iq4nl stores one tensor as IQ4_NL (an
+      I-quant, which import refuses).
 
 The weights are read and dequantized by llama.cpp's own Python package
 (`gguf`), llama.cpp's q/k row permutation is undone here, and the forward
@@ -109,7 +110,7 @@ def loss(path, tok_json, text_path, n, window, out):
         f.write("%.17g\n" % (total / n))
 
 
-def make(path, arch, pre, q4k):
+def make(path, arch, pre, iq4nl):
     rng = np.random.default_rng(3)
     D, L, H, KV, F, V, P = 64, 2, 4, 2, 96, 128, 64
     w = gguf.GGUFWriter(path, arch)
@@ -157,8 +158,8 @@ def make(path, arch, pre, q4k):
         add(p + "attn_output.weight", (D, H * hd), Q.Q8_0)
         add(p + "ffn_gate.weight", (F, D), Q.BF16)
         add(p + "ffn_up.weight", (F, D), Q.Q4_1)
-        if q4k and i == L - 1:
-            w.add_tensor(p + "ffn_down.weight", rng.integers(0, 255, (D, F // 256 * 144 or 144), dtype=np.uint8), raw_dtype=Q.Q4_K)
+        if iq4nl and i == L - 1:
+            w.add_tensor(p + "ffn_down.weight", rng.integers(0, 255, (D, F // 32 * 18), dtype=np.uint8), raw_dtype=Q.IQ4_NL)
         else:
             add(p + "ffn_down.weight", (D, F), Q.F32)
     w.write_header_to_file()
@@ -180,9 +181,9 @@ def main():
         ap.add_argument("out")
         ap.add_argument("--arch", default="llama")
         ap.add_argument("--pre", default="smollm")
-        ap.add_argument("--q4k", action="store_true")
+        ap.add_argument("--iq4nl", action="store_true")
         a = ap.parse_args(sys.argv[2:])
-        make(a.out, a.arch, a.pre, a.q4k)
+        make(a.out, a.arch, a.pre, a.iq4nl)
     else:
         sys.exit(__doc__)
 

@@ -8,7 +8,12 @@ type LoadGGUF reads (F32, F16, BF16, I32, Q4_0, Q4_1, Q8_0), with
 general.alignment 64. DIR/expected.json lists the metadata values and each
 tensor's type and row-major shape; DIR/NAME.f32 holds each tensor's values
 as little-endian float32, dequantized by gguf.quants.dequantize.
-DIR/q4k.gguf holds one Q4_K tensor (a type LoadGGUF refuses), DIR/f64.gguf a
+DIR/blocks.gguf holds the same metadata and a tensor of random blocks of
+every type MLX cannot read exactly but LoadGGUF decodes itself (Q5_0, Q5_1,
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K) beside Q4_0, Q4_1, Q8_0 and F32 ones;
+DIR/blocks.json lists them as expected.json does. The gguf package has no
+Q8_K decoder: its values are d·q in float32, ggml's dequantize_row_q8_K.
+DIR/iq4nl.gguf holds one IQ4_NL tensor (a type LoadGGUF refuses), DIR/f64.gguf a
 float64 metadata value (which MLX's reader mis-sizes, so LoadGGUF refuses it).
 """
 
@@ -80,12 +85,69 @@ def main():
     w.write_tensors_to_file()
     w.close()
 
-    w = gguf.GGUFWriter(os.path.join(out, "q4k.gguf"), "llama")
-    w.add_tensor("q4k.weight", rng.integers(0, 255, (2, 144), dtype=np.uint8), raw_dtype=Q.Q4_K)
+    write_blocks(out, meta, rng)
+
+    w = gguf.GGUFWriter(os.path.join(out, "iq4nl.gguf"), "llama")
+    w.add_tensor("iq4nl.weight", rng.integers(0, 255, (2, 18), dtype=np.uint8), raw_dtype=Q.IQ4_NL)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+# Byte offsets of each block type's float16 scales, and its block size in bytes.
+HALVES = {Q.Q4_0: ([0], 18), Q.Q4_1: ([0, 2], 20), Q.Q5_0: ([0], 22), Q.Q5_1: ([0, 2], 24), Q.Q8_0: ([0], 34),
+          Q.Q2_K: ([80, 82], 84), Q.Q3_K: ([108], 110), Q.Q4_K: ([0, 2], 144), Q.Q5_K: ([0, 2], 176),
+          Q.Q6_K: ([208], 210), Q.Q8_K: ([], 292)}
+
+
+def random_blocks(rng, qtype, n):
+    """n blocks of random bytes whose scales are finite: normal float16s over
+    a wide range of exponents, some subnormal, some zeros of either sign."""
+    offsets, size = HALVES[qtype]
+    b = rng.integers(0, 256, (n, size), dtype=np.uint8)
+    for off in offsets:
+        h = (rng.standard_normal(n) * np.exp2(rng.integers(-20, 8, n))).astype(np.float16)
+        h[::7] = np.float16(-0.0)
+        h[3::11] = np.float16(5.96e-8) * rng.integers(1, 1023, len(h[3::11]))
+        b[:, off:off + 2] = h.view(np.uint8).reshape(n, 2)
+    if qtype == Q.Q8_K:
+        d = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+        b[:, 0:4] = d.view(np.uint8).reshape(n, 4)
+    return b
+
+
+def dequantize_q8_k(blocks):
+    d = blocks[:, 0:4].copy().view(np.float32)
+    q = blocks[:, 4:260].view(np.int8).astype(np.float32)
+    return (d * q).reshape(-1)
+
+
+def write_blocks(out, meta, rng):
+    w = gguf.GGUFWriter(os.path.join(out, "blocks.gguf"), "llama")
+    w.add_custom_alignment(64)
+    for k, (add, v) in meta.items():
+        getattr(w, add.__name__)(k, v)
+    expected = {"metadata": {k: v for k, (_, v) in meta.items()}, "tensors": {}}
+    f32 = rng.standard_normal((2, 3)).astype(np.float32)
+    w.add_tensor("blocks_f32.weight", f32)
+    f32.astype("<f4").tofile(os.path.join(out, "blocks_f32.weight.f32"))
+    expected["tensors"]["blocks_f32.weight"] = {"type": "F32", "shape": [2, 3]}
+    for qtype, (_, size) in HALVES.items():
+        per = 256 if qtype.name.endswith("_K") else 32
+        rows, cols = 3, 2 * 256  # every type's blocks tile rows of 512
+        b = random_blocks(rng, qtype, rows * cols // per)
+        name = "blocks_%s.weight" % qtype.name.lower()
+        w.add_tensor(name, b.reshape(rows, -1), raw_dtype=qtype)
+        vals = dequantize_q8_k(b) if qtype == Q.Q8_K else dequantize(b.reshape(rows, -1), qtype)
+        np.asarray(vals, dtype="<f4").reshape(rows, cols).tofile(os.path.join(out, name + ".f32"))
+        expected["tensors"][name] = {"type": qtype.name, "shape": [rows, cols]}
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(os.path.join(out, "blocks.json"), "w", encoding="utf-8") as f:
+        json.dump(expected, f, ensure_ascii=False)
 
 
 if __name__ == "__main__":

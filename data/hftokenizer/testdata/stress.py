@@ -20,6 +20,9 @@ sequences, which cut characters' bytes apart. Variants:
             (Prepend and Replace normalizers, Replace/ByteFallback/Fuse/Strip)
   metaspace the same trained as Mistral's later files: Metaspace
             pre-tokenizer and decoder with prepend_scheme "first"
+  unigram   a Unigram model (SentencePiece's unigram language model)
+            trained on TEXT with byte fallback, a Metaspace pre-tokenizer
+            and ByteFallback and Metaspace decoders
 
 OUT/smollm2/text.ids gets the ids of the whole of TEXT (int32, little
 endian), without special tokens matched or added.
@@ -77,6 +80,19 @@ def trained_sp(text, metaspace):
     return json.loads(tok.to_str())
 
 
+def trained_unigram(text):
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
+    tok.decoder = decoders.Sequence([
+        decoders.ByteFallback(), decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)])
+    specials = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)]
+    lines = text[:100_000].splitlines(keepends=True)
+    tok.train_from_iterator(lines, trainers.UnigramTrainer(vocab_size=900, special_tokens=specials, unk_token="<unk>"))
+    spec = json.loads(tok.to_str())
+    spec["model"]["byte_fallback"] = True
+    return spec
+
+
 def main():
     smol_path, text_path, samples_path, out = sys.argv[1:5]
     text = open(text_path, encoding="utf-8", newline="").read()
@@ -99,7 +115,8 @@ def main():
     qwen2["pre_tokenizer"] = split_bytelevel(QWEN2, False)
 
     variants = {"smollm2": smol, "llama3": llama3, "qwen2": qwen2,
-                "llama2": trained_sp(text, False), "metaspace": trained_sp(text, True)}
+                "llama2": trained_sp(text, False), "metaspace": trained_sp(text, True),
+                "unigram": trained_unigram(text)}
     for name, spec in variants.items():
         d = os.path.join(out, name)
         os.makedirs(d, exist_ok=True)

@@ -24,6 +24,12 @@ var engineFamilies = map[string]model.Config{
 		Positions: "learned", GELU: "tanh", InitStd: 0.4},
 	// Qwen3's per-head q/k norms and a head width of its own, Llama 3's
 	// scaled rotary frequencies (passed to RoPE as periods), a tied head.
+	// Gemma 3: sliding-window layers (window 12, shorter than most
+	// prompts and completions here) beside a global one, a second rotary
+	// base, post-norms, GeGLU and scaled embeddings.
+	"gemma3": {VocabSize: 300, DModel: 32, Layers: 3, Heads: 4, KVHeads: 1, HeadDimension: 16, Context: 160, MLPHidden: 40,
+		MLP: "geglu", GELU: "tanh", TiedEmbeddings: true, QKNorm: true, PostNorms: true, EmbedScale: true, SlidingWindow: 12,
+		SlidingPattern: 3, RoPEBase: 1e6, RoPELocalBase: 1e4, QueryScale: 16, InitStd: 0.4},
 	"qwen3-llama3rope": {VocabSize: 300, DModel: 32, Layers: 2, Heads: 4, KVHeads: 1, HeadDimension: 16, QKNorm: true,
 		Context: 160, MLP: "swiglu", TiedEmbeddings: true, RoPEType: "llama3", RoPEFactor: 8, RoPELowFreqFactor: 1,
 		RoPEHighFreqFactor: 4, RoPEOriginalContext: 64, InitStd: 0.4},

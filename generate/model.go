@@ -92,14 +92,15 @@ func (m *Model) prompt(req Request) ([]int32, error) {
 }
 
 // PromptIDs returns the ids a text prompt starts generation from: special
-// tokens written in it as their ids (data.EncodeWithSpecials), or as plain
-// text when plain; the end-of-text id for a prompt of no tokens.
+// tokens written in it as their ids, after the tokenizer's prompt prefix
+// (Gemma's <bos>; data.EncodePrompt), or as plain text when plain; the
+// end-of-text id for a prompt of no tokens.
 func PromptIDs(tok data.Tokenizer, text string, plain bool) []int32 {
 	var ids []int32
 	if plain {
 		ids = tok.Encode(text)
 	} else {
-		ids = data.EncodeWithSpecials(tok, text)
+		ids = data.EncodePrompt(tok, text)
 	}
 	if len(ids) == 0 {
 		ids = []int32{tok.EOT()}
@@ -154,9 +155,10 @@ func (m *Model) GenerateTokens(ctx context.Context, prompt []int32, opts Options
 }
 
 // EncodePrompt returns the ids of text with special tokens written in it
-// as their ids (data.EncodeWithSpecials), as a completion prompt is read.
+// as their ids, after the tokenizer's prompt prefix (data.EncodePrompt),
+// as a completion prompt is read.
 func (m *Model) EncodePrompt(text string) []int32 {
-	return data.EncodeWithSpecials(m.Tokenizer, text)
+	return data.EncodePrompt(m.Tokenizer, text)
 }
 
 // ContextLength is the most tokens the model attends to at once; longer

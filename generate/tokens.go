@@ -140,7 +140,13 @@ func (d *decoder) reuse(prompt []int32) error {
 		n++
 	}
 	d.seen = d.seen[:n]
-	return d.cache.Truncate(n)
+	if err := d.cache.Truncate(n); err != nil {
+		// A rolling cache (a sliding-window layer) no longer holds the
+		// window position n needs: read the whole prompt again.
+		d.cache.Free()
+		d.seen = nil
+	}
+	return nil
 }
 
 // run is Tokens on the MLX thread, continuing from what d's cache holds.

@@ -376,7 +376,11 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 		mask, maskArr = mlx.NoMask, f.docMask // packed examples: causal within each
 	}
 	if window := c.LayerWindow(l); window > 0 {
-		k, v, mask, maskArr = windowed(k, v, mask, maskArr, T, window)
+		if rows, ok := cache.(rowWindows); ok {
+			mask, maskArr = rows.windowMask(mask, maskArr, window)
+		} else {
+			k, v, mask, maskArr = windowed(k, v, mask, maskArr, T, window)
+		}
 	}
 	o := mlx.ScaledDotProductAttention(q, k, v, c.attentionScale(), mask, maskArr)
 	return mlx.Reshape(mlx.Transpose(o, 0, 2, 1, 3), B*T, c.qDim())

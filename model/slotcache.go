@@ -237,6 +237,23 @@ func (d *slotDecode) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.
 
 func (d *slotDecode) advance(int) {}
 
+// rowWindows is a kvStore whose rows sit at positions of their own, so a
+// sliding-window layer's mask is its to narrow (windowed assumes keys
+// that end at the queries).
+type rowWindows interface {
+	// windowMask returns mask and maskArr narrowed to the keys within
+	// window positions of each query.
+	windowMask(mask mlx.AttentionMask, maskArr *mlx.Array, window int) (mlx.AttentionMask, *mlx.Array)
+}
+
+// windowMask keeps each slot's query to the last window positions up to
+// its own.
+func (d *slotDecode) windowMask(_ mlx.AttentionMask, maskArr *mlx.Array, window int) (mlx.AttentionMask, *mlx.Array) {
+	S, W := d.positions.Dim(0), d.span.Dim(0)
+	lowest := mlx.Subtract(mlx.Reshape(d.positions, S, 1, 1, 1), mlx.Scalar(float64(window), mlx.Int32))
+	return mlx.NoMask, mlx.LogicalAnd(maskArr, mlx.Greater(mlx.Reshape(d.span, 1, 1, 1, W), lowest))
+}
+
 // slotPrefill is the kvStore of PrefillSlot: a chunk of one slot's
 // positions from offset on.
 type slotPrefill struct {

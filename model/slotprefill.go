@@ -39,8 +39,9 @@ type slotPrefillRows struct {
 	c             *SlotCache
 	slots, starts []int
 	C             int
-	span          int        // positions attention reads: every row's chunk end, rounded up
-	take, mask    *mlx.Array // the rows' slots [R]; the positions each query sees [R, 1, C, span]
+	span          int                // positions attention reads: every row's chunk end, rounded up
+	take, mask    *mlx.Array         // the rows' slots [R]; the positions each query sees [R, 1, C, span]
+	windows       map[int]*mlx.Array // mask narrowed to a sliding window, by its size
 }
 
 func (p *slotPrefillRows) check(cfg Config, B, T int) error {
@@ -74,17 +75,11 @@ func (p *slotPrefillRows) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array,
 	R, T := len(p.slots), p.C
 	if p.take == nil {
 		idx := make([]int32, R)
-		seen := make([]bool, R*T*p.span)
 		for r, s := range p.slots {
 			idx[r] = int32(s)
-			for i := range T {
-				for j := 0; j <= p.starts[r]+i && j < p.span; j++ {
-					seen[(r*T+i)*p.span+j] = true
-				}
-			}
 		}
 		p.take = mlx.FromSlice(idx, R)
-		p.mask = mlx.FromSlice(seen, R, 1, T, p.span)
+		p.mask = p.rowMask(0)
 	}
 	var read [2]*mlx.Array
 	for i, pair := range [][]*mlx.Array{p.c.Keys, p.c.Values} {
@@ -107,3 +102,37 @@ func (p *slotPrefillRows) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array,
 }
 
 func (p *slotPrefillRows) advance(int) {}
+
+// rowMask is the [R, 1, C, span] mask of the positions each query sees:
+// its slot's up to its own and, with a window, only the last window of
+// them.
+func (p *slotPrefillRows) rowMask(window int) *mlx.Array {
+	R, T := len(p.slots), p.C
+	seen := make([]bool, R*T*p.span)
+	for r := range p.slots {
+		for i := range T {
+			q := p.starts[r] + i
+			from := 0
+			if window > 0 {
+				from = max(0, q-window+1)
+			}
+			for j := from; j <= q && j < p.span; j++ {
+				seen[(r*T+i)*p.span+j] = true
+			}
+		}
+	}
+	return mlx.FromSlice(seen, R, 1, T, p.span)
+}
+
+// windowMask is rowMask of the window, built once per window size.
+func (p *slotPrefillRows) windowMask(_ mlx.AttentionMask, _ *mlx.Array, window int) (mlx.AttentionMask, *mlx.Array) {
+	if p.windows == nil {
+		p.windows = map[int]*mlx.Array{}
+	}
+	m, ok := p.windows[window]
+	if !ok {
+		m = p.rowMask(window)
+		p.windows[window] = m
+	}
+	return mlx.NoMask, m
+}

@@ -57,7 +57,7 @@ func (r rotary) forLayer(c Config, l int) rotary {
 	if !r.on || c.RoPELocalBase == 0 || c.LayerWindow(l) == 0 {
 		return r
 	}
-	return rotary{on: true, dims: r.dims, base: float32(c.RoPELocalBase), scale: 1, offset: r.offset}
+	return rotary{on: true, dims: r.dims, base: float32(c.RoPELocalBase), scale: 1, offset: r.offset, rows: r.rows}
 }
 
 // windowed restricts attention of T queries, the last T of the S

@@ -11,10 +11,11 @@
 # Environment: BIN (posttrainllm; default .gpu/bin/posttrainllm), SHAPE
 # (a Hugging Face folder to sample from, e.g. scripts/shape-folder.py
 # smollm2-135m; unset skips the sample rows), PRESET (tiny), STEPS (300),
-# DEVICE (gpu).
+# DEVICE (gpu), CACHE (the folder of the rows' caches and run, kept; default
+# a temporary one, removed).
 # LD_LIBRARY_PATH must reach the CUDA libmlx.so (scripts/gpu-setup.sh
-# libdir). Each row runs with its own XDG_CACHE_HOME under a temporary
-# folder and MLX_PTX_CACHE_DIR unset, so the kernels go where posttrainllm
+# libdir). Each row runs with an XDG_CACHE_HOME under CACHE (the train rows
+# one, the sample rows another) and MLX_PTX_CACHE_DIR unset, so the kernels go where posttrainllm
 # puts them by default. OUTDIR (default $OUT, else runs/gpu-startup) gets
 # table.md and each row's log.
 set -uo pipefail
@@ -27,8 +28,13 @@ PRESET="${PRESET:-tiny}"
 STEPS="${STEPS:-300}"
 DEVICE="${DEVICE:-gpu}"
 mkdir -p "$out"
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+if [[ -n "${CACHE:-}" ]]; then # kept for the caller
+  work="$CACHE"
+  mkdir -p "$work"
+else
+  work="$(mktemp -d)"
+  trap 'rm -rf "$work"' EXIT
+fi
 unset MLX_PTX_CACHE_DIR
 table="$out/table.md"
 printf '| row | wall s | start-up (the run'"'"'s own line) |\n|---|---:|---|\n' >"$table"
@@ -62,4 +68,4 @@ if [[ -n "${SHAPE:-}" ]]; then
   row sample-cold c2 sample
   row sample-warm c2 sample
 fi
-echo "kernel cache: $(find "$work/c1" -name '*.ptx' | wc -l) kernels, $(du -sh "$work/c1" | cut -f1)" | tee -a "$table"
+echo "kernel cache after the train rows: $(find "$work/c1" -name '*.ptx' | wc -l) kernels ($(find "$work/c1" -name 'custom_kernel_*.ptx' | wc -l) of them custom kernels), $(du -sh "$work/c1" | cut -f1)" | tee -a "$table"

@@ -174,8 +174,11 @@ func choosePlan(cfg Config, probe planProbe) (Plan, error) {
 			return fmt.Errorf("memory_budget %q is a fraction of the device's memory, which MLX does not report here; give it in bytes (80GiB) or set micro_batch",
 				cfg.MemoryBudget)
 		default:
-			var id planIdentity
-			if id, err = currentPlanIdentity(cfg); err == nil {
+			var id planIdentity // the cache's key needs it
+			if cfg.PlanCache != "" {
+				id, err = currentPlanIdentity(cfg)
+			}
+			if err == nil {
 				p, err = probePlanCached(cfg, budget, probe, id)
 			}
 		}

@@ -96,6 +96,10 @@ int ptlm_set_default_device(int type);
 int ptlm_get_default_device(int* type);
 int ptlm_synchronize(void);
 int ptlm_device_memory(int type, size_t* out);  // total bytes; 0 if MLX does not say
+// A string property of the device (device_info: "device_name", "architecture"),
+// malloc'd into *out; "" if MLX does not say.
+int ptlm_device_string(int type, const char* key, char** out);
+int ptlm_mlx_version(const char** out);  // MLX's version string, static
 int ptlm_memory_active(size_t* out);
 int ptlm_memory_peak(size_t* out);
 int ptlm_memory_cache(size_t* out);

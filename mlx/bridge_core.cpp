@@ -305,6 +305,14 @@ int ptlm_device_memory(int type, size_t* out) {
            *out = it == info.end() ? 0 : std::get<size_t>(it->second))
 }
 
+int ptlm_device_string(int type, const char* key, char** out) {
+  PTLM_TRY(auto& info = mx::device_info(device_of(type)); auto it = info.find(key); std::string v;
+           if (it != info.end() && std::holds_alternative<std::string>(it->second)) v = std::get<std::string>(it->second);
+           *out = static_cast<char*>(std::malloc(v.size() + 1)); if (*out == nullptr) throw std::bad_alloc();
+           std::memcpy(*out, v.c_str(), v.size() + 1))
+}
+int ptlm_mlx_version(const char** out) { PTLM_TRY(*out = mx::version()) }
+
 int ptlm_memory_active(size_t* out) { PTLM_TRY(*out = mx::get_active_memory()) }
 int ptlm_memory_peak(size_t* out) { PTLM_TRY(*out = mx::get_peak_memory()) }
 int ptlm_memory_cache(size_t* out) { PTLM_TRY(*out = mx::get_cache_memory()) }

@@ -7,9 +7,13 @@
 package mlx
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // onGPU makes the GPU the thread's default device for the test, failing it
@@ -215,6 +219,72 @@ func TestGPUCUDAKernel(t *testing.T) {
 					t.Fatalf("element %d: y %v n %d, want %v and %d", i, y[i], n[i], 3*v-1, i)
 				}
 			}
+		}
+	})
+}
+
+// A custom kernel's compiled code goes into MLX's kernel cache under MLX's
+// name for it, before MLX compiles it: MLX loads that module (the bridge's
+// NVRTC build, with the signature MLX generates) and the kernel computes
+// what its source says, with a bfloat16 input and two outputs.
+func TestGPUCustomKernelCached(t *testing.T) {
+	onMLX(t, func() {
+		onGPU(t)
+		name := fmt.Sprintf("ptlm_test_cached_%d", time.Now().UnixNano())
+		k, err := NewCUDAKernel(name, []string{"x"}, []string{"y", "n"}, `
+  const unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= N) return;
+  y[i] = static_cast<float>(x[i]) * A - B;
+  n[i] = (int)i;
+`, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Free()
+		in := []float32{1, -2, 3.5, 0, 10}
+		x := AsType(FromSlice(in, len(in)), BFloat16)
+		out, err := k.Apply([]*Array{x}, KernelLaunch{
+			OutputShapes: [][]int{{len(in)}, {len(in)}}, OutputDtypes: []Dtype{Float32, Int32},
+			Grid: [3]int{256, 1, 1}, Block: [3]int{256, 1, 1},
+			Template: []KernelArg{{"N", len(in)}, {"A", 3}, {"B", 1}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := os.Getenv(KernelCacheEnv)
+		if dir == "" {
+			v, err := Version()
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir = filepath.Join(os.TempDir(), "mlx", v, "ptx")
+		}
+		module := filepath.Join(dir, "custom_kernel_"+name+"_5_3_1")
+		txt, err := os.ReadFile(module + ".txt")
+		if err != nil {
+			t.Fatalf("the kernel's module is not in MLX's cache %s: %v", dir, err)
+		}
+		if want := "mlx::core::cu::custom_kernel_" + name + "_5_3_1\t"; !strings.HasPrefix(string(txt), want) {
+			t.Fatalf("%s.txt holds %q, want a line starting %q", module, txt, want)
+		}
+		if fi, err := os.Stat(module + ".ptx"); err != nil || fi.Size() == 0 {
+			t.Fatalf("%s.ptx: %v", module, err)
+		}
+		y, err := ToSlice[float32](out[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := ToSlice[int32](out[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range in {
+			if y[i] != 3*v-1 || n[i] != int32(i) {
+				t.Fatalf("element %d: y %v n %d, want %v and %d", i, y[i], n[i], 3*v-1, i)
+			}
+		}
+		for _, f := range []string{".txt", ".ptx", ".cu"} {
+			os.Remove(module + f)
 		}
 	})
 }

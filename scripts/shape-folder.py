@@ -5,6 +5,7 @@ the weights' values): config.json, model.safetensors (bfloat16) and the
 tokenizer files of another folder (its ids fit the larger vocabulary).
 
     scripts/shape-folder.py qwen2.5-0.5b TOKENIZER_FOLDER OUT
+    scripts/shape-folder.py smollm2-135m TOKENIZER_FOLDER OUT
 
 Needs numpy only.
 """
@@ -24,6 +25,15 @@ SHAPES = {
         "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
         "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
         "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "bfloat16",
+    },
+    # config.json of HuggingFaceTB/SmolLM2-135M-Instruct, the fields the import reads.
+    "smollm2-135m": {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+        "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+        "max_position_embeddings": 8192, "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
+        "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "bfloat16",
+        "bos_token_id": 1, "eos_token_id": 2,
     },
 }
 

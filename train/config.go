@@ -48,6 +48,11 @@ type Config struct {
 	// bytes with a unit ("80GiB") or a fraction of the device's memory
 	// ("0.8"); "" is DefaultMemoryFraction (ParseMemoryBudget).
 	MemoryBudget string `json:"memory_budget,omitempty"`
+	// PlanCache is the folder where a probed plan is kept for later runs
+	// of the same step on the same device (PlanCacheDir is the user's);
+	// "" probes every time. It is this machine's, not the run's, so a
+	// run's saved config leaves it out.
+	PlanCache string `json:"-"`
 
 	Optimizer string `json:"optimizer"` // adamw, lion, adafactor, muon, sgd, galore, sophia
 	// GaLore's rank, refresh gap (updates) and scale; 0 takes

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"encoding/json"
 	"fmt"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -14,7 +15,11 @@ import (
 // row length in which every target counts.
 func (k *fineTuneTask) probe() planProbe {
 	T := k.f.Train.T
+	ft := k.f.FineTune
+	ft.Base, ft.Train, ft.Valid = "", "", ""
+	settings, _ := json.Marshal(ft)
 	return planProbe{
+		step:       fmt.Sprintf("fine-tune of rows of %d tokens %s", T, settings),
 		lowerBound: func(c Config) float64 { return fineTuneMinMemory(c, k.f.FineTune, T) },
 		peak: func(c Config) (uint64, error) {
 			base, err := k.f.Model.Init(c.Seed)

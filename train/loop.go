@@ -113,6 +113,7 @@ type run struct {
 	samplerState []byte
 	tokensSeen   int64
 	before       time.Duration // training time of the run before it was resumed
+	startup      Startup       // what the start took (Hooks.OnReady)
 	start        time.Time     // this process's first update
 	lastLog      time.Time
 	lastLogStep  int
@@ -139,9 +140,13 @@ func (r *run) open() error {
 	if r.unlimit, err = LimitMemory(r.cfg); err != nil {
 		return err
 	}
+	opened := time.Now()
 	if r.parts, err = r.task.open(r.env); err != nil {
 		return err
 	}
+	r.startup.Open = time.Since(opened)
+	r.startup.Probe = time.Duration(r.parts.plan.ProbeSeconds * float64(time.Second))
+	r.startup.PlanCached = r.parts.plan.Cached
 	if rs := r.parts.resumed; rs != nil {
 		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
@@ -182,8 +187,12 @@ func (r *run) close() {
 // config says, until the last step or until ctx is cancelled.
 func (r *run) train(ctx context.Context) error {
 	mlx.ResetPeakMemory()
+	evalStart := time.Now()
 	if err := r.initialEval(); err != nil {
 		return err
+	}
+	if r.cfg.EvalEvery > 0 && r.step == 0 && r.lead() && r.task.evaluates() {
+		r.startup.FirstEval = time.Since(evalStart)
 	}
 	r.start = time.Now()
 	r.lastLog, r.lastLogStep = r.start, r.step
@@ -199,6 +208,11 @@ func (r *run) train(ctx context.Context) error {
 		lr, err := r.update()
 		if err != nil {
 			return err
+		}
+		if r.startup.FirstUpdate == 0 {
+			if err := r.ready(); err != nil {
+				return err
+			}
 		}
 		logNow, evalNow, ckptNow := r.cfg.due(r.step)
 		evalNow = evalNow && r.task.evaluates()
@@ -226,6 +240,19 @@ func (r *run) train(ctx context.Context) error {
 	}
 	r.sum.finish(r.step, r.parts.step.Traces(), r.start, r.tokensPerUpdate())
 	r.sum.noteBest(r.best)
+	return nil
+}
+
+// ready waits for this process's first update and reports the run's
+// start (Hooks.OnReady): one wait, after which updates pipeline again.
+func (r *run) ready() error {
+	if err := r.parts.state.Eval(); err != nil {
+		return err
+	}
+	r.startup.FirstUpdate = time.Since(r.start)
+	if r.lead() && r.hooks.OnReady != nil {
+		r.hooks.OnReady(r.startup)
+	}
 	return nil
 }
 

@@ -52,6 +52,14 @@ type Plan struct {
 	PeakBytes uint64 `json:"probe_peak_bytes,omitempty"`
 	// Probes lists the candidates the probe tried, largest first.
 	Probes []PlanProbe `json:"probes,omitempty"`
+	// Cached says the probed plan came from the plan cache
+	// (Config.PlanCache) without probing; ProbeSeconds is how long this
+	// process spent probing, 0 then.
+	Cached       bool    `json:"cached,omitempty"`
+	ProbeSeconds float64 `json:"probe_seconds,omitempty"`
+	// CacheError says why a probed plan could not be written to the plan
+	// cache; the run goes on without it.
+	CacheError string `json:"plan_cache_error,omitempty"`
 }
 
 // PlanProbe is one candidate micro-batch a probe tried.
@@ -77,8 +85,16 @@ func (p Plan) String() string {
 	case PlanStatic:
 		return s + " (static: the batch as configured, the CPU's automatic plan)"
 	case PlanProbed:
-		return s + fmt.Sprintf(" (probed: its step peaks at %s of the %s budget; %d candidate(s) tried)",
-			gib(float64(p.PeakBytes)), gib(float64(p.BudgetBytes)), len(p.Probes))
+		if p.Cached {
+			return s + fmt.Sprintf(" (probed before, from the plan cache: its step peaked at %s of the %s budget)",
+				gib(float64(p.PeakBytes)), gib(float64(p.BudgetBytes)))
+		}
+		s += fmt.Sprintf(" (probed in %.1f s: its step peaks at %s of the %s budget; %d candidate(s) tried)",
+			p.ProbeSeconds, gib(float64(p.PeakBytes)), gib(float64(p.BudgetBytes)), len(p.Probes))
+		if p.CacheError != "" {
+			s += "; not kept: " + p.CacheError
+		}
+		return s
 	}
 	return s
 }
@@ -109,8 +125,9 @@ func (p Plan) StepOptions(cfg Config) step.StepOptions {
 // cfg.MicroBatch when set; otherwise, on the CPU, the batch as configured
 // (a static plan: the CPU has no device memory of its own to fill, and
 // the host's memory is what everything else needs too), and on a GPU the
-// plan ProbePlan finds within cfg's memory budget. It runs on the MLX
-// thread and selects cfg's device.
+// plan ProbePlan finds within cfg's memory budget, or the plan cache of
+// cfg.PlanCache holds for the same step, device and build. It runs on the
+// MLX thread and selects cfg's device.
 func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 	return choosePlan(cfg, modelProbe(m))
 }
@@ -123,6 +140,9 @@ func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
 type planProbe struct {
 	lowerBound func(c Config) float64
 	peak       func(c Config) (uint64, error)
+	// step names the kind of step measured, for the plan cache's key:
+	// "pretraining", or a fine-tune's settings.
+	step string
 }
 
 // modelProbe is the probe of the pretraining step of m (probeStep).
@@ -130,6 +150,7 @@ func modelProbe(m *model.TinyGPT) planProbe {
 	return planProbe{
 		lowerBound: func(c Config) float64 { need := c.MinMemory(); return need.Weights + need.Logits },
 		peak:       func(c Config) (uint64, error) { return probeStep(c, m) },
+		step:       "pretraining",
 	}
 }
 
@@ -154,7 +175,13 @@ func choosePlan(cfg Config, probe planProbe) (Plan, error) {
 			return fmt.Errorf("memory_budget %q is a fraction of the device's memory, which MLX does not report here; give it in bytes (80GiB) or set micro_batch",
 				cfg.MemoryBudget)
 		default:
-			p, err = probePlan(cfg, budget, probe)
+			var id planIdentity // the cache's key needs it
+			if cfg.PlanCache != "" {
+				id, err = currentPlanIdentity(cfg)
+			}
+			if err == nil {
+				p, err = probePlanCached(cfg, budget, probe, id)
+			}
 		}
 		return err
 	})

@@ -28,6 +28,23 @@ type Hooks struct {
 	OnStart      func(Start)
 	OnLog        func(Metrics)
 	OnCheckpoint func(dir string, step int)
+	// OnReady is called once, when this process's first update has
+	// completed, with what the run's start took (Startup).
+	OnReady func(Startup)
+}
+
+// Startup is where the start of a run went, in this process: what a
+// cold machine (kernels to compile) and a warm one differ in.
+type Startup struct {
+	// Open is the building of the run: its plan (Probe of it, 0 for a
+	// plan given or taken from the plan cache), step, state and
+	// evaluation.
+	Open, Probe time.Duration
+	PlanCached  bool
+	// FirstEval is the held-out evaluation of a fresh run's initial
+	// parameters, 0 when there is none; FirstUpdate the first update,
+	// from its scheduling to its completion.
+	FirstEval, FirstUpdate time.Duration
 }
 
 // Start describes a run as it begins.

@@ -4,6 +4,7 @@ import (
 	"runtime"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // deviceUsage is the --device flag's help of every command.
@@ -58,7 +59,17 @@ func noGPUHint() string {
 	return "mlx-cpu is CPU only; on an NVIDIA machine, make deps MLX_BACKEND=cuda-13 installs mlx-cuda-13"
 }
 
-// pickDevice is chooseDevice on this machine's MLX.
+// pickDevice is chooseDevice on this machine's MLX. On a GPU it also
+// keeps MLX's compiled kernels in the user's cache folder unless
+// MLX_PTX_CACHE_DIR says where (train.UseKernelCache), before any kernel
+// is compiled, so that only a machine's first process compiles them.
 func pickDevice(flag, settings, label string) (string, error) {
-	return chooseDevice(deviceChoice{flag: flag, settings: settings, label: label, hasGPU: mlx.GPU.Available()})
+	d, err := chooseDevice(deviceChoice{flag: flag, settings: settings, label: label, hasGPU: mlx.GPU.Available()})
+	if err != nil || d != "gpu" {
+		return d, err
+	}
+	if _, err := train.UseKernelCache(); err != nil {
+		return "", err
+	}
+	return d, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -24,7 +25,7 @@ type finetuneOptions struct {
 	targets                   []string
 	maskPrompt, pack          bool
 	quantize, qGroupSize      int
-	out, resume               string
+	out, resume, planCache    string
 	overwrite, noProgress     bool
 	context, nproc            int
 	epochs                    float64
@@ -139,6 +140,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
 	fs.StringVar(&opts.resume, "resume", "", "continue the fine-tune of this run folder or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
+	fs.StringVar(&opts.planCache, "plan-cache", "", "folder of probed micro-batch plans kept for later runs (default $XDG_CACHE_HOME/posttrainllm/plans; off probes every time)")
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
@@ -290,6 +292,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 }
 
 func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error {
+	begin := time.Now()
 	if err := checkNproc(opts.nproc); err != nil {
 		return err
 	}
@@ -306,6 +309,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	out := rankOutput(group, cmd.OutOrStdout())
 	p.ft.Tokenizers = openTokenizer
+	p.cfg.PlanCache = train.PlanCacheFolder(opts.planCache)
 	f, err := train.NewFineTuner(p.cfg, p.ft, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
@@ -353,7 +357,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	fmt.Fprintf(out, "run folder: %s\n", p.out)
 
-	tail := runTail{out: out, runDir: p.out, plotTitle: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams())),
+	tail := runTail{out: out, runDir: p.out, begin: begin, plotTitle: fmt.Sprintf("%s · %s params", label, humanCount(cfg.Model.NumParams())),
 		noProgress: opts.noProgress, resume: "posttrainllm finetune --resume " + p.out + nprocArg(group),
 		diverged: "fine-tuning diverged", hint: "try a lower --lr", heldOut: heldOutChange,
 		onStart: func(s train.Start) {

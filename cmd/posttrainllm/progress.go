@@ -20,6 +20,9 @@ type progress struct {
 	useBar bool
 	ended  bool // the finished bar's line has been ended
 	steps  int
+	// load is what the command took before the run started: its
+	// corpus or rows, tokenizer and model (Hooks.OnReady's line).
+	load time.Duration
 }
 
 // newProgress writes to w; it draws a bar only when w is a terminal and
@@ -34,7 +37,28 @@ func newProgress(w io.Writer, plain bool) *progress {
 
 // hooks connects the display to a trainer.
 func (p *progress) hooks() train.Hooks {
-	return train.Hooks{OnStart: p.start, OnLog: p.log, OnCheckpoint: p.checkpoint}
+	return train.Hooks{OnStart: p.start, OnLog: p.log, OnCheckpoint: p.checkpoint, OnReady: p.ready}
+}
+
+// ready prints where the run's start went, once its first update is done.
+func (p *progress) ready(s train.Startup) {
+	p.note("%s", formatStartup(p.load, s))
+}
+
+// formatStartup is the start-up line of a run: load (the command's, before
+// the run), the run's set-up and plan, its first evaluation and update.
+func formatStartup(load time.Duration, s train.Startup) string {
+	line := fmt.Sprintf("start-up: load %.1f s, set-up %.1f s", load.Seconds(), s.Open.Seconds())
+	switch {
+	case s.PlanCached:
+		line += " (plan from the plan cache)"
+	case s.Probe > 0:
+		line += fmt.Sprintf(" (plan probe %.1f s)", s.Probe.Seconds())
+	}
+	if s.FirstEval > 0 {
+		line += fmt.Sprintf(", first evaluation %.1f s", s.FirstEval.Seconds())
+	}
+	return line + fmt.Sprintf(", first update %.1f s", s.FirstUpdate.Seconds())
 }
 
 func (p *progress) start(s train.Start) {

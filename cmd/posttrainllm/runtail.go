@@ -8,6 +8,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,6 +31,9 @@ type runTail struct {
 	onStart func(train.Start)
 	// heldOut appends the summary's held-out figures to its done: line.
 	heldOut func(w io.Writer, sum train.Summary)
+	// begin is when the command started: the start-up line reports the
+	// load before the run as its first phase.
+	begin time.Time
 }
 
 // run runs the run (given the context and hooks to run it with) and
@@ -49,6 +53,7 @@ func (t runTail) run(cmd *cobra.Command, cfg train.Config, run func(ctx context.
 			start(s)
 		}
 	}
+	prog.load = time.Since(t.begin)
 	sum, runErr := run(ctx, plot.hook(hooks))
 	plot.wait()
 	prog.finish()

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -29,6 +30,7 @@ type trainOptions struct {
 	overwrite  bool
 	noProgress bool
 	tokenCache string
+	planCache  string
 	nproc      int
 }
 
@@ -90,6 +92,7 @@ again.`,
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.StringVar(&opts.tokenCache, "token-cache", "", "directory of cached token files (default $XDG_CACHE_HOME/posttrainllm/tokens)")
+	fs.StringVar(&opts.planCache, "plan-cache", "", "folder of probed micro-batch plans kept for later runs (default $XDG_CACHE_HOME/posttrainllm/plans; off probes every time)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	ov := addConfigFlags(fs)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -282,6 +285,7 @@ func sameDir(a, b string) bool {
 }
 
 func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
+	begin := time.Now()
 	if err := checkNproc(opts.nproc); err != nil {
 		return err
 	}
@@ -290,6 +294,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 		return err
 	}
 	cfg := p.cfg
+	cfg.PlanCache = train.PlanCacheFolder(opts.planCache)
 	if opts.nproc > 1 {
 		return launchRanks(cmd.OutOrStdout(), cmd.ErrOrStderr(), opts.nproc, cfg.Device)
 	}
@@ -332,7 +337,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 	}
 	fmt.Fprintf(out, "run folder: %s\n", p.out)
 
-	tail := runTail{out: out, runDir: p.out, noProgress: opts.noProgress,
+	tail := runTail{out: out, runDir: p.out, begin: begin, noProgress: opts.noProgress,
 		plotTitle: fmt.Sprintf("%s · %s params · %d tokens/step", p.label, humanCount(cfg.Model.NumParams()), cfg.TokensPerStep()*group.Size()),
 		resume:    fmt.Sprintf("posttrainllm train --resume %s%s", p.out, nprocArg(group)),
 		diverged:  "training diverged", hint: "try a lower --lr or --grad-clip 1",

@@ -12,11 +12,13 @@ import (
 // breaks is refused rather than read whole into one buffer.
 const maxRecordLine = 64 << 20
 
-// parseJSONL reads one JSON object per line of r, blank lines skipped,
+// ParseJSONL reads one JSON object per line of r, blank lines skipped,
 // decoding each with parse (given the line and its 1-based number). name
 // labels errors, which name the line; want says what a record holds, for
-// the error of an input without any.
-func parseJSONL[T any](r io.Reader, name, want string, parse func(b []byte, line int) (T, error)) ([]T, error) {
+// the error of an input without any. Lines are bounded (64 MiB), so a
+// file without line breaks is refused rather than read whole. The record
+// readers of this package and of others (online RL's prompts) share it.
+func ParseJSONL[T any](r io.Reader, name, want string, parse func(b []byte, line int) (T, error)) ([]T, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), maxRecordLine)
 	var out []T

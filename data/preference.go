@@ -54,7 +54,7 @@ func ReadPreferenceRecords(path string) ([]PreferenceRecord, error) {
 // ParsePreferenceRecords reads jsonl preference records from r; name
 // labels errors. An input with no record is an error.
 func ParsePreferenceRecords(r io.Reader, name string) ([]PreferenceRecord, error) {
-	return parseJSONL(r, name, `"chosen" and "rejected"`, func(b []byte, line int) (PreferenceRecord, error) {
+	return ParseJSONL(r, name, `"chosen" and "rejected"`, func(b []byte, line int) (PreferenceRecord, error) {
 		rec, err := parsePreference(b)
 		rec.Line, rec.Chosen.Line, rec.Rejected.Line = line, line, line
 		return rec, err

@@ -71,7 +71,7 @@ func ReadRecords(path string) ([]Record, error) {
 // ParseRecords reads jsonl records from r; name labels errors. An input
 // with no record is an error.
 func ParseRecords(r io.Reader, name string) ([]Record, error) {
-	return parseJSONL(r, name, "text, prompt/completion or messages", func(b []byte, line int) (Record, error) {
+	return ParseJSONL(r, name, "text, prompt/completion or messages", func(b []byte, line int) (Record, error) {
 		rec, err := parseRecord(b)
 		rec.Line = line
 		return rec, err

@@ -136,6 +136,16 @@ func (c *SlotCache) CopySlot(from, to, n int) {
 	}
 }
 
+// update replaces layer l's keys by write(keys, k) and its values by
+// write(values, v), freeing the old arrays, and returns the new ones.
+func (c *SlotCache) update(l int, k, v *mlx.Array, write func(old, src *mlx.Array) *mlx.Array) (keys, values *mlx.Array) {
+	oldK, oldV := c.Keys[l], c.Values[l]
+	c.Keys[l], c.Values[l] = write(oldK, k), write(oldV, v)
+	oldK.Free()
+	oldV.Free()
+	return c.Keys[l], c.Values[l]
+}
+
 // DecodeSlots is one decode step of every slot: tokens [S] (int32), slot
 // s's token at position positions[s] ([S], int32), attending to that
 // slot's positions before it. span [W] (int32, 0…W−1) bounds what
@@ -212,15 +222,7 @@ func (d *slotDecode) start() (int, *mlx.Array) { return 0, d.positions }
 func (d *slotDecode) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.AttentionMask, *mlx.Array) {
 	S := k.Dim(0)
 	at := mlx.BroadcastTo(mlx.Reshape(d.positions, S, 1, 1, 1), k.Shape()...)
-	for i, pair := range [][]*mlx.Array{d.c.Keys, d.c.Values} {
-		src := k
-		if i == 1 {
-			src = v
-		}
-		old := pair[l]
-		pair[l] = mlx.PutAlongAxis(old, at, src, 2)
-		old.Free()
-	}
+	keys, values := d.c.update(l, k, v, func(old, src *mlx.Array) *mlx.Array { return mlx.PutAlongAxis(old, at, src, 2) })
 	W := d.span.Dim(0)
 	if d.mask == nil {
 		d.mask = mlx.LessEqual(mlx.Reshape(d.span, 1, 1, 1, W), mlx.Reshape(d.positions, S, 1, 1, 1))
@@ -232,7 +234,7 @@ func (d *slotDecode) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.
 		}
 		return mlx.Slice(a, []int{0, 0, 0, 0}, []int{s[0], s[1], W, s[3]})
 	}
-	return read(d.c.Keys[l]), read(d.c.Values[l]), mlx.NoMask, d.mask
+	return read(keys), read(values), mlx.NoMask, d.mask
 }
 
 func (d *slotDecode) advance(int) {}
@@ -275,23 +277,17 @@ func (p *slotPrefill) check(cfg Config, B, T int) error {
 func (p *slotPrefill) start() (int, *mlx.Array) { return p.offset, nil }
 
 func (p *slotPrefill) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array, mlx.AttentionMask, *mlx.Array) {
-	T := k.Dim(2)
-	var seen [2]*mlx.Array
-	for i, pair := range [][]*mlx.Array{p.c.Keys, p.c.Values} {
-		src := k
-		if i == 1 {
-			src = v
-		}
-		old := pair[l]
-		s := old.Shape()
-		pair[l] = mlx.SliceUpdate(old, src, []int{p.slot, 0, p.offset, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
-		old.Free()
-		seen[i] = mlx.Slice(pair[l], []int{p.slot, 0, 0, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
+	T, s := k.Dim(2), k.Shape()
+	keys, values := p.c.update(l, k, v, func(old, src *mlx.Array) *mlx.Array {
+		return mlx.SliceUpdate(old, src, []int{p.slot, 0, p.offset, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
+	})
+	seen := func(a *mlx.Array) *mlx.Array {
+		return mlx.Slice(a, []int{p.slot, 0, 0, 0}, []int{p.slot + 1, s[1], p.offset + T, s[3]})
 	}
 	if T == 1 {
-		return seen[0], seen[1], mlx.NoMask, nil
+		return seen(keys), seen(values), mlx.NoMask, nil
 	}
-	return seen[0], seen[1], mlx.CausalMask, nil
+	return seen(keys), seen(values), mlx.CausalMask, nil
 }
 
 func (p *slotPrefill) advance(T int) { p.offset += T }

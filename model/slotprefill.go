@@ -81,24 +81,22 @@ func (p *slotPrefillRows) store(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array,
 		p.take = mlx.FromSlice(idx, R)
 		p.mask = p.rowMask(0)
 	}
-	var read [2]*mlx.Array
-	for i, pair := range [][]*mlx.Array{p.c.Keys, p.c.Values} {
-		src := k
-		if i == 1 {
-			src = v
-		}
-		a := pair[l]
-		s := a.Shape()
+	s := k.Shape()
+	keys, values := p.c.update(l, k, v, func(a, src *mlx.Array) *mlx.Array {
 		for r, slot := range p.slots {
 			row := mlx.Slice(src, []int{r, 0, 0, 0}, []int{r + 1, s[1], T, s[3]})
 			next := mlx.SliceUpdate(a, row, []int{slot, 0, p.starts[r], 0}, []int{slot + 1, s[1], p.starts[r] + T, s[3]})
-			a.Free()
+			if r > 0 {
+				a.Free() // an intermediate of this layer's writes
+			}
 			a = next
 		}
-		pair[l] = a
-		read[i] = mlx.Slice(mlx.Take(a, p.take, 0), []int{0, 0, 0, 0}, []int{R, s[1], p.span, s[3]})
+		return a
+	})
+	read := func(a *mlx.Array) *mlx.Array {
+		return mlx.Slice(mlx.Take(a, p.take, 0), []int{0, 0, 0, 0}, []int{R, s[1], p.span, s[3]})
 	}
-	return read[0], read[1], mlx.NoMask, p.mask
+	return read(keys), read(values), mlx.NoMask, p.mask
 }
 
 func (p *slotPrefillRows) advance(int) {}

@@ -1,8 +1,6 @@
 package rl
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,8 +25,6 @@ type Prompt struct {
 	Fields   map[string]any
 }
 
-// maxPromptLine bounds one jsonl line, as data's readers do.
-const maxPromptLine = 64 << 20
 
 // ReadPrompts reads the jsonl file at path: one JSON object per line,
 // blank lines skipped, each with exactly one of "prompt" (a non-empty
@@ -46,32 +42,7 @@ func ReadPrompts(path string) ([]Prompt, error) {
 
 // parsePrompts reads jsonl prompts from r; name labels errors.
 func parsePrompts(r io.Reader, name string) ([]Prompt, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxPromptLine)
-	var out []Prompt
-	line := 0
-	for sc.Scan() {
-		line++
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		p, err := parsePrompt(b)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
-		}
-		out = append(out, p)
-	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return nil, fmt.Errorf("%s:%d: line longer than %d MiB", name, line+1, maxPromptLine>>20)
-		}
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf(`%s: no prompts; want one JSON object per line with "prompt" or "messages"`, name)
-	}
-	return out, nil
+	return data.ParseJSONL(r, name, `"prompt" or "messages"`, func(b []byte, _ int) (Prompt, error) { return parsePrompt(b) })
 }
 
 // parsePrompt decodes and validates one line.

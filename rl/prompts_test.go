@@ -54,7 +54,7 @@ func TestReadPromptsBad(t *testing.T) {
 		name, content string
 		want          []string // substrings of the error
 	}{
-		{"empty", "\n\n", []string{"no prompts", `"prompt" or "messages"`}},
+		{"empty", "\n\n", []string{"no records", `"prompt" or "messages"`}},
 		{"neither", `{"prompt": "a"}` + "\n" + `{"question": "b", "answer": 1}`, []string{":2:", `no "prompt" or "messages"`}},
 		{"both", `{"prompt": "a", "messages": [{"role": "user", "content": "b"}]}`, []string{":1:", "both", `"prompt"`, `"messages"`}},
 		{"not json", `{"prompt": "a"}` + "\n\n" + `{"prompt": `, []string{":3:", "not a JSON object"}},

@@ -19,6 +19,11 @@ type batch struct {
 	// decode holds the compiled decode step of each sampling mode: rows
 	// all greedy skip the draw, rows without top-k or top-p the sort.
 	decode [3]*mlx.Closure
+	// inFlight is the decode step scheduled last and not read yet: the
+	// next step is scheduled on its sampled tokens, still on the device,
+	// before its results are read, so the host builds one step while the
+	// device computes the other.
+	inFlight *decoded
 }
 
 // rowState is where a row is in its life.
@@ -71,6 +76,9 @@ func (b *batch) step(params []*mlx.Array) (worked bool, err error) {
 		}
 	}
 	if len(reads) == 0 && running == 0 {
+		if b.inFlight != nil { // the last step's tokens are still to be read
+			return true, mlx.Do(func() error { return b.collect() })
+		}
 		if b.occupied() == 0 && b.cache != nil {
 			mlx.Do(func() error { b.cache.Free(); return nil })
 			b.cache, b.rows = nil, nil
@@ -80,6 +88,13 @@ func (b *batch) step(params []*mlx.Array) (worked bool, err error) {
 	err = mlx.Do(func() error {
 		s := mlx.NewScope()
 		defer s.Close()
+		if b.relayout(reads) && b.inFlight != nil {
+			// The step in flight names rows by slot: read it before the
+			// slots move, then plan again for the rows still running.
+			if err := b.collect(); err != nil {
+				return err
+			}
+		}
 		if err := b.layout(reads); err != nil {
 			return err
 		}
@@ -94,6 +109,9 @@ func (b *batch) step(params []*mlx.Array) (worked bool, err error) {
 			}
 		}
 		s.Keep(b.cache.Arrays()...)
+		if b.inFlight != nil {
+			s.Keep(b.inFlight.outs[:]...)
+		}
 		return nil
 	})
 	return true, err
@@ -180,12 +198,18 @@ func (b *batch) planReads() []readPlan {
 	return plans
 }
 
-// layout sizes the cache for this round: slots a power of two at least
-// the rows in use (compacting the rows into the first slots when they fit
-// in half), and a capacity a power of two at least every row's length
-// after this round (up to the model's context). Call on the MLX thread.
-func (b *batch) layout(reads []readPlan) error {
-	c := b.e.net.Config
+// relayout says whether layout would change the cache for this round.
+func (b *batch) relayout(reads []readPlan) bool {
+	if b.cache == nil {
+		return true
+	}
+	slots, capacity := b.target(reads)
+	have, room := b.cache.Slots(), b.cache.Capacity()
+	return slots > have || len(b.rows) > have || capacity > room || slots <= have/2 || capacity <= room/4
+}
+
+// target is the slots and capacity this round's rows need.
+func (b *batch) target(reads []readPlan) (slots, capacity int) {
 	need := 1
 	for _, r := range b.rows {
 		if r != nil {
@@ -195,8 +219,15 @@ func (b *batch) layout(reads []readPlan) error {
 	for _, rd := range reads {
 		need = max(need, rd.end+1)
 	}
-	capacity := min(c.Context, pow2(max(need, 32)))
-	slots := pow2(b.occupied())
+	return pow2(b.occupied()), min(b.e.net.Config.Context, pow2(max(need, 32)))
+}
+
+// layout sizes the cache for this round: slots a power of two at least
+// the rows in use (compacting the rows into the first slots when they fit
+// in half), and a capacity a power of two at least every row's length
+// after this round (up to the model's context). Call on the MLX thread.
+func (b *batch) layout(reads []readPlan) error {
+	slots, capacity := b.target(reads)
 	if b.cache == nil {
 		cache, err := b.e.net.NewSlotCache(slots, capacity)
 		if err != nil {
@@ -253,6 +284,7 @@ func (b *batch) compact(slots, have int) []int {
 
 // free releases the cache.
 func (b *batch) free() {
+	b.dropInFlight()
 	if b.cache != nil {
 		mlx.Do(func() error { b.cache.Free(); return nil })
 		b.cache = nil
@@ -282,6 +314,7 @@ func (b *batch) failAll(err error) {
 	}
 	b.fail(b.waiting, err)
 	b.waiting = nil
+	b.dropInFlight()
 	if b.cache != nil {
 		mlx.Do(func() error { b.cache.Free(); return nil })
 	}
@@ -309,11 +342,11 @@ func finish(s *Stream, reason FinishReason, err error) {
 	close(s.done)
 }
 
-// accept takes token t sampled for row r, whose
-// slot holds r.length positions: a stop token ends the row; otherwise the
-// token is the row's and is sent, and the row ends when it has its
-// budget of tokens or prompt and completion fill the model's context.
-func (b *batch) accept(r *row, t Token) {
+// accept takes token t sampled for row r after fed positions of its slot
+// were written: a stop token ends the row; otherwise the token is the
+// row's and is sent, and the row ends when it has its budget of tokens or
+// prompt and completion fill the model's context.
+func (b *batch) accept(r *row, t Token, fed int) {
 	id := t.ID
 	res := &r.stream.result
 	if slices.Contains(r.job.seq.StopTokens, id) {
@@ -326,7 +359,7 @@ func (b *batch) accept(r *row, t Token) {
 	res.Top = append(res.Top, t.Top)
 	res.TopLogprobs = append(res.TopLogprobs, t.TopLogprob)
 	r.stream.tokens <- t
-	if len(res.Tokens) >= r.job.seq.MaxTokens || r.length+1 >= b.e.net.Config.Context {
+	if len(res.Tokens) >= r.job.seq.MaxTokens || fed+1 >= b.e.net.Config.Context {
 		b.end(r, FinishLength, nil)
 		return
 	}

@@ -145,7 +145,7 @@ func (b *batch) startGroups(done []readDone) error {
 			g.stream.result.Prompt = leader.stream.result.Prompt
 		}
 		g.length, g.state = leader.length, decoding
-		b.accept(g, host.at(i))
+		b.accept(g, host.at(i), g.length)
 	}
 	return nil
 }
@@ -186,36 +186,65 @@ func (b *batch) score(r *row, logits *mlx.Array, rd readPlan) error {
 	return nil
 }
 
-// decodeStep feeds every decoding row its next token, samples each row's
-// following one and hands it to accept. Rows still reading their prompt
-// (or waiting for it) are fed a placeholder at their next position, which
-// their own prompt overwrites. Call on the MLX thread.
+// decoded is a scheduled decode step: its outputs (the sampled tokens,
+// their log-probabilities, the most likely tokens and theirs) and, by
+// slot, the rows it decoded with the positions their slots then held.
+type decoded struct {
+	outs [4]*mlx.Array
+	rows []*row
+	fed  []int
+}
+
+// decodeStep schedules the next decode step of every decoding row and
+// then reads the step before it. A row's token is the last step's sampled
+// token, taken on the device, or its first (from its prompt) from the
+// host. Rows still reading their prompt (or waiting for it) are fed a
+// placeholder at their next position, which their own prompt overwrites.
+// The step is evaluated asynchronously: its results are read by the next
+// round (collect). Call on the MLX thread.
 func (b *batch) decodeStep(params []*mlx.Array) error {
-	S, decodingRows, longest := b.cache.Slots(), 0, 0
+	S, capacity, longest := b.cache.Slots(), b.cache.Capacity(), 0
+	prev := b.inFlight
 	tokens, positions := make([]int32, S), make([]int32, S)
+	fromHost := make([]bool, S)
 	samplings := make([]*rowSampling, S)
+	next := &decoded{rows: make([]*row, S), fed: make([]int, S)}
+	onDevice := false
 	for s, r := range b.rows {
 		if r == nil {
 			continue
 		}
-		positions[s] = int32(r.length)
+		positions[s] = int32(min(r.length, capacity-1))
 		longest = max(longest, r.length)
-		if r.state == decoding {
-			tokens[s], samplings[s] = r.next, &r.sampling
-			decodingRows++
+		// A row at the end of the context ends when the step in flight is
+		// read; it is not fed again.
+		if r.state != decoding || r.length >= capacity {
+			continue
 		}
+		if prev != nil && prev.rows[s] == r {
+			onDevice = true
+		} else {
+			tokens[s], fromHost[s] = r.next, true
+		}
+		samplings[s] = &r.sampling
+		r.length++
+		next.rows[s], next.fed[s] = r, r.length
 	}
 	temp, topK, topP, u, mode := samplingInputs(samplings)
 	step, err := b.decoder(mode)
 	if err != nil {
 		return err
 	}
+	fed := mlx.FromSlice(tokens, S)
+	if onDevice {
+		fed = mlx.Where(mlx.FromSlice(fromHost, S), fed, prev.outs[0])
+	}
 	L := len(b.cache.Keys)
 	// Attention reads the slots up to the next power of two past the
 	// longest row, not the whole capacity.
-	span := min(b.cache.Capacity(), pow2(max(longest+1, 32)))
+	span := min(capacity, pow2(max(longest+1, 32)))
 	inputs := append(append(append([]*mlx.Array(nil), params...), b.cache.Arrays()...),
-		mlx.FromSlice(tokens, S), mlx.FromSlice(positions, S), mlx.Arange(0, float64(span), 1, mlx.Int32), temp, topK, topP, u)
+		fed, mlx.FromSlice(positions, S), mlx.Arange(0, float64(span), 1, mlx.Int32), temp, topK, topP, u)
 	outs, err := step.Call(inputs...)
 	if err != nil {
 		return err
@@ -223,25 +252,61 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 	b.cache.Free()
 	copy(b.cache.Keys, outs[4:4+L])
 	copy(b.cache.Values, outs[4+L:])
-	if err := mlx.Eval(outs...); err != nil {
+	copy(next.outs[:], outs[:4])
+	if err := mlx.AsyncEval(outs...); err != nil {
 		return err
 	}
-	host, err := sampled(outs[0], outs[1], outs[2], outs[3])
+	rows := 0
+	for _, r := range next.rows {
+		if r != nil {
+			rows++
+		}
+	}
+	b.e.stats.steps.Add(1)
+	b.e.stats.decoded.Add(int64(rows))
+	if int64(rows) > b.e.stats.maxRows.Load() {
+		b.e.stats.maxRows.Store(int64(rows))
+	}
+	b.inFlight = next
+	if prev == nil {
+		return nil
+	}
+	return b.take(prev)
+}
+
+// collect reads the step in flight. Call on the MLX thread.
+func (b *batch) collect() error {
+	d := b.inFlight
+	b.inFlight = nil
+	if d == nil {
+		return nil
+	}
+	return b.take(d)
+}
+
+// take reads step d's results and hands each row's token to accept,
+// skipping the rows that ended since d was scheduled; it frees d's
+// outputs.
+func (b *batch) take(d *decoded) error {
+	defer mlx.Free(d.outs[:]...)
+	host, err := sampled(d.outs[0], d.outs[1], d.outs[2], d.outs[3])
 	if err != nil {
 		return err
 	}
-	b.e.stats.steps.Add(1)
-	b.e.stats.decoded.Add(int64(decodingRows))
-	if int64(decodingRows) > b.e.stats.maxRows.Load() {
-		b.e.stats.maxRows.Store(int64(decodingRows))
-	}
-	for s, r := range b.rows {
-		if r != nil && r.state == decoding {
-			r.length++
-			b.accept(r, host.at(s))
+	for s, r := range d.rows {
+		if r != nil && r.slot == s && r.state == decoding {
+			b.accept(r, host.at(s), d.fed[s])
 		}
 	}
 	return nil
+}
+
+// dropInFlight forgets the step in flight, freeing its outputs.
+func (b *batch) dropInFlight() {
+	if d := b.inFlight; d != nil {
+		b.inFlight = nil
+		mlx.Do(func() error { mlx.Free(d.outs[:]...); return nil })
+	}
 }
 
 // hostSamples are sampleRows' outputs on the host.

@@ -17,6 +17,12 @@ func TestCachedGenerationMatchesRecompute(t *testing.T) {
 	configs["tinygpt"] = tinyConfig().Model
 	for name, c := range configs {
 		c.InitStd = 0.3
+		if c.EmbedScale {
+			// At random init Gemma's √d-scaled embeddings dominate the
+			// residual stream, and a head tied to them repeats the last
+			// token forever: the comparison would show nothing.
+			c.TiedEmbeddings = false
+		}
 		m, err := model.New(c)
 		if err != nil {
 			t.Fatal(err)

@@ -25,7 +25,6 @@ type Prompt struct {
 	Fields   map[string]any
 }
 
-
 // ReadPrompts reads the jsonl file at path: one JSON object per line,
 // blank lines skipped, each with exactly one of "prompt" (a non-empty
 // string) or "messages" (a non-empty list of {"role", "content"}

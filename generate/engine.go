@@ -145,7 +145,6 @@ type Completion struct {
 type Stream struct {
 	Tokens <-chan Token
 	tokens chan Token
-	ctx    context.Context
 	stop   atomic.Bool
 	done   chan struct{}
 	result Completion
@@ -189,7 +188,7 @@ func (e *Engine) Submit(ctx context.Context, seq Sequence) ([]*Stream, error) {
 	j := &job{seq: seq, ctx: ctx, streams: make([]*Stream, seq.N)}
 	for i := range j.streams {
 		ch := make(chan Token, seq.MaxTokens)
-		j.streams[i] = &Stream{Tokens: ch, tokens: ch, ctx: ctx, done: make(chan struct{}), result: Completion{StopToken: -1}}
+		j.streams[i] = &Stream{Tokens: ch, tokens: ch, done: make(chan struct{}), result: Completion{StopToken: -1}}
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -14,14 +14,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// requireGPU fails the test when MLX has no GPU: these tests never skip.
-func requireGPU(t testing.TB) {
-	t.Helper()
-	if !mlx.GPU.Available() {
-		t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible")
-	}
-}
-
 // TestGPULossMatchesPlainFormulationOnCPU computes the bf16 model's loss and
 // gradients on the GPU, where Loss takes MLX's fused cross-entropy kernel on
 // the bf16 logits, and the plain float32-cross-entropy formulation on the
@@ -29,7 +21,7 @@ func requireGPU(t testing.TB) {
 // precision.
 func TestGPULossMatchesPlainFormulationOnCPU(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		c := smallConfig()
 		c.VocabSize = 257 // odd, as GPT-2's 50,257: rows of the logits are unaligned
 		c.Dtype, c.MasterFP32, c.TiedEmbeddings = "bfloat16", true, true
@@ -79,7 +71,7 @@ func TestGPULossMatchesPlainFormulationOnCPU(t *testing.T) {
 // GPU formulation uses the kernels (formulationFor).
 func TestGPUKernelsMatchMLXOps(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +130,7 @@ func TestGPUKernelsMatchMLXOps(t *testing.T) {
 // scatter-add of the gather's gradient runs as atomic additions.
 func TestGPUFloat32GatherAddsTheEmbeddingGradientInFloat32(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +146,7 @@ func TestGPUFloat32GatherAddsTheEmbeddingGradientInFloat32(t *testing.T) {
 // dequantized table's float32 model.
 func TestGPUQuantizedTableMatchesDequantized(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}

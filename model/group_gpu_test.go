@@ -15,7 +15,7 @@ import (
 // gradients equal the model's without Linears.
 func TestGPUGroupedLinears(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}

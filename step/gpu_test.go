@@ -14,13 +14,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-func requireGPU(t testing.TB) {
-	t.Helper()
-	if !mlx.GPU.Available() {
-		t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible (run with LD_LIBRARY_PATH at mlx-cuda-13's mlx/lib)")
-	}
-}
-
 // TestGPUGroupGradsMatchMLXOps runs the group gradient kernel
 // (groupGradCopy) and MLX's operations (groupGradOps) on the same parts,
 // in bf16 and float32, with and without earlier sums: the float32 sums
@@ -28,7 +21,7 @@ func requireGPU(t testing.TB) {
 // and a transposed (non-contiguous) matrix.
 func TestGPUGroupGradsMatchMLXOps(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		requireGPU(t)
+		mlxtest.RequireGPU(t)
 		if err := mlx.SetDefaultDevice(mlx.GPU); err != nil {
 			t.Fatal(err)
 		}

@@ -16,19 +16,12 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
-func requireGPU(t testing.TB) {
-	t.Helper()
-	if !mlx.GPU.Available() {
-		t.Fatal("no GPU: this libmlx.so has no CUDA backend or no device is visible (run with LD_LIBRARY_PATH at mlx-cuda-13's mlx/lib)")
-	}
-}
-
 // TestGPUStepMatchesCPU runs the same updates (same seed, same batches of
 // learnable text) on the CPU and the GPU, compiled and interpreted, with
 // cosine and accum 2: the GPU's losses must follow the CPU's and the
 // compiled step must trace once.
 func TestGPUStepMatchesCPU(t *testing.T) {
-	requireGPU(t)
+	mlxtest.RequireGPU(t)
 	cfg := tinyConfig()
 	cfg.Accum, cfg.Steps, cfg.Warmup = 2, 5, 2 // a cosine schedule needs warm-up < steps
 	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
@@ -77,7 +70,7 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 // is within the budget; a budget below one sequence's lower bound is an
 // error that names it.
 func TestGPUChoosePlanProbes(t *testing.T) {
-	requireGPU(t)
+	mlxtest.RequireGPU(t)
 	cfg := tinyConfig()
 	cfg.Device, cfg.Batch, cfg.Accum, cfg.MemoryBudget = "gpu", 2, 4, "1GiB"
 	cfg, m, err := Prepare(cfg)
@@ -102,7 +95,7 @@ func TestGPUChoosePlanProbes(t *testing.T) {
 // on the GPU from the same base and adapters: the GPU's losses and its
 // rewards, margins and accuracies must follow the CPU's, in one trace.
 func TestGPUPreferenceStepMatchesCPU(t *testing.T) {
-	requireGPU(t)
+	mlxtest.RequireGPU(t)
 	m, xs, ys, mask := prefFixture(t)
 	run := func(t testing.TB, device string) (losses []float64, aux [][]float64) {
 		if err := mlx.UseDevice(device); err != nil {

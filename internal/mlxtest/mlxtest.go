@@ -30,3 +30,12 @@ func Run(t testing.TB, fn func(t testing.TB)) {
 		return nil
 	})
 }
+
+// RequireGPU fails t unless MLX has a GPU: the GPU tests (built with -tags
+// gpu) fail, never skip, where none is visible.
+func RequireGPU(t testing.TB) {
+	t.Helper()
+	if !mlx.GPU.Available() {
+		t.Fatal("no GPU: this libmlx.so has no GPU backend or no device is visible (on Linux, run with LD_LIBRARY_PATH at mlx-cuda-13's mlx/lib)")
+	}
+}

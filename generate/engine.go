@@ -154,7 +154,7 @@ type Stream struct {
 // Wait blocks until the completion ends and returns it, or the error that
 // ended it (the request's context's error when it was cancelled).
 func (s *Stream) Wait() (Completion, error) {
-	<-s.done
+	mlx.Await(s.done)
 	return s.result, s.err
 }
 
@@ -266,7 +266,7 @@ func (e *Engine) SetParams(params []*mlx.Array) error {
 	e.pending, e.swapped = params, ack
 	e.signal()
 	e.mu.Unlock()
-	<-ack
+	mlx.Await(ack)
 	return nil
 }
 
@@ -280,7 +280,7 @@ func (e *Engine) Close() {
 		e.signal()
 	}
 	e.mu.Unlock()
-	<-e.done
+	mlx.Await(e.done)
 }
 
 // signal wakes the loop; call with e.mu held.

@@ -135,7 +135,7 @@ int ptlm_all_gather(ptlm_array a, ptlm_group g, ptlm_array* out);
 
 // Unary ops.
 #define PTLM_UNARY_OPS(X) X(abs) X(negative) X(sign) X(sqrt) X(rsqrt) X(square) X(exp) X(log) \
-  X(log1p) X(sin) X(cos) X(tanh) X(sigmoid) X(erf) X(floor) X(logical_not) X(isnan) X(isinf) \
+  X(log1p) X(expm1) X(sin) X(cos) X(tanh) X(sigmoid) X(erf) X(floor) X(logical_not) X(isnan) X(isinf) \
   X(isfinite) X(stop_gradient) X(copy)
 #define PTLM_DECL_UNARY(name) int ptlm_##name(ptlm_array a, ptlm_array* out);
 PTLM_UNARY_OPS(PTLM_DECL_UNARY)

@@ -45,6 +45,13 @@ func Log(a *Array) *Array {
 	return unary("log", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_log(x, o) })
 }
 
+// Expm1 returns exp(a)−1 element-wise, accurate near zero where
+// Exp(a)−1 in float32 cancels to 0 (the k3 KL estimate of nearby
+// policies needs it).
+func Expm1(a *Array) *Array {
+	return unary("expm1", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_expm1(x, o) })
+}
+
 // Log1p returns log(1+a) element-wise, accurate near zero.
 func Log1p(a *Array) *Array {
 	return unary("log1p", a, func(x C.ptlm_array, o *C.ptlm_array) C.int { return C.ptlm_log1p(x, o) })

@@ -42,6 +42,7 @@ func TestUnaryOps(t *testing.T) {
 			{"rsqrt", Rsqrt(p), mapf(pos, func(v float64) float64 { return 1 / math.Sqrt(v) })},
 			{"log", Log(p), mapf(pos, math.Log)},
 			{"log1p", Log1p(f32([]float64{1e-7, 0.5, 3})), []float64{1e-7, math.Log1p(0.5), math.Log1p(3)}},
+			{"expm1", Expm1(x), mapf(in, math.Expm1)},
 		}
 		for _, c := range cases {
 			checkClose(t, c.name, c.got, []int{c.got.Size()}, c.want, 1e-6)
@@ -50,6 +51,9 @@ func TestUnaryOps(t *testing.T) {
 		v := values(t, Log1p(f32([]float64{1e-7})))
 		if math.Abs(v[0]-1e-7) > 1e-12 {
 			t.Fatalf("log1p(1e-7) = %g, want 1e-7 to 5 digits", v[0])
+		}
+		if v := values(t, Expm1(f32([]float64{1e-7}))); math.Abs(v[0]-1e-7) > 1e-12 {
+			t.Fatalf("expm1(1e-7) = %g, want 1e-7 to 5 digits", v[0])
 		}
 	})
 }

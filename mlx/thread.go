@@ -121,6 +121,33 @@ func Do(fn func() error) error {
 	return r.err
 }
 
+// Await blocks until done is closed. Called on the MLX thread (inside Do,
+// as the training loop is), it serves the other goroutines' MLX work while
+// it waits, so that a computation holding the thread can wait for a
+// goroutine that itself uses MLX: the training loop waiting for rollouts
+// from a generation engine, whose loop runs its steps with Do. Each job
+// served runs with its own scopes; the caller's open scopes are set aside
+// meanwhile and restored. Off the MLX thread it is a plain receive.
+func Await(done <-chan struct{}) {
+	if !onMLXThread() {
+		<-done
+		return
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case job := <-mlxThread.jobs:
+			outer := topScope
+			topScope = nil
+			job()
+			topScope = outer
+		case <-mlxThread.wake:
+		}
+		releasePending()
+	}
+}
+
 // Handoffs returns how many single calls this package has handed to the MLX
 // thread because they came from another goroutine. Each costs two OS thread
 // wake-ups (see BenchmarkDoHandoff); a count that grows with every step

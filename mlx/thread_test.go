@@ -631,3 +631,47 @@ func TestDoWaitsInOrder(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// Await on the MLX thread serves another goroutine's MLX work until that
+// goroutine is done, and leaves the waiting computation's scope as it was:
+// the training loop waits this way for a generation engine's rollouts.
+func TestAwaitServesOtherGoroutinesOnTheMLXThread(t *testing.T) {
+	var got float64
+	err := Do(func() error {
+		s := NewScope()
+		defer s.Close()
+		mine := Scalar(2, Float32)
+		done := make(chan struct{})
+		var inner float64
+		var innerErr error
+		go func() {
+			defer close(done)
+			innerErr = Do(func() error {
+				inner2 := NewScope()
+				defer inner2.Close()
+				v, err := Add(Scalar(3, Float32), Scalar(4, Float32)).Item()
+				inner = v
+				return err
+			})
+		}()
+		Await(done)
+		if innerErr != nil {
+			return innerErr
+		}
+		if inner != 7 {
+			return fmt.Errorf("the other goroutine's sum is %v, want 7", inner)
+		}
+		if topScope != s {
+			return errors.New("Await did not restore the caller's scope")
+		}
+		v, err := Multiply(mine, Scalar(inner, Float32)).Item()
+		got = v
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 14 {
+		t.Fatalf("2 × 7 = %v after Await, want 14", got)
+	}
+}

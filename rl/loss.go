@@ -123,7 +123,7 @@ func PolicyLoss(logp, old, ref, adv, weight *mlx.Array, clip Clip, beta float64)
 	kl := mlx.Zeros([]int{B, T}, mlx.Float32)
 	if ref != nil {
 		d := mlx.Subtract(f32(ref), logp)
-		kl = mlx.Subtract(mlx.Subtract(mlx.Exp(d), d), mlx.Scalar(1, mlx.Float32))
+		kl = mlx.Subtract(mlx.Expm1(d), d) // exp(d)−d−1 without float32's cancellation near d = 0
 		if beta != 0 {
 			per = mlx.Add(per, mlx.MulScalar(kl, beta))
 		}

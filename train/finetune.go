@@ -63,6 +63,9 @@ func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir 
 		return nil, errors.New("finetune: no objective")
 	}
 	ft.Objective = ObjectiveName(obj.Name())
+	if r, ok := obj.(configRecorder); ok {
+		r.recordIn(&ft)
+	}
 	if err := ft.validateRun(); err != nil {
 		return nil, err
 	}

@@ -67,6 +67,26 @@ type FineTuneConfig struct {
 	Beta   float64 `json:"beta,omitempty"`
 	Lambda float64 `json:"orpo_lambda,omitempty"`
 	Gamma  float64 `json:"simpo_gamma,omitempty"`
+	// The GRPO objective's settings (GRPO): 0 or empty takes the
+	// default GRPO.WithDefaults gives. Beta above is its KL weight.
+	GroupSize     int     `json:"group_size,omitempty"`
+	MaxCompletion int     `json:"max_completion,omitempty"`
+	Temperature   float64 `json:"temperature,omitempty"`
+	TopP          float64 `json:"top_p,omitempty"`
+	TopK          int     `json:"top_k,omitempty"`
+	Reward        string  `json:"reward,omitempty"`
+	RewardCmd     string  `json:"reward_cmd,omitempty"`
+	// RewardTimeout bounds one run of RewardCmd, in seconds.
+	RewardTimeout float64 `json:"reward_timeout_s,omitempty"`
+	AnswerField   string  `json:"answer_field,omitempty"`
+	AnswerPattern string  `json:"answer_pattern,omitempty"`
+	FormatPattern string  `json:"format_pattern,omitempty"`
+	LossType      string  `json:"loss_type,omitempty"`
+	Epsilon       float64 `json:"epsilon,omitempty"`
+	EpsilonHigh   float64 `json:"epsilon_high,omitempty"`
+	Iterations    int     `json:"iterations,omitempty"`
+	ScaleRewards  string  `json:"scale_rewards,omitempty"`
+	MaskTruncated bool    `json:"mask_truncated,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers TokenizerOpener `json:"-"`

@@ -39,6 +39,23 @@ var fineTuneSettings = []struct {
 	{"beta", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Beta) }},
 	{"orpo_lambda", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Lambda) }},
 	{"simpo_gamma", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Gamma) }},
+	{"group_size", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.GroupSize) }},
+	{"max_completion", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.MaxCompletion) }},
+	{"temperature", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Temperature) }},
+	{"top_p", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.TopP) }},
+	{"top_k", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.TopK) }},
+	{"reward", func(c FineTuneConfig, _ int) string { return c.Reward }},
+	{"reward_cmd", func(c FineTuneConfig, _ int) string { return c.RewardCmd }},
+	{"reward_timeout_s", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.RewardTimeout) }},
+	{"answer_field", func(c FineTuneConfig, _ int) string { return c.AnswerField }},
+	{"answer_pattern", func(c FineTuneConfig, _ int) string { return c.AnswerPattern }},
+	{"format_pattern", func(c FineTuneConfig, _ int) string { return c.FormatPattern }},
+	{"loss_type", func(c FineTuneConfig, _ int) string { return c.LossType }},
+	{"epsilon", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Epsilon) }},
+	{"epsilon_high", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.EpsilonHigh) }},
+	{"iterations", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.Iterations) }},
+	{"scale_rewards", func(c FineTuneConfig, _ int) string { return c.ScaleRewards }},
+	{"mask_truncated", func(c FineTuneConfig, _ int) string { return fmt.Sprint(c.MaskTruncated) }},
 }
 
 // adapterShapeKeys are the settings a checkpoint's trainable arrays are

@@ -117,7 +117,7 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	}
 	oenv := ObjectiveEnv{Policy: k.policy(), Base: base, BaseDir: f.FineTune.Base, RunDir: env.runDir,
 		Train: f.Train, Valid: f.Valid, Config: cfg, Plan: plan, Group: env.group,
-		Current: func() ([]*mlx.Array, []*mlx.Array) { return k.state.Params(), k.state.Frozen() }}
+		Current: func() ([]*mlx.Array, []*mlx.Array) { return k.state.Params(), k.state.Frozen() }, Context: env.ctx}
 	if resumed != nil {
 		oenv.SamplerState = resumed.SamplerState
 	}
@@ -298,6 +298,15 @@ func (k *fineTuneTask) next(int) (step.Batch, error) { return k.run.Next() }
 // release appends the feed's state after the batch; the feed reuses its
 // buffers.
 func (k *fineTuneTask) release(b []byte) []byte { return k.run.AppendState(b) }
+
+// objectiveMetrics are the objective run's own metrics since the last
+// log line (ObjectiveMetrics), nil when it measures none.
+func (k *fineTuneTask) objectiveMetrics() map[string]float64 {
+	if om, ok := k.run.(ObjectiveMetrics); ok {
+		return om.Metrics()
+	}
+	return nil
+}
 
 // evaluates says whether there are held-out records.
 func (k *fineTuneTask) evaluates() bool { return k.f.Valid != nil }

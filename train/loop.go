@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -54,6 +55,7 @@ type taskEnv struct {
 	runDir     string
 	resumeFrom string // "" for a fresh run
 	group      *mlx.Group
+	ctx        context.Context // the run's (runLoop sets it)
 }
 
 // lead reports whether this process writes the run folder: rank 0.
@@ -84,6 +86,7 @@ type taskParts struct {
 // The Trainer's and the FineTuner's Run are this loop.
 func runLoop(ctx context.Context, tk task, env taskEnv, hooks Hooks) (Summary, error) {
 	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
+	env.ctx = ctx
 	err := mlx.Do(func() error {
 		r := &run{task: tk, env: env, cfg: env.cfg, hooks: hooks, sum: &sum}
 		defer r.close()
@@ -206,7 +209,9 @@ func (r *run) train(ctx context.Context) error {
 			return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
 		}
 		lr, err := r.update()
-		if err != nil {
+		if fe := (feedError{}); errors.As(err, &fe) {
+			return r.stopOnFeedError(ctx, fe.err)
+		} else if err != nil {
 			return err
 		}
 		if r.startup.FirstUpdate == 0 {
@@ -280,7 +285,7 @@ func (r *run) initialEval() error {
 func (r *run) update() (float64, error) {
 	b, err := r.task.next(r.step)
 	if err != nil {
-		return 0, err
+		return 0, feedError{err}
 	}
 	lr := r.parts.schedule.LR(r.step)
 	err = r.parts.state.UpdateAsync(lr, b)
@@ -291,6 +296,32 @@ func (r *run) update() (float64, error) {
 	r.step++
 	r.tokensSeen += int64(r.tokensPerUpdate())
 	return lr, nil
+}
+
+// feedError is an error of the task's next batch: of reading data, or of
+// an online objective's generation and rewards.
+type feedError struct{ err error }
+
+func (e feedError) Error() string { return e.err.Error() }
+func (e feedError) Unwrap() error { return e.err }
+
+// stopOnFeedError ends a run whose next batch failed with err after
+// checkpointing the updates done, so that a failing reward program or an
+// interrupted rollout loses no training: cancelled, it stops as an
+// interrupted run does; otherwise it returns err naming the checkpoint.
+func (r *run) stopOnFeedError(ctx context.Context, err error) error {
+	if r.step == 0 {
+		return fmt.Errorf("step 1: %w", err)
+	}
+	if cerr := r.checkpoint(); cerr != nil {
+		return fmt.Errorf("step %d: %w (and its checkpoint: %v)", r.step+1, err, cerr)
+	}
+	r.sum.Step, r.sum.Elapsed = r.step, time.Since(r.start)
+	r.sum.noteBest(r.best)
+	if ctx.Err() != nil {
+		return fmt.Errorf("at step %d: %w", r.step, ErrInterrupted)
+	}
+	return fmt.Errorf("step %d: %w; the %d updates before it are checkpointed in %s (resume from there)", r.step+1, err, r.step, r.lastGood())
 }
 
 // due says whether a run of c, having just completed step, logs,
@@ -343,6 +374,14 @@ func (r *run) log(lr float64, eval bool) error {
 			if i < len(aux) {
 				m.Aux[name] = aux[i]
 			}
+		}
+	}
+	if om, ok := r.task.(interface{ objectiveMetrics() map[string]float64 }); ok {
+		for k, v := range om.objectiveMetrics() {
+			if m.Aux == nil {
+				m.Aux = map[string]float64{}
+			}
+			m.Aux[k] = v
 		}
 	}
 	if dt := now.Sub(r.lastLog).Seconds(); dt > 0 {

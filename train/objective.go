@@ -1,6 +1,8 @@
 package train
 
 import (
+	"context"
+
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/chattemplate"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -106,6 +108,18 @@ type ObjectiveEnv struct {
 	// Current returns the step's current trainable and frozen arrays,
 	// owned by the state; valid from the first Next on.
 	Current func() (trainable, frozen []*mlx.Array)
+	// Context is the run's: cancelled, the run stops after the update
+	// under way and checkpoints. Long work in Next (an online objective's
+	// generation) returns early with its error.
+	Context context.Context
+}
+
+// ObjectiveMetrics is an ObjectiveRun that measures the batches it makes
+// (an online objective's rewards and generation times): the loop adds
+// Metrics' values, the means since the previous call, to each log line's
+// Aux.
+type ObjectiveMetrics interface {
+	Metrics() map[string]float64
 }
 
 // Lead reports whether this process is the run's lead rank, which

@@ -45,6 +45,7 @@ var objectiveBuilders = []struct {
 	{IPO, newPreferenceObjective},
 	{ORPO, newPreferenceObjective},
 	{SimPO, newPreferenceObjective},
+	{GRPOName, newGRPOObjective},
 }
 
 // ObjectiveNames lists the built-in objectives a fine-tune accepts.
@@ -93,12 +94,36 @@ func sameObjective(saved FineTuneConfig, o Objective) error {
 	if string(name) != o.Name() {
 		return fmt.Errorf("it optimises %s, this run %s; resume with the same objective", name, o.Name())
 	}
+	if r, ok := o.(configRecorder); ok {
+		now := saved
+		r.recordIn(&now)
+		if key, was, is, err := saved.ResumeConflict(now, nil, 0); err != nil || key != "" {
+			return fmt.Errorf("it optimises with %s %q, this run %q; resume with the same objective", key, was, is)
+		}
+		return nil
+	}
 	s, err := NewObjective(saved)
 	if err != nil {
 		return nil // not built in: the name is all that is known
 	}
-	if !reflect.DeepEqual(s, o) {
-		return fmt.Errorf("it optimises %+v, this run %+v; resume with the same objective", s, o)
+	if a, b := objectiveSettings(s), objectiveSettings(o); !reflect.DeepEqual(a, b) {
+		return fmt.Errorf("it optimises %+v, this run %+v; resume with the same objective", a, b)
 	}
 	return nil
+}
+
+// configRecorder is an objective whose settings have fields of their own
+// in FineTuneConfig: recordIn writes them there, so that the run folder's
+// finetune.json holds the settings the objective trains with (defaults
+// and a library caller's settings included) and a resume compares them.
+type configRecorder interface{ recordIn(ft *FineTuneConfig) }
+
+// objectiveSettings is what two objectives of one name must share to
+// train alike: Settings() of an objective that holds state beside its
+// settings (GRPOObjective's prompts), else the objective itself.
+func objectiveSettings(o Objective) any {
+	if s, ok := o.(interface{ Settings() any }); ok {
+		return s.Settings()
+	}
+	return o
 }

@@ -32,6 +32,7 @@ type finetuneOptions struct {
 	// objective and its hyperparameters (train.Preference)
 	objective                    string
 	beta, orpoLambda, simpoGamma float64
+	grpo                         grpoOptions
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
@@ -46,12 +47,12 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 // finetuneOwnFlags are the flags that define a fine-tune, which a resumed
 // one keeps, each with the finetune.json key of the setting it sets
 // (train.FineTuneConfig.ResumeConflict compares them).
-var finetuneOwnFlags = []struct{ flag, key string }{
+var finetuneOwnFlags = append([]struct{ flag, key string }{
 	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
 	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},
 	{"context", "context"}, {"quantize", "quantize"}, {"q-group-size", "q_group_size"},
 	{"objective", "objective"}, {"beta", "beta"}, {"orpo-lambda", "orpo_lambda"}, {"simpo-gamma", "simpo_gamma"},
-}
+}, grpoOwnFlags...)
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -113,7 +114,9 @@ forward pass with the adapters switched off, inside the step; a full
 fine-tune computes its log-probabilities once before training and keeps
 them in the run folder (reference_logprobs.json). The metrics add the
 rewards of the chosen and rejected answers, their margin and the share of
-pairs won, on training batches and on --valid (docs/finetuning.md).`,
+pairs won, on training batches and on --valid (docs/finetuning.md).
+
+` + grpoHelp,
 		Example: `  posttrainllm finetune --from runs/tiny --data train.jsonl --valid valid.jsonl --out runs/tiny-lora
   posttrainllm finetune --from runs/tiny --data chat.jsonl --method dora --rank 16 --alpha 32 --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --method full --lr 1e-4 --out runs/tiny-sft
@@ -121,6 +124,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
   posttrainllm finetune --from runs/smollm2 --data chat.jsonl --quantize 4 --grad-checkpoint --targets all
   posttrainllm finetune --from runs/tiny --data train.jsonl --batch 4 --nproc 2 --out runs/tiny-lora-dp
   posttrainllm finetune --from runs/tiny-sft --data pairs.jsonl --valid pairs-valid.jsonl --objective dpo --beta 0.1 --out runs/tiny-dpo
+  posttrainllm finetune --from runs/smollm2 --data prompts.jsonl --valid heldout.jsonl --objective grpo --targets all --group-size 8 --max-completion 64 --reward exact:1,format:0.2 --batch 32
   posttrainllm finetune --resume runs/tiny-lora --steps 400`,
 		Args: cobra.NoArgs,
 	}
@@ -144,10 +148,11 @@ pairs won, on training batches and on --valid (docs/finetuning.md).`,
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
-	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (all but sft optimise preference pairs)")
-	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo)")
+	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (dpo, ipo, orpo, simpo: preference pairs; grpo: prompts and rewards)")
+	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo); grpo's KL weight (0: no KL)")
 	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
 	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
+	addGRPOFlags(fs, &opts.grpo)
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
@@ -237,6 +242,10 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if opts.objective != string(train.SFT) {
 			p.ft.Objective = train.ObjectiveName(opts.objective)
 		}
+		if err := checkGRPOFlags(flags, opts.objective); err != nil {
+			return p, err
+		}
+		opts.grpo.set(&p.ft)
 		if opts.method != train.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
 		}
@@ -343,12 +352,22 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	if p.ft.Method != train.MethodFull {
 		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
 	}
-	if p.ft.Prefers() {
+	switch {
+	case p.ft.Objective == train.GRPOName:
+		fmt.Fprintln(out, describeGRPO(p.ft))
+		budget := f.Objective.(*train.GRPOObjective).Rollout.MaxCompletion
+		printPrompts(out, "train", p.ft.Train, f.Train, budget)
+		if f.Valid != nil {
+			printPrompts(out, "valid", p.ft.Valid, f.Valid, budget)
+		}
+	case p.ft.Prefers():
 		fmt.Fprintln(out, describeObjective(p.ft))
-	}
-	printRows(out, "train", p.ft.Train, f.Train)
-	if f.Valid != nil {
-		printRows(out, "valid", p.ft.Valid, f.Valid)
+		fallthrough
+	default:
+		printRows(out, "train", p.ft.Train, f.Train)
+		if f.Valid != nil {
+			printRows(out, "valid", p.ft.Valid, f.Valid)
+		}
 	}
 	if opts.overwrite && group.Rank() == 0 {
 		if err := clearRun(p.out); err != nil {

@@ -24,6 +24,7 @@ func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train
 		Method: opts.method, Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt,
 		Pack: opts.pack, Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 		Objective: train.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
+	opts.grpo.set(&given)
 	flagOf := map[string]string{}
 	var keys []string
 	for _, f := range finetuneOwnFlags {

@@ -42,7 +42,7 @@ type GRPO struct {
 	// TRL's); Clip is the ratio's trust region, [1−Low, 1+High] (0.2 each
 	// by default).
 	LossType rl.LossType
-	Clip rl.Clip
+	Clip     rl.Clip
 	// Beta weighs the KL estimate to the reference model, the base
 	// weights (0: no KL term and no reference pass).
 	Beta float64

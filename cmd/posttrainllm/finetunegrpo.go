@@ -14,12 +14,12 @@ import (
 // grpoOptions are finetune's flags of the grpo objective.
 type grpoOptions struct {
 	groupSize, maxCompletion, topK, iterations int
-	temperature, topP, epsilon, epsilonHigh     float64
-	rewardTimeout                               float64
-	reward, rewardCmd, answerField              string
-	answerPattern, formatPattern                string
-	lossType, scaleRewards                      string
-	maskTruncated                               bool
+	temperature, topP, epsilon, epsilonHigh    float64
+	rewardTimeout                              float64
+	reward, rewardCmd, answerField             string
+	answerPattern, formatPattern               string
+	lossType, scaleRewards                     string
+	maskTruncated                              bool
 }
 
 // grpoOwnFlags are the grpo flags that define a fine-tune, with their

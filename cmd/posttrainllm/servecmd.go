@@ -71,7 +71,8 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 		seed = rand.Uint64()
 	}
 	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
-	res, err := b.m.GenerateOn(ctx, b.e, prompt, opts, nil, p.Echo && p.Logprobs, func(text string) error {
+	req := generate.EngineRequest{Prompt: prompt, Options: opts, ScorePrompt: p.Echo && p.Logprobs}
+	res, err := b.m.GenerateOn(ctx, b.e, req, func(text string) error {
 		if !emit(text) {
 			return generate.ErrStop
 		}

@@ -166,9 +166,9 @@ func (k *adapterBank) lookup(name string) (int, bool) {
 	return n, ok
 }
 
-// applyAdapter carries out op on the loop's adapters with base params, building
-// the stacked rows again. It returns the error to answer op with. Call
-// from the loop.
+// applyAdapter carries out op on the loop's adapters with base params,
+// stacking them again. It returns the error to answer op with. Call from
+// the loop.
 func (b *batch) applyAdapter(op adapterOp, params []*mlx.Array) error {
 	e := b.e
 	next := map[string]*Adapter{}
@@ -203,11 +203,15 @@ func (b *batch) applyAdapter(op adapterOp, params []*mlx.Array) error {
 		return err
 	}
 	b.swapAdapters(bank)
+	// The names Submit accepts follow the ops in the loop's order (a
+	// removal answered after a set of the same name leaves it unset).
+	e.mu.Lock()
 	if op.a != nil {
-		e.mu.Lock()
 		e.adapterNames[op.name] = true
-		e.mu.Unlock()
+	} else {
+		delete(e.adapterNames, op.name)
 	}
+	e.mu.Unlock()
 	return nil
 }
 

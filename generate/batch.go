@@ -19,6 +19,11 @@ type batch struct {
 	// decode holds the compiled decode step of each sampling mode: rows
 	// all greedy skip the draw, rows without top-k or top-p the sort.
 	decode [3]*mlx.Closure
+	// adapters are the adapters registered, stacked for the rows (nil for
+	// none); adapted holds the decode steps of a batch with adapter rows,
+	// by the stacked rows' layout.
+	adapters *adapterBank
+	adapted  map[string]*[3]*mlx.Closure
 	// inFlight is the decode step scheduled last and not read yet: the
 	// next step is scheduled on its sampled tokens, still on the device,
 	// before its results are read, so the host builds one step while the
@@ -293,6 +298,16 @@ func (b *batch) free() {
 		if c != nil {
 			c.Free()
 		}
+	}
+	for _, steps := range b.adapted {
+		for _, c := range steps {
+			if c != nil {
+				c.Free()
+			}
+		}
+	}
+	if b.adapters != nil {
+		mlx.Do(func() error { b.adapters.rows.Free(); return nil })
 	}
 }
 

@@ -1,6 +1,8 @@
 package generate
 
 import (
+	"slices"
+
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -66,11 +68,20 @@ func (b *batch) readTogether(params []*mlx.Array, reads []readPlan) ([]readDone,
 	}
 	ids := make([]int32, R*C)
 	slots, starts, lengths := make([]int, R), make([]int, R), make([]int, R)
+	idx := make([]int, 0, R*C)
 	for i, rd := range reads {
 		copy(ids[i*C:], rd.r.job.seq.Prompt[rd.start:rd.end])
 		slots[i], starts[i], lengths[i] = rd.r.slot, rd.start, rd.end-rd.start
+		var err error
+		if idx, err = b.repeatAdapter(idx, rd.r, C); err != nil {
+			return nil, err
+		}
 	}
-	logits := b.e.net.PrefillSlots(params, b.cache, slots, starts, lengths, mlx.FromSlice(ids, R, C))
+	lin, err := b.linears(params, idx)
+	if err != nil {
+		return nil, err
+	}
+	logits := b.e.net.PrefillSlotsWith(params, lin, b.cache, slots, starts, lengths, mlx.FromSlice(ids, R, C))
 	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{R, vocab}), mlx.Float32)
 	var done []readDone
 	for i, rd := range reads {
@@ -97,7 +108,15 @@ func (b *batch) readScored(params []*mlx.Array, rd readPlan) (*mlx.Array, error)
 	r, seq, vocab := rd.r, rd.r.job.seq, b.e.net.Config.VocabSize
 	n := rd.end - rd.start
 	tokens := mlx.FromSlice(seq.Prompt[rd.start:rd.end], 1, n)
-	logits := b.e.net.PrefillSlot(params, b.cache, r.slot, rd.start, tokens, true)
+	idx, err := b.repeatAdapter(nil, r, n)
+	if err != nil {
+		return nil, err
+	}
+	lin, err := b.linears(params, idx)
+	if err != nil {
+		return nil, err
+	}
+	logits := b.e.net.PrefillSlotWith(params, lin, b.cache, r.slot, rd.start, tokens, true)
 	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{n, vocab}), mlx.Float32)
 	b.e.stats.prefilled.Add(int64(n))
 	r.length = rd.end
@@ -210,6 +229,7 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 	samplings := make([]*rowSampling, S)
 	next := &decoded{rows: make([]*row, S), fed: make([]int, S)}
 	onDevice := false
+	idx := slices.Repeat([]int{-1}, S) // each slot's adapter, for the rows fed
 	for s, r := range b.rows {
 		if r == nil {
 			continue
@@ -227,11 +247,20 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 			tokens[s], fromHost[s] = r.next, true
 		}
 		samplings[s] = &r.sampling
+		a, err := b.adapterOf(r)
+		if err != nil {
+			return err
+		}
+		idx[s] = a
 		r.length++
 		next.rows[s], next.fed[s] = r, r.length
 	}
 	temp, topK, topP, u, mode := samplingInputs(samplings)
-	step, err := b.decoder(mode)
+	layout := ""
+	if anyAdapter(idx) {
+		layout = b.adapters.rows.Layout()
+	}
+	step, err := b.decoder(mode, layout)
 	if err != nil {
 		return err
 	}
@@ -245,6 +274,13 @@ func (b *batch) decodeStep(params []*mlx.Array) error {
 	span := min(capacity, pow2(max(longest+1, 32)))
 	inputs := append(append(append([]*mlx.Array(nil), params...), b.cache.Arrays()...),
 		fed, mlx.FromSlice(positions, S), mlx.Arange(0, float64(span), 1, mlx.Int32), temp, topK, topP, u)
+	if layout != "" {
+		extra, err := b.adapterInputs(idx)
+		if err != nil {
+			return err
+		}
+		inputs = append(inputs, extra...)
+	}
 	outs, err := step.Call(inputs...)
 	if err != nil {
 		return err
@@ -340,11 +376,24 @@ func sampled(ids, lps, top, topLps *mlx.Array) (h hostSamples, err error) {
 // parameters, the cache's keys and values, the tokens and positions [S],
 // the span attention reads and the sampling inputs; its outputs the
 // sampled tokens, their log-probabilities, the most likely tokens and
-// their log-probabilities, and the cache's new keys and values.
-func (b *batch) decoder(mode samplingMode) (*mlx.Closure, error) {
+// their log-probabilities, and the cache's new keys and values. A step
+// with adapter rows has a layout (the stacked adapters', peft.Rows.Layout)
+// and takes adapterInputs' arrays after the sampling inputs; a step of
+// base rows alone has layout "".
+func (b *batch) decoder(mode samplingMode, layout string) (*mlx.Closure, error) {
 	i := int(mode)
-	if b.decode[i] != nil {
-		return b.decode[i], nil
+	steps := &b.decode
+	if layout != "" {
+		if b.adapted == nil {
+			b.adapted = map[string]*[3]*mlx.Closure{}
+		}
+		if b.adapted[layout] == nil {
+			b.adapted[layout] = &[3]*mlx.Closure{}
+		}
+		steps = b.adapted[layout]
+	}
+	if steps[i] != nil {
+		return steps[i], nil
 	}
 	net, e := b.e.net, b.e
 	P, L, vocab := len(net.Specs), net.Config.Layers, net.Config.VocabSize
@@ -354,15 +403,21 @@ func (b *batch) decoder(mode samplingMode) (*mlx.Closure, error) {
 		}
 		cache := &model.SlotCache{Keys: append([]*mlx.Array(nil), in[P:P+L]...), Values: append([]*mlx.Array(nil), in[P+L:P+2*L]...)}
 		x := in[P+2*L:]
-		logits := net.DecodeSlots(in[:P], cache, x[0], x[1], x[2])
+		var lin model.Linears
+		if layout != "" {
+			// Traced or run while the loop's adapters have this layout:
+			// the step of another layout is another closure.
+			lin = b.decodeLinears(in[:P], x[7:])
+		}
+		logits := net.DecodeSlotsWith(in[:P], lin, cache, x[0], x[1], x[2])
 		ids, lps, top, topLps := sampleRows(logits, x[3], x[4], x[5], x[6], vocab, mode)
 		return append([]*mlx.Array{ids, lps, top, topLps}, cache.Arrays()...), nil
 	}
 	var err error
 	if e.opts.Interpreted {
-		b.decode[i], err = mlx.NewClosure(fn)
+		steps[i], err = mlx.NewClosure(fn)
 	} else {
-		b.decode[i], err = mlx.Compile(fn)
+		steps[i], err = mlx.Compile(fn)
 	}
-	return b.decode[i], err
+	return steps[i], err
 }

@@ -41,6 +41,12 @@ type EngineOptions struct {
 // handful of times (Stats.Traces). The engine uses the parameters it is
 // given without copying them: SetParams points it at new ones, as a
 // training step that updates them in turn does.
+//
+// LoRA and DoRA adapters of the model (SetAdapter) serve the requests
+// that name them (Sequence.Adapter) beside the base's: rows of different
+// adapters share the decode step, each projected through its own
+// adapter, the tokens those of the adapter merged into the weights. A
+// step with adapter rows is a compiled function of its own.
 type Engine struct {
 	net  *model.TinyGPT
 	opts EngineOptions
@@ -50,9 +56,13 @@ type Engine struct {
 	params  []*mlx.Array
 	closed  bool
 	wake    chan struct{}
-	swapped chan struct{} // answers SetParams once the loop took the new parameters
-	pending []*mlx.Array  // parameters handed over by SetParams, not yet taken
+	swapped chan error   // answers SetParams once the loop took the new parameters
+	pending []*mlx.Array // parameters handed over by SetParams, not yet taken
 	done    chan struct{}
+	// adapterNames are the adapters Submit accepts; adapterOps the
+	// SetAdapter and RemoveAdapter calls the loop has not taken yet.
+	adapterNames map[string]bool
+	adapterOps   []adapterOp
 
 	stats engineCounters
 	loop  *batch // the loop's state, touched by the loop goroutine alone
@@ -76,7 +86,8 @@ func NewEngine(net *model.TinyGPT, params []*mlx.Array, opts EngineOptions) (*En
 	if opts.PrefillChunk == 0 {
 		opts.PrefillChunk = DefaultPrefillChunk
 	}
-	e := &Engine{net: net, opts: opts, params: params, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	e := &Engine{net: net, opts: opts, params: params, wake: make(chan struct{}, 1), done: make(chan struct{}),
+		adapterNames: map[string]bool{}}
 	e.loop = newBatch(e)
 	go e.run()
 	return e, nil
@@ -97,6 +108,9 @@ type Sequence struct {
 	// given the ones before it, and the most likely token at each
 	// position (Completion.Prompt), as evaluation scores prompts.
 	PromptLogprobs bool
+	// Adapter names the adapter (Engine.SetAdapter) the completions are
+	// generated with; empty for the base model.
+	Adapter string
 }
 
 // Token is one generated token with its log-probability under the model
@@ -195,6 +209,10 @@ func (e *Engine) Submit(ctx context.Context, seq Sequence) ([]*Stream, error) {
 	if e.closed {
 		return nil, ErrEngineClosed
 	}
+	if seq.Adapter != "" && !e.adapterNames[seq.Adapter] {
+		return nil, fmt.Errorf("generate: no adapter %q on this engine; it has %s (SetAdapter registers one, the empty name is the base)",
+			seq.Adapter, describeNames(e.adapterList()))
+	}
 	j.order = e.stats.queued.Add(1)
 	e.queue = append(e.queue, j)
 	e.signal()
@@ -252,7 +270,8 @@ func (e *Engine) Generate(ctx context.Context, seq Sequence) ([]Completion, erro
 // SetParams points the engine at new parameters (of the same model) from
 // its next step on, and returns once the engine has taken them: from then
 // on it no longer reads the old ones, which the caller may free. Rows
-// running at the time continue with the new parameters.
+// running at the time continue with the new parameters. DoRA adapters'
+// magnitude scales are computed again over the new weights.
 func (e *Engine) SetParams(params []*mlx.Array) error {
 	if len(params) != len(e.net.Specs) {
 		return fmt.Errorf("generate: engine: %d parameter arrays, the model has %d", len(params), len(e.net.Specs))
@@ -262,12 +281,11 @@ func (e *Engine) SetParams(params []*mlx.Array) error {
 		e.mu.Unlock()
 		return ErrEngineClosed
 	}
-	ack := make(chan struct{})
+	ack := make(chan error, 1)
 	e.pending, e.swapped = params, ack
 	e.signal()
 	e.mu.Unlock()
-	mlx.Await(ack)
-	return nil
+	return mlx.Await(ack)
 }
 
 // Close ends every request still waiting or running (their Wait returns
@@ -291,16 +309,24 @@ func (e *Engine) signal() {
 	}
 }
 
-// take returns the jobs waiting, new parameters (nil for none) with the
-// channel that acknowledges them, and whether the engine is closing.
-func (e *Engine) take() ([]*job, []*mlx.Array, chan struct{}, bool) {
+// taken is what the loop takes from the callers each round.
+type taken struct {
+	jobs   []*job
+	params []*mlx.Array // new parameters, nil for none
+	ack    chan error   // answers SetParams
+	ops    []adapterOp
+	closed bool
+}
+
+// take returns the jobs waiting, new parameters with the channel that
+// acknowledges them, the adapter changes and whether the engine is
+// closing.
+func (e *Engine) take() taken {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	jobs := e.queue
-	e.queue = nil
-	params, ack := e.pending, e.swapped
-	e.pending, e.swapped = nil, nil
-	return jobs, params, ack, e.closed
+	t := taken{jobs: e.queue, params: e.pending, ack: e.swapped, ops: e.adapterOps, closed: e.closed}
+	e.queue, e.pending, e.swapped, e.adapterOps = nil, nil, nil, nil
+	return t
 }
 
 // requeue puts jobs that found no free rows back at the head of the queue.
@@ -319,16 +345,22 @@ func (e *Engine) run() {
 	b := e.loop
 	defer b.free()
 	for {
-		jobs, params, ack, closed := e.take()
-		if params != nil {
-			e.params = params
-			close(ack)
+		t := e.take()
+		if t.params != nil {
+			e.params = t.params
+			t.ack <- b.rebuildAdapters(e.params)
 		}
-		if closed {
-			b.fail(append(jobs, b.waiting...), ErrEngineClosed)
+		if t.closed {
+			b.fail(append(t.jobs, b.waiting...), ErrEngineClosed)
+			for _, op := range t.ops {
+				op.done <- ErrEngineClosed
+			}
 			return
 		}
-		b.waiting = append(b.waiting, jobs...)
+		b.waiting = append(b.waiting, t.jobs...)
+		for _, op := range t.ops {
+			op.done <- b.applyAdapter(op, e.params)
+		}
 		worked, err := b.step(e.params)
 		if err != nil {
 			b.failAll(fmt.Errorf("generate: engine: %w", err))

@@ -21,18 +21,32 @@ type Scored struct {
 	Prompt                []PromptScore
 }
 
+// EngineRequest is one request of GenerateOn: prompt ids already
+// encoded, the sampling options, stop strings applied to the text, and
+// the adapter to generate with.
+type EngineRequest struct {
+	Prompt []int32
+	Options
+	StopStrings []string
+	// ScorePrompt asks for the prompt's scores as well (Scored.Prompt).
+	ScorePrompt bool
+	// Adapter names an adapter registered on the engine
+	// (Engine.SetAdapter); empty for the base model.
+	Adapter string
+}
+
 // GenerateOn is GenerateTokens on engine e, which batches it with the
-// other requests in flight: the model's end tokens and opts' stop tokens
+// other requests in flight: the model's end tokens and req's stop tokens
 // end it, the text streams to onText (which may return ErrStop) with
-// stopStrings applied, and ctx cancels it. scorePrompt asks for the
-// prompt's scores as well.
-func (m *Model) GenerateOn(ctx context.Context, e *Engine, prompt []int32, opts Options, stopStrings []string, scorePrompt bool, onText func(delta string) error) (Scored, error) {
-	streams, err := e.Submit(ctx, Sequence{Prompt: prompt, Options: m.options(opts), PromptLogprobs: scorePrompt})
+// req's stop strings applied, and ctx cancels it.
+func (m *Model) GenerateOn(ctx context.Context, e *Engine, req EngineRequest, onText func(delta string) error) (Scored, error) {
+	prompt := req.Prompt
+	streams, err := e.Submit(ctx, Sequence{Prompt: prompt, Options: m.options(req.Options), PromptLogprobs: req.ScorePrompt, Adapter: req.Adapter})
 	if err != nil {
 		return Scored{}, err
 	}
 	st := streams[0]
-	s := &textStream{tok: m.Tokenizer, stops: stopStrings, onText: onText}
+	s := &textStream{tok: m.Tokenizer, stops: req.StopStrings, onText: onText}
 	stopped, emitErr := false, error(nil)
 	for tok := range st.Tokens {
 		if stopped || emitErr != nil {

@@ -121,22 +121,22 @@ func Do(fn func() error) error {
 	return r.err
 }
 
-// Await blocks until done is closed. Called on the MLX thread (inside Do,
-// as the training loop is), it serves the other goroutines' MLX work while
-// it waits, so that a computation holding the thread can wait for a
-// goroutine that itself uses MLX: the training loop waiting for rollouts
-// from a generation engine, whose loop runs its steps with Do. Each job
-// served runs with its own scopes; the caller's open scopes are set aside
-// meanwhile and restored. Off the MLX thread it is a plain receive.
-func Await(done <-chan struct{}) {
+// Await receives from ch (a value, or the zero value once ch is closed).
+// Called on the MLX thread (inside Do, as the training loop is), it serves
+// the other goroutines' MLX work while it waits, so that a computation
+// holding the thread can wait for a goroutine that itself uses MLX: the
+// training loop waiting for rollouts from a generation engine, whose loop
+// runs its steps with Do. Each job served runs with its own scopes; the
+// caller's open scopes are set aside meanwhile and restored. Off the MLX
+// thread it is a plain receive.
+func Await[T any](ch <-chan T) T {
 	if !onMLXThread() {
-		<-done
-		return
+		return <-ch
 	}
 	for {
 		select {
-		case <-done:
-			return
+		case v := <-ch:
+			return v
 		case job := <-mlxThread.jobs:
 			outer := topScope
 			topScope = nil

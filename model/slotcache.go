@@ -158,10 +158,20 @@ func (c *SlotCache) update(l int, k, v *mlx.Array, write func(old, src *mlx.Arra
 // arrays are inputs, so it traces into a compiled function; call on the
 // MLX thread.
 func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
+	return m.DecodeSlotsWith(params, nil, c, tokens, positions, span)
+}
+
+// DecodeSlotsWith is DecodeSlots with the projections of lin computed by
+// their Linears, which see the slots as rows [S, in] in slot order: the
+// batched engine applies each slot's own adapter this way.
+func (m *TinyGPT) DecodeSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
 	S := tokens.Dim(0)
+	f := m.formulation()
+	if err := m.setLinears(&f, lin); err != nil {
+		return mlx.ErrorArray(err)
+	}
 	store := &slotDecode{c: c, positions: positions, span: span}
-	logits := m.forward(params, mlx.Reshape(tokens, S, 1), store, m.formulation())
-	return logits
+	return m.forward(params, mlx.Reshape(tokens, S, 1), store, f)
 }
 
 // PrefillSlot feeds tokens [1, T] to slot slot at positions start…
@@ -172,12 +182,22 @@ func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positio
 // rows is skipped). Call on the MLX thread, where the cache's arrays are
 // kept.
 func (m *TinyGPT) PrefillSlot(params []*mlx.Array, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
+	return m.PrefillSlotWith(params, nil, c, slot, start, tokens, all)
+}
+
+// PrefillSlotWith is PrefillSlot with the projections of lin computed by
+// their Linears, which see the chunk's positions as rows [T, in].
+func (m *TinyGPT) PrefillSlotWith(params []*mlx.Array, lin Linears, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
 	head := logitsHead
 	if !all {
 		head = lastRowHead
 	}
+	f := m.formulation()
+	if err := m.setLinears(&f, lin); err != nil {
+		return mlx.ErrorArray(err)
+	}
 	store := &slotPrefill{c: c, slot: slot, offset: start}
-	return m.forwardTo(params, tokens, store, m.formulation(), head)[0]
+	return m.forwardTo(params, tokens, store, f, head)[0]
 }
 
 // lastRowHead is logitsHead of the last row of x alone.

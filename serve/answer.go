@@ -27,8 +27,9 @@ type answer struct {
 	tokenText func(id int32) string
 }
 
-// newAnswer starts the answer of job j to w; prompt counts its tokens.
-func newAnswer(w http.ResponseWriter, j job, model string, prompt int) *answer {
+// newAnswer starts the answer of job j to w (its model field the model
+// the request picked); prompt counts its tokens.
+func newAnswer(w http.ResponseWriter, j job, prompt int) *answer {
 	prefix := "cmpl-"
 	if j.chat {
 		prefix = "chatcmpl-"

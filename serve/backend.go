@@ -1,6 +1,7 @@
 // Package serve answers the OpenAI HTTP API (GET /v1/models, POST
 // /v1/completions and POST /v1/chat/completions, streamed or not) over a
-// model that generates text. It holds no MLX code: a Backend (package
+// model that generates text, and over adapters of it that requests pick
+// by their "model" field (AdapterBackend). It holds no MLX code: a Backend (package
 // generate's batched engine, through the command line) encodes prompts and
 // generates; this package parses and checks requests, lets as many
 // generations run at once as the backend batches and queues the rest,
@@ -49,7 +50,17 @@ type Backend interface {
 	Generate(ctx context.Context, prompt []int32, p Params, emit func(text string) bool) (Generation, error)
 }
 
-// Params are a request's sampling settings.
+// AdapterBackend is a Backend that also serves adapters of its model
+// (LoRA or DoRA fine-tunes of the same base), each under a model id of
+// its own: a request picks one by its "model" field, /v1/models lists
+// them beside the base, and Generate finds the id in Params.Adapter.
+type AdapterBackend interface {
+	Backend
+	// Adapters lists the adapters' model ids; none is empty or Model().
+	Adapters() []string
+}
+
+// Params are a request's sampling settings and the adapter it asked for.
 type Params struct {
 	// MaxTokens is the most tokens to generate, at least 1.
 	MaxTokens int
@@ -64,6 +75,9 @@ type Params struct {
 	HasSeed bool
 	// Logprobs asks for Generation.Logprobs; Echo for Generation.Prompt.
 	Logprobs, Echo bool
+	// Adapter is the model id of the adapter the request named
+	// (AdapterBackend.Adapters); empty for the base model.
+	Adapter string
 }
 
 // TokenLogprob is one token with its log-probability under the model and

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/data"
@@ -121,14 +122,14 @@ func jsonKind(goType string) string {
 
 // check validates the shared fields against backend b and fills j.
 func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
-	if req.Model == nil || *req.Model == "" {
-		return badRequest("model", "'model' is required: want %q", b.Model())
+	adapter, apiErr := pickModel(b, req.Model)
+	if apiErr != nil {
+		return apiErr
 	}
-	if *req.Model != b.Model() {
-		return &apiError{status: http.StatusBadRequest, Type: invalidRequest, Param: "model", Code: "model_not_found",
-			Message: fmt.Sprintf("model %q does not exist: this server serves %q", *req.Model, b.Model())}
+	j.model = b.Model()
+	if adapter != "" {
+		j.model = adapter
 	}
-	j.model = *req.Model
 	if req.N != nil && *req.N != 1 {
 		return badRequest("n", "n = %d is not supported: want 1", *req.N)
 	}
@@ -154,7 +155,7 @@ func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
 	if req.Tools != nil && string(*req.Tools) != "null" {
 		return badRequest("tools", "tools are not supported")
 	}
-	j.params = Params{MaxTokens: defaultMax, Temperature: 1, TopP: 1, Logprobs: j.params.Logprobs, Echo: j.echo}
+	j.params = Params{MaxTokens: defaultMax, Temperature: 1, TopP: 1, Logprobs: j.params.Logprobs, Echo: j.echo, Adapter: adapter}
 	max, name := req.MaxTokens, "max_tokens"
 	if max == nil {
 		max, name = req.MaxCompletionTokens, "max_completion_tokens"
@@ -193,6 +194,34 @@ func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
 		j.streamUsage = req.StreamOptions.IncludeUsage
 	}
 	return nil
+}
+
+// pickModel resolves a request's "model" against backend b: the base
+// model's id, or none, is the base (""); an adapter's id (AdapterBackend)
+// is that adapter; any other id is answered 404 model_not_found, as the
+// OpenAI API answers a model it does not have.
+func pickModel(b Backend, model *string) (string, *apiError) {
+	if model == nil || *model == "" || *model == b.Model() {
+		return "", nil
+	}
+	served := []string{b.Model()}
+	if ab, ok := b.(AdapterBackend); ok {
+		if slices.Contains(ab.Adapters(), *model) {
+			return *model, nil
+		}
+		served = append(served, ab.Adapters()...)
+	}
+	return "", &apiError{status: http.StatusNotFound, Type: invalidRequest, Param: "model", Code: "model_not_found",
+		Message: fmt.Sprintf("model %q does not exist: this server serves %s", *model, quoteList(served))}
+}
+
+// quoteList is ids quoted and joined for a message.
+func quoteList(ids []string) string {
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = fmt.Sprintf("%q", id)
+	}
+	return strings.Join(q, ", ")
 }
 
 // maxStops is how many stop strings a request may give, as OpenAI allows.

@@ -85,14 +85,21 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	route.handle(w, r)
 }
 
-// models answers GET /v1/models: the one model served.
+// models answers GET /v1/models: the model served and the adapters
+// served beside it (AdapterBackend), each adapter naming the base as its
+// parent.
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{
-		"object": "list",
-		"data": []map[string]any{{
-			"id": s.b.Model(), "object": "model", "created": s.created, "owned_by": "posttrainllm",
-		}},
-	})
+	list := []map[string]any{{
+		"id": s.b.Model(), "object": "model", "created": s.created, "owned_by": "posttrainllm",
+	}}
+	if ab, ok := s.b.(AdapterBackend); ok {
+		for _, id := range ab.Adapters() {
+			list = append(list, map[string]any{
+				"id": id, "object": "model", "created": s.created, "owned_by": "posttrainllm", "parent": s.b.Model(),
+			})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": list})
 }
 
 // completions answers POST /v1/completions.
@@ -179,7 +186,7 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, j job, prompt []int
 		return // the client left while waiting: nobody to answer
 	}
 	defer func() { <-s.slot }()
-	a := newAnswer(w, j, s.b.Model(), len(prompt))
+	a := newAnswer(w, j, len(prompt))
 	a.tokenText = s.b.TokenText
 	gen, err := s.b.Generate(r.Context(), prompt, j.params, a.emit)
 	a.finish(gen, err)

@@ -329,8 +329,7 @@ func TestMalformedRequestsGetTheErrorShape(t *testing.T) {
 	}{
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":`, 400, ""},
 		{"POST", "/v1/completions", `not json`, 400, ""},
-		{"POST", "/v1/completions", `{"model":"gpt-4","prompt":"hi"}`, 400, "model"},
-		{"POST", "/v1/completions", `{"prompt":"hi"}`, 400, "model"},
+		{"POST", "/v1/completions", `{"model":"gpt-4","prompt":"hi"}`, 404, "model"},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"hi","max_tokens":0}`, 400, "max_tokens"},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"hi","max_tokens":"ten"}`, 400, "max_tokens"},
 		{"POST", "/v1/completions", `{"model":"tiny","prompt":"hi","max_tokens":15}`, 400, "max_tokens"},

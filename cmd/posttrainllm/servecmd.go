@@ -23,12 +23,17 @@ import (
 )
 
 // modelBackend is the serve.Backend of a generate.Model, its requests
-// batched by one engine.
+// batched by one engine, and the serve.AdapterBackend of the adapters
+// registered on the engine under the names adapters lists.
 type modelBackend struct {
-	id string
-	m  *generate.Model
-	e  *generate.Engine
+	id       string
+	m        *generate.Model
+	e        *generate.Engine
+	adapters []string
 }
+
+// Adapters are the model ids of the adapters served beside the model.
+func (b *modelBackend) Adapters() []string { return b.adapters }
 
 // Concurrency is the engine's batch.
 func (b *modelBackend) Concurrency() int { return b.e.Options().MaxBatch }
@@ -71,7 +76,8 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 		seed = rand.Uint64()
 	}
 	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
-	res, err := b.m.GenerateOn(ctx, b.e, prompt, opts, nil, p.Echo && p.Logprobs, func(text string) error {
+	req := generate.EngineRequest{Prompt: prompt, Options: opts, ScorePrompt: p.Echo && p.Logprobs, Adapter: p.Adapter}
+	res, err := b.m.GenerateOn(ctx, b.e, req, func(text string) error {
 		if !emit(text) {
 			return generate.ErrStop
 		}
@@ -148,6 +154,7 @@ func newServeCmd() *cobra.Command {
 		maxQueue     int
 		defaultToken int
 		engineOpts   generate.EngineOptions
+		adapterFlags []string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -167,12 +174,27 @@ It listens on loopback by default: --addr 0.0.0.0:PORT answers anyone
 who can reach the machine, without authentication.
 
 ` + checkpointRule("--from") + ` --from also takes a Hugging Face folder or a GGUF file.
---adapter serves a fine-tune: its adapters applied to its base.`,
+--adapter RUN serves a fine-tune: its adapters merged into its base.
+--adapter NAME=RUN (repeatable) serves LoRA or DoRA fine-tunes of the --from
+model beside it, without merging: a request whose "model" is NAME generates
+with that adapter, the base's id or none with the base, and rows of
+different adapters decode in the same batch; /v1/models lists them all
+(docs/serving.md). Without --from the base is the one the first adapter's
+fine-tune recorded.`,
 		Example: `  posttrainllm serve --from runs/smollm
   posttrainllm serve --from ~/models/SmolLM2-135M-Instruct --addr 127.0.0.1:8000 --model smollm2
-  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf`,
+  posttrainllm serve --from ~/models/SmolLM2-135M-Instruct.Q4_1.gguf
+  posttrainllm serve --from runs/smollm --adapter poet=runs/poet-lora --adapter coder=runs/coder-dora`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			merged, adapters, err := parseServeAdapters(adapterFlags)
+			if err != nil {
+				return err
+			}
+			src.adapter = merged
+			if src.from == "" && len(adapters) > 0 {
+				src.from = adapters[0].base
+			}
 			if src.from == "" && src.adapter == "" {
 				return usageError("serve needs --from RUN: %s, a Hugging Face folder or a GGUF file", checkpointPaths)
 			}
@@ -199,13 +221,24 @@ who can reach the machine, without authentication.
 				return err
 			}
 			defer m.Close()
+			runs, freeRuns, err := loadServeAdapters(m, id, adapters)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer freeRuns()
 			e, err := m.NewEngine(engineOpts)
 			if err != nil {
 				ln.Close()
 				return usageError("%v", err)
 			}
 			defer e.Close()
-			srv, drained := serveModel(&modelBackend{id: id, m: m, e: e}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
+			names, err := setServeAdapters(e, adapters, runs)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			srv, drained := serveModel(&modelBackend{id: id, m: m, e: e, adapters: names}, serve.Options{MaxQueue: maxQueue, CompletionMaxTokens: defaultToken})
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go func() {
@@ -213,7 +246,11 @@ who can reach the machine, without authentication.
 				fmt.Fprintf(cmd.ErrOrStderr(), "stopping: finishing the requests in progress (at most %s)\n", drainTimeout)
 				drained(drainTimeout)
 			}()
-			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s\n", id, ln.Addr())
+			served := id
+			if len(names) > 0 {
+				served += " with adapters " + strings.Join(names, ", ")
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on http://%s\n", served, ln.Addr())
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return err
 			}
@@ -223,7 +260,7 @@ who can reach the machine, without authentication.
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
-	fs.StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
+	fs.StringArrayVar(&adapterFlags, "adapter", nil, "RUN: a fine-tune served with its adapters merged (--from: its base, default the recorded one); NAME=RUN, repeatable: a LoRA or DoRA fine-tune of the --from model served per request under the model id NAME")
 	fs.StringVar(&addr, "addr", "127.0.0.1:8080", "address to listen on (port 0: any free port, printed); 0.0.0.0:PORT answers anyone who can reach this machine, with no authentication")
 	fs.StringVar(&id, "model", "", "the model id the API lists and accepts (default: the folder's or file's name, without .gguf)")
 	fs.IntVar(&maxQueue, "max-queue", 64, "requests that may wait while the batch is full; more get 503")

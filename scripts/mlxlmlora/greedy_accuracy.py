@@ -15,6 +15,8 @@ decoding and for --samples completions per prompt sampled at --temperature
   tagged    the completion contains <answer>…</answer> at all
   format    the whole completion is an <answer>…</answer> block, optionally
             after a <think>…</think> one (posttrainllm's reward "format")
+  contains  the right sum appears anywhere in the completion as a number,
+            tagged or not (what a format reward alone could build on)
 and, sampled, the prompts with at least one exact completion (GRPO learns
 from a group only when its rewards differ). The last line is the summary as
 JSON; --show N prints N completions of each kind first.
@@ -50,7 +52,11 @@ def same_answer(got, want):
 def score(text, want):
     m = ANSWER.search(text)
     return {"exact": bool(m and same_answer(m.group(1), want)),
-            "tagged": bool(m), "format": bool(FORMAT.match(text))}
+            "tagged": bool(m), "format": bool(FORMAT.match(text)),
+            "contains": re.search(r"(?<![\d.])%s(?!\.?\d)" % re.escape(str(want).strip()), text) is not None}
+
+
+KINDS = ("exact", "tagged", "format", "contains")
 
 
 def render(tokenizer, prompt):
@@ -103,7 +109,7 @@ def main():
     greedy = generate(model, tokenizer, prompts, a.max_tokens, None, a.batch)
     summary["greedy_s"] = round(time.perf_counter() - t, 2)
     scores = [score(x, r["answer"]) for x, r in zip(greedy, recs)]
-    for k in ("exact", "tagged", "format"):
+    for k in KINDS:
         summary["greedy_" + k] = sum(s[k] for s in scores)
     for i in range(min(a.show, len(greedy))):
         print(f"greedy {recs[i]['answer']!r:>6}: {greedy[i]!r}")
@@ -117,7 +123,7 @@ def main():
         scores = [score(x, recs[i // a.samples]["answer"]) for i, x in enumerate(sampled)]
         n = len(scores)
         summary.update(samples=a.samples, temperature=a.temperature, top_p=a.top_p, top_k=a.top_k, sampled=n)
-        for k in ("exact", "tagged", "format"):
+        for k in KINDS:
             summary["sampled_" + k] = sum(s[k] for s in scores)
             summary["sampled_%s_fraction" % k] = round(sum(s[k] for s in scores) / n, 4)
         summary["prompts_with_an_exact_sample"] = sum(

@@ -26,7 +26,7 @@
 # On the CPU, mlx-lm-lora runs with posttrainllm's BLAS preloaded (the
 # OpenBLAS shim cmd/install-mlx puts in .deps/mlx in place of the wheel's
 # reference BLAS, same soname), as in scripts/memory-vs-mlxlm.sh: with the
-# wheel's own BLAS its matmuls are ~10x slower.
+# wheel's own BLAS (PRELOAD_BLAS=0) an update takes ~10x as long.
 #
 # Usage: scripts/grpo-vs-mlxlmlora.sh [WORKDIR]   (default /tmp/posttrainllm-grpo-vs-mlxlmlora)
 # Environment (defaults): PROMPTS (2) prompts per update, GROUP (4)
@@ -35,9 +35,10 @@
 # where mlxlmlora-deps is installed with MLX_BACKEND=cuda-13), DTYPE
 # (float32; bfloat16 imports both sides' model in bfloat16), LR (1e-5),
 # EPSILON (0.2), TOP_P (1), SEED (0), STOP_AT_ANSWER (0), TOOLS ("ours
-# mlxlmlora": one of them times that side alone), MLXLMLORA_PYTHON
-# (.deps/mlxlmlora/bin/python), MODEL (.deps/models/SmolLM2-135M-Instruct),
-# OURS_FLAGS (extra flags for posttrainllm finetune).
+# mlxlmlora": one of them times that side alone), PRELOAD_BLAS (1; 0 runs
+# mlx-lm-lora on its wheel's BLAS), MLXLMLORA_PYTHON (.deps/mlxlmlora/bin/
+# python), MODEL (.deps/models/SmolLM2-135M-Instruct), OURS_FLAGS (extra
+# flags for posttrainllm finetune).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=${1:-/tmp/posttrainllm-grpo-vs-mlxlmlora}
@@ -98,7 +99,7 @@ timed() { # file command...
 }
 
 blas=
-if [[ $device == cpu ]]; then
+if [[ $device == cpu && ${PRELOAD_BLAS:-1} == 1 ]]; then
   blas=$(ls "$root"/.deps/mlx/mlx_cpu.libs/libblas-*.so.* 2>/dev/null | grep -v '\.reference$' | head -n 1 || true)
 fi
 

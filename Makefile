@@ -26,7 +26,7 @@ FUZZ_TARGETS := ./mlx:FuzzValidateSafetensors:8000x \
 FUZZ_SCALE ?= 1
 LONG_FUZZ_SCALE ?= 30
 
-.PHONY: all deps py-deps mlxlm-deps lmeval-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
+.PHONY: all deps py-deps mlxlm-deps mlxlmlora-deps lmeval-deps real-model build run test vet fmt-check fuzz-short fuzz cross-darwin bench peers compare-peers test-gpu-bin test-gpu clean
 
 all: build
 
@@ -67,6 +67,20 @@ mlxlm-deps:
 		rm -rf .deps/mlxlm && $(PYTHON) -m venv .deps/mlxlm && \
 		.deps/mlxlm/bin/pip install --quiet --disable-pip-version-check $(MLXLM_DEPS) && \
 		echo "$(MLXLM_DEPS)" > .deps/mlxlm/pinned; \
+	fi
+
+# mlx-lm-lora, the GRPO peer scripts/grpo-vs-mlxlmlora.sh measures against,
+# over the same MLX and mlx-lm releases as mlxlm-deps: mlx-cpu on Linux, or
+# mlx-cuda-13 with MLX_BACKEND=cuda-13 (an NVIDIA machine). A virtual
+# environment of its own (it brings datasets). Not part of make test.
+MLXLMLORA_BACKEND := $(if $(filter cuda-13,$(MLX_BACKEND)),mlx-cuda-13==0.32.4,$(if $(filter Linux,$(shell uname -s)),mlx-cpu==0.32.4))
+MLXLMLORA_DEPS := mlx==0.32.4 $(MLXLMLORA_BACKEND) mlx-lm==0.32.2 mlx-lm-lora==5.10.2 \
+	transformers==5.24.0 datasets==5.2.0 tqdm==4.67.1
+mlxlmlora-deps:
+	@if [ "$$(cat .deps/mlxlmlora/pinned 2>/dev/null)" != "$(MLXLMLORA_DEPS)" ]; then \
+		rm -rf .deps/mlxlmlora && $(PYTHON) -m venv .deps/mlxlmlora && \
+		.deps/mlxlmlora/bin/pip install --quiet --disable-pip-version-check $(MLXLMLORA_DEPS) && \
+		echo "$(MLXLMLORA_DEPS)" > .deps/mlxlmlora/pinned; \
 	fi
 
 # lm-evaluation-harness, the evaluation tool the server is checked against

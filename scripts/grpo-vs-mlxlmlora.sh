@@ -109,7 +109,7 @@ ours() { # round
     --valid "$work/task/heldout.jsonl" --eval-every 0
     --rank 8 --alpha 16 --targets all --group-size "$group" --max-completion "$gen"
     --temperature 1 --top-p "$top_p" --reward exact:1,format:0.2 --loss-type grpo
-    --epsilon "$epsilon" --beta 0 --batch "$prompts" --steps "$updates" --warmup 0
+    --epsilon "$epsilon" --beta 0 --batch "$((prompts * group))" --steps "$updates" --warmup 0
     --optimizer adamw --weight-decay 0 --grad-clip 0 --lr "$lr" --schedule constant
     --seed "$seed" --log-every 1 --device "$device" --no-progress --out "$out" --overwrite ${OURS_FLAGS:-})
   echo "${cmd[*]}" >"$work/ours-$1.cmd"

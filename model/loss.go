@@ -88,8 +88,5 @@ func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) 
 		return m.chunkedTerms(params, x, y, f)
 	}
 	logits := mlx.AsType(m.rowLogits(params, x, f), mlx.Float32) // [B·T, V]
-	y = mlx.Reshape(y, y.Size())                                 // [B·T]
-	lse = mlx.LogSumExp(logits, -1)
-	target := mlx.Squeeze(mlx.TakeAlongAxis(logits, mlx.ExpandDims(y, -1), -1), -1)
-	return mlx.Subtract(lse, target), lse
+	return logitTerms(logits, mlx.Reshape(y, y.Size()))
 }

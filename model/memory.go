@@ -127,14 +127,8 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 // that only one chunk's logits exist at a time.
 func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
 	y = mlx.Reshape(y, y.Size())
-	c := chunkedLoss{chunk: m.Memory.LossChunk, vocab: m.Config.VocabSize, pv: m.Config.PaddedVocab(),
-		trainedHead: len(f.linears) == 0}
 	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
-		c := c
-		if l, ok := f.headLinear(head); ok {
-			c.linear = &l
-		}
-		ce, lse := c.terms(h, head, y)
+		ce, lse := m.headTerms(f, h, head, y)
 		return []*mlx.Array{ce, lse}
 	})
 	return out[0], out[1]

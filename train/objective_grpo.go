@@ -322,13 +322,19 @@ func (o *GRPOObjective) Layout(p Policy) step.Layout {
 // (ratio 1, TRL's form); with more, the sampling policy's from the batch.
 // The reference is the adapters-off forward pass under adapters, the
 // batch's reference log-probabilities in a full fine-tune.
+//
+// Only a row's completion is scored, at most MaxCompletion positions
+// from its first weighted one (completionSpan): the output head, the
+// largest product of a small model and the float32 logits, the largest
+// arrays of the step, run over those positions and not over the prompts.
 func (o *GRPOObjective) Loss(p Policy) step.Loss {
 	return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
-		ce, _ := p.Terms(trainable, frozen, mb.X, mb.Y)
+		at, weight := completionSpan(mb.W, o.Rollout.MaxCompletion)
+		ce, _ := p.TermsAt(trainable, frozen, mb.X, mb.Y, at)
 		logp := mlx.Negative(ce)
 		old, next := mlx.StopGradient(logp), 0
 		if o.Iterations > 1 {
-			old, next = mb.Positions[0], 1
+			old, next = mlx.TakeAlongAxis(mb.Positions[0], at, 1), 1
 		}
 		var ref *mlx.Array
 		switch {
@@ -338,11 +344,31 @@ func (o *GRPOObjective) Loss(p Policy) step.Loss {
 			if err != nil {
 				return mlx.ErrorArray(err), nil
 			}
-			refCE, _ := p.Model.LossTermsWith(params, lin, mb.X, mb.Y)
+			refCE, _ := p.Model.LossTermsAt(params, lin, mb.X, mb.Y, at)
 			ref = mlx.StopGradient(mlx.Negative(refCE))
 		default:
-			ref = mb.Positions[next]
+			ref = mlx.TakeAlongAxis(mb.Positions[next], at, 1)
 		}
-		return rl.PolicyLoss(logp, old, ref, mb.Rows[1], mb.W, o.Clip, o.Beta)
+		return rl.PolicyLoss(logp, old, ref, mb.Rows[1], weight, o.Clip, o.Beta)
 	}
+}
+
+// completionSpan returns, for rows whose weights w [B, T] are nonzero on
+// their completion's positions only, the n positions of each row from its
+// first weighted one, at [B, n] (int32; past the row's end they repeat
+// its last position), and the weights there, [B, n], zero where a
+// position repeats. A row with no weighted position gets its first n
+// positions, at weight zero. n at least T is every position in order.
+func completionSpan(w *mlx.Array, n int) (at, weight *mlx.Array) {
+	B, T := w.Dim(0), w.Dim(1)
+	if n >= T {
+		cols := mlx.Arange(0, float64(T), 1, mlx.Int32)
+		return mlx.BroadcastTo(mlx.Reshape(cols, 1, T), B, T), w
+	}
+	first := mlx.Argmax(mlx.Greater(w, mlx.Scalar(0, w.Dtype())), 1, true) // [B, 1]: 0 for a row of zeros
+	span := mlx.Add(mlx.AsType(first, mlx.Int32), mlx.Reshape(mlx.Arange(0, float64(n), 1, mlx.Int32), 1, n))
+	inRow := mlx.Less(span, mlx.Scalar(float64(T), mlx.Int32))
+	at = mlx.Minimum(span, mlx.Scalar(float64(T-1), mlx.Int32))
+	weight = mlx.Multiply(mlx.TakeAlongAxis(w, at, 1), mlx.AsType(inRow, w.Dtype()))
+	return at, weight
 }

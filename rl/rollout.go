@@ -19,6 +19,11 @@ type RolloutOptions struct {
 	// Seed is the run's; each update and prompt draws from its own stream
 	// of it, so a resumed run draws what the first run would have.
 	Seed uint64
+	// Adapter names the engine's adapter (generate.Engine.SetAdapter) the
+	// completions decode through; empty is the engine's base weights. It
+	// is how a run draws from the policy it trains, not a setting of the
+	// run, and is never saved.
+	Adapter string `json:"-"`
 }
 
 // Validate reports options that cannot draw completions.
@@ -67,7 +72,7 @@ func Rollout(ctx context.Context, e *generate.Engine, prompts [][]int32, stops [
 	for i, p := range prompts {
 		seq := generate.Sequence{Prompt: p, N: opts.GroupSize, Options: generate.Options{
 			MaxTokens: opts.MaxCompletion, Temperature: opts.Temperature, TopK: opts.TopK, TopP: opts.TopP,
-			Seed: rolloutSeed(opts.Seed, step, i), StopTokens: stops}}
+			Seed: rolloutSeed(opts.Seed, step, i), StopTokens: stops}, Adapter: opts.Adapter}
 		var err error
 		if streams[i], err = e.Submit(ctx, seq); err != nil {
 			return nil, fmt.Errorf("rl: rollout of prompt %d: %w", i, err)

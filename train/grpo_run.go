@@ -10,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/step"
 )
@@ -193,11 +194,21 @@ func (r *grpoRun) layBatch(u rl.Update) error {
 	return nil
 }
 
+// policyAdapter is the engine adapter that the rollouts of a LoRA or DoRA
+// fine-tune over a float base decode through.
+const policyAdapter = "policy"
+
 // useArrays points the engine at the arrays the step holds now: a full
-// fine-tune's trainable arrays themselves, or the base merged with the
-// adapters (peft.Adapter.Effective), made once per update. It starts the
-// engine the first time.
+// fine-tune's trainable arrays themselves; under adapters over a float
+// base, the frozen base with the adapters as the engine's adapter
+// policyAdapter, which the rows decode through unmerged (no copy of the
+// adapted weights); over a quantized base, the dequantized base merged
+// with the adapters (peft.Adapter.Effective), made once per update. It
+// starts the engine the first time.
 func (r *grpoRun) useArrays(trainable, frozen []*mlx.Array) error {
+	if a := r.env.Policy.Adapter; a != nil && a.Quant == nil {
+		return r.useAdapter(a, trainable, frozen)
+	}
 	params, merged := trainable, []*mlx.Array(nil)
 	if a := r.env.Policy.Adapter; a != nil {
 		params = a.Effective(frozen, trainable)
@@ -227,6 +238,28 @@ func (r *grpoRun) useArrays(trainable, frozen []*mlx.Array) error {
 	}
 	mlx.Free(r.merged...)
 	r.merged = merged
+	return nil
+}
+
+// useAdapter is useArrays for adapters a over a float base: the engine
+// runs on the frozen base, and the adapters' arrays of this update are
+// set as its adapter policyAdapter, which the rollouts and evaluations
+// name.
+func (r *grpoRun) useAdapter(a *peft.Adapter, trainable, frozen []*mlx.Array) error {
+	if err := mlx.Eval(trainable...); err != nil {
+		return fmt.Errorf("grpo: the policy's adapters: %w", err)
+	}
+	if r.engine == nil {
+		e, err := generate.NewEngine(r.env.Policy.Model, frozen, generate.EngineOptions{MaxBatch: r.rows})
+		if err != nil {
+			return fmt.Errorf("grpo: generation engine: %w", err)
+		}
+		r.engine = e
+	}
+	if err := r.engine.SetAdapter(policyAdapter, generate.Adapter{Spec: a, Params: trainable}); err != nil {
+		return fmt.Errorf("grpo: generation engine: %w", err)
+	}
+	r.opts.Adapter = policyAdapter
 	return nil
 }
 
@@ -291,7 +324,7 @@ func (r *grpoRun) Evaluate(trainable, frozen []*mlx.Array) (Eval, error) {
 			return Eval{}, fmt.Errorf("grpo: held-out prompt %d: %w", i+1, err)
 		}
 		ss, err := r.engine.Submit(r.ctx, generate.Sequence{Prompt: ids, N: 1, Options: generate.Options{
-			MaxTokens: r.o.Rollout.MaxCompletion, StopTokens: r.gm.EndTokens}})
+			MaxTokens: r.o.Rollout.MaxCompletion, StopTokens: r.gm.EndTokens}, Adapter: r.opts.Adapter})
 		if err != nil {
 			return Eval{}, fmt.Errorf("grpo: held-out prompt %d: %w", i+1, err)
 		}

@@ -71,6 +71,8 @@ def ours(a):
     objs = json_objects(os.path.join(a.run, "metrics.jsonl")) + json_objects(a.log)
     by_step = {}
     for o in objs:
+        if isinstance(o.get("aux"), dict):  # metrics.jsonl keeps an objective's figures under "aux"
+            o = {**o, **o["aux"]}
         step = first(o, *STEP_KEYS)
         if step is None or not any(k.endswith("_s") or k.endswith("_ms") for k in o):
             continue
@@ -92,7 +94,7 @@ def ours(a):
             prev_elapsed = elapsed
         tokens = first(o, "completion_tokens", "generated_tokens", "tokens_generated")
         if tokens is None and a.completions:
-            mean = first(o, "length_mean", "mean_completion_tokens", "completion_length_mean")
+            mean = first(o, "completion_len", "length_mean", "mean_completion_tokens", "completion_length_mean")
             tokens = mean * a.completions if mean is not None else None
         rest = total - rollout if total is not None and rollout is not None else upd
         updates.append({"step": step, "total_s": total, "rollout_s": rollout, "update_s": rest,

@@ -38,13 +38,33 @@ func TestCompletionSpan(t *testing.T) {
 	}
 }
 
-// The GRPO loss scored over each completion's span gives the loss and
-// auxiliary sums of rl.PolicyLoss over every position of the rows, with
-// the sampling policy's and the reference's log-probabilities as position
-// inputs (iterations 2, a full fine-tune with a KL term), and the same
-// gradients.
+// The GRPO loss scored over each completion's span, each group's prompt
+// run once, gives the loss and auxiliary sums of rl.PolicyLoss over every
+// position of the rows, with the sampling policy's and the reference's
+// log-probabilities as position inputs (iterations 2, a full fine-tune
+// with a KL term), and the same gradients: for a microbatch of whole
+// groups and for one that is not (scored row by row).
 func TestGRPOLossOverTheCompletionsIsTheLossOverTheRows(t *testing.T) {
-	const B, T, budget = 3, 10, 4
+	const T, budget = 8, 4
+	prompts := [][]int32{{7, 30, 9, 41, 4}, {2, 88, 5}}
+	rows := []struct {
+		prompt int
+		cont   []int32
+		w      float32
+	}{{0, []int32{11, 12, 13, 14}, 0.2}, {0, []int32{20, 21}, 0.1}, {1, []int32{30, 31, 32, 33}, 0.05}, {1, []int32{40, 41, 42}, 0.3}}
+	B := len(rows)
+	var x, y []int32
+	var w []float32
+	for _, r := range rows {
+		seq := append(append([]int32{}, prompts[r.prompt]...), r.cont...)
+		rx, ry, rw := make([]int32, T), make([]int32, T), make([]float32, T)
+		copy(rx, seq[:len(seq)-1])
+		copy(ry, seq[1:])
+		for j := range r.cont {
+			rw[len(prompts[r.prompt])-1+j] = r.w
+		}
+		x, y, w = append(x, rx...), append(y, ry...), append(w, rw...)
+	}
 	m, err := model.New(tinyConfig().Model)
 	if err != nil {
 		t.Fatal(err)
@@ -52,20 +72,6 @@ func TestGRPOLossOverTheCompletionsIsTheLossOverTheRows(t *testing.T) {
 	params, err := m.Init(3)
 	if err != nil {
 		t.Fatal(err)
-	}
-	o, err := NewGRPOObjective(GRPO{Rollout: rl.RolloutOptions{GroupSize: 3, MaxCompletion: budget, Temperature: 1}, Beta: 0.1, Iterations: 2}, vowelReward())
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := make([]int32, B*T)
-	for i := range x {
-		x[i] = int32(i*37%250 + 1)
-	}
-	y := append(append([]int32{}, x[1:]...), 9)
-	w := []float32{
-		0, 0, 0, 0, 0, 0, 0.2, 0.2, 0.2, 0.2, // a prompt of 7, a completion of 4
-		0, 0, 0.1, 0.1, 0, 0, 0, 0, 0, 0, // a prompt of 3, a completion of 2
-		0, 0, 0, 0, 0, 0, 0, 0, 0.05, 0.05, // a prompt of 9, cut at the row's end
 	}
 	shift := func(d float32) []float32 {
 		out := make([]float32, B*T)
@@ -75,22 +81,16 @@ func TestGRPOLossOverTheCompletionsIsTheLossOverTheRows(t *testing.T) {
 		return out
 	}
 	xa, ya, wa := mlx.FromSlice(x, B, T), mlx.FromSlice(y, B, T), mlx.FromSlice(w, B, T)
-	adv := mlx.FromSlice([]float32{1.5, -0.5, -1}, B)
+	adv := mlx.FromSlice([]float32{1.5, -0.5, -1, 0.25}, B)
 	old, ref := mlx.FromSlice(shift(0.1), B, T), mlx.FromSlice(shift(-0.2), B, T)
 	mb := step.Microbatch{X: xa, Y: ya, W: wa, Rows: []*mlx.Array{mlx.Ones([]int{B}, mlx.Float32), adv}, Positions: []*mlx.Array{old, ref}}
 
-	spanLoss := o.Loss(Policy{Model: m})
-	fullLoss := func(p []*mlx.Array, _ []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
-		ce, _ := m.LossTerms(p, mb.X, mb.Y)
-		return rl.PolicyLoss(mlx.Negative(ce), mb.Positions[0], mb.Positions[1], mb.Rows[1], mb.W, o.Clip, o.Beta)
-	}
 	valueAndGrad := func(loss step.Loss) ([]float64, [][]float64) {
 		t.Helper()
-		n := len(params)
 		vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
 			l, aux := loss(in, nil, mb)
 			return append([]*mlx.Array{l}, aux...), nil
-		}, seq(n)...)
+		}, seq(len(params))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,22 +119,34 @@ func TestGRPOLossOverTheCompletionsIsTheLossOverTheRows(t *testing.T) {
 		}
 		return v, g
 	}
-	vSpan, gSpan := valueAndGrad(spanLoss)
-	vFull, gFull := valueAndGrad(fullLoss)
-	if vFull[0] == 0 || vFull[1] == 0 {
-		t.Fatalf("loss %g, kl %g over the rows: want both nonzero for the test to tell", vFull[0], vFull[1])
-	}
-	for i := range vFull {
-		if math.Abs(vSpan[i]-vFull[i]) > 1e-5*math.Max(1, math.Abs(vFull[i])) {
-			t.Fatalf("output %d (loss, %v): %.7f over the completions, %.7f over the rows", i, rl.PolicyAux, vSpan[i], vFull[i])
-		}
-	}
-	for k := range gFull {
-		for i := range gFull[k] {
-			if d := math.Abs(gSpan[k][i] - gFull[k][i]); d > 1e-4*math.Max(1e-2, math.Abs(gFull[k][i])) {
-				t.Fatalf("%s[%d]: gradient %.7g over the completions, %.7g over the rows", m.Specs[k].Name, i, gSpan[k][i], gFull[k][i])
+	for _, groupSize := range []int{2, 8} { // whole groups; not whole groups
+		t.Run(fmt.Sprintf("group%d", groupSize), func(t *testing.T) {
+			o, err := NewGRPOObjective(GRPO{Rollout: rl.RolloutOptions{GroupSize: groupSize, MaxCompletion: budget, Temperature: 1}, Beta: 0.1, Iterations: 2}, vowelReward())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
+			fullLoss := func(p []*mlx.Array, _ []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
+				ce, _ := m.LossTerms(p, mb.X, mb.Y)
+				return rl.PolicyLoss(mlx.Negative(ce), mb.Positions[0], mb.Positions[1], mb.Rows[1], mb.W, o.Clip, o.Beta)
+			}
+			vSpan, gSpan := valueAndGrad(o.Loss(Policy{Model: m}))
+			vFull, gFull := valueAndGrad(fullLoss)
+			if vFull[0] == 0 || vFull[1] == 0 {
+				t.Fatalf("loss %g, kl %g over the rows: want both nonzero for the test to tell", vFull[0], vFull[1])
+			}
+			for i := range vFull {
+				if math.Abs(vSpan[i]-vFull[i]) > 1e-5*math.Max(1, math.Abs(vFull[i])) {
+					t.Fatalf("output %d (loss, %v): %.7f over the completions, %.7f over the rows", i, rl.PolicyAux, vSpan[i], vFull[i])
+				}
+			}
+			for k := range gFull {
+				for i := range gFull[k] {
+					if d := math.Abs(gSpan[k][i] - gFull[k][i]); d > 1e-4*math.Max(1e-2, math.Abs(gFull[k][i])) {
+						t.Fatalf("%s[%d]: gradient %.7g over the completions, %.7g over the rows", m.Specs[k].Name, i, gSpan[k][i], gFull[k][i])
+					}
+				}
+			}
+		})
 	}
 }
 

@@ -145,20 +145,6 @@ func (p Policy) Terms(trainable, frozen []*mlx.Array, x, y *mlx.Array) (ce, lse 
 	return AdapterTerms(p.Model, p.Adapter, trainable, frozen, x, y)
 }
 
-// TermsAt is Terms at the positions at [B, C] of each row only
-// (model.TinyGPT.LossTermsAt): the output head runs over those positions
-// alone.
-func (p Policy) TermsAt(trainable, frozen []*mlx.Array, x, y, at *mlx.Array) (ce, lse *mlx.Array) {
-	if p.Adapter == nil {
-		return p.Model.LossTermsAt(trainable, nil, x, y, at)
-	}
-	lin, params, err := p.Adapter.Linears(frozen, trainable)
-	if err != nil {
-		return mlx.ErrorArray(err), mlx.ErrorArray(err)
-	}
-	return p.Model.LossTermsAt(params, lin, x, y, at)
-}
-
 // PackedTerms is Terms over packed rows, each position attending only
 // within its segment seg.
 func (p Policy) PackedTerms(trainable, frozen []*mlx.Array, x, y, seg *mlx.Array) (ce, lse *mlx.Array) {

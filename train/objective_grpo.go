@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data/chattemplate"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/step"
 )
@@ -324,14 +325,19 @@ func (o *GRPOObjective) Layout(p Policy) step.Layout {
 // batch's reference log-probabilities in a full fine-tune.
 //
 // Only a row's completion is scored, at most MaxCompletion positions
-// from its first weighted one (completionSpan): the output head, the
-// largest product of a small model and the float32 logits, the largest
-// arrays of the step, run over those positions and not over the prompts.
+// from its first weighted one (completionSpan), and each group's prompt is
+// run once for its GroupSize rows (completionTerms).
 func (o *GRPOObjective) Loss(p Policy) step.Loss {
 	return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		at, weight := completionSpan(mb.W, o.Rollout.MaxCompletion)
-		ce, _ := p.TermsAt(trainable, frozen, mb.X, mb.Y, at)
-		logp := mlx.Negative(ce)
+		params, lin := trainable, model.Linears(nil)
+		if p.Adapter != nil {
+			var err error
+			if lin, params, err = p.Adapter.Linears(frozen, trainable); err != nil {
+				return mlx.ErrorArray(err), nil
+			}
+		}
+		logp := mlx.Negative(o.completionTerms(p.Model, params, lin, mb, at))
 		old, next := mlx.StopGradient(logp), 0
 		if o.Iterations > 1 {
 			old, next = mlx.TakeAlongAxis(mb.Positions[0], at, 1), 1
@@ -344,13 +350,39 @@ func (o *GRPOObjective) Loss(p Policy) step.Loss {
 			if err != nil {
 				return mlx.ErrorArray(err), nil
 			}
-			refCE, _ := p.Model.LossTermsAt(params, lin, mb.X, mb.Y, at)
-			ref = mlx.StopGradient(mlx.Negative(refCE))
+			ref = mlx.StopGradient(mlx.Negative(o.completionTerms(p.Model, params, lin, mb, at)))
 		default:
 			ref = mlx.TakeAlongAxis(mb.Positions[next], at, 1)
 		}
 		return rl.PolicyLoss(logp, old, ref, mb.Rows[1], weight, o.Clip, o.Beta)
 	}
+}
+
+// completionTerms returns the cross-entropy [B, C] of the microbatch's
+// targets at positions at [B, C] (completionSpan's) under params and lin.
+// A microbatch of whole groups (its rows a multiple of GroupSize: the
+// rows of an update come group by group) runs each group's prompt once
+// and its completions after it (model.TinyGPT.PrefixLossTerms), which
+// spares the prompt's positions GroupSize − 1 times; any other scores row
+// by row, the output head over the completions only (LossTermsAt).
+func (o *GRPOObjective) completionTerms(m *model.TinyGPT, params []*mlx.Array, lin model.Linears, mb step.Microbatch, at *mlx.Array) *mlx.Array {
+	B, T, C, K := mb.X.Dim(0), mb.X.Dim(1), at.Dim(1), o.Rollout.GroupSize
+	if B%K != 0 || T <= C {
+		ce, _ := m.LossTermsAt(params, lin, mb.X, mb.Y, at)
+		return ce
+	}
+	// The rows hold their prompt from position 0 and the completion right
+	// after it, so each row's first target position is its prompt's last
+	// token and every prompt but its last token fits the first T − C.
+	first, group := make([]int32, B/K), make([]int32, B)
+	for r := range B {
+		first[r/K], group[r] = int32(r/K*K), int32(r/K)
+	}
+	prompts := mlx.Slice(mlx.Take(mb.X, mlx.FromSlice(first, B/K), 0), []int{0, 0}, []int{B / K, T - C})
+	start := mlx.Reshape(mlx.Slice(at, []int{0, 0}, []int{B, 1}), B)
+	x, y := mlx.TakeAlongAxis(mb.X, at, 1), mlx.TakeAlongAxis(mb.Y, at, 1)
+	ce, _ := m.PrefixLossTerms(params, lin, prompts, x, y, start, mlx.FromSlice(group, B))
+	return ce
 }
 
 // completionSpan returns, for rows whose weights w [B, T] are nonzero on

@@ -88,19 +88,7 @@ func TestLossTermsAtMatchesLossTermsAtThosePositions(t *testing.T) {
 					ce, _ := m.LossTermsWith(p, linFor(p), x, y)
 					return mlx.Sum(mlx.Multiply(ce, wFullArr))
 				}
-				argnums := trainable(m, false)
-				_, vAt, gAt := compiledPeak(t, viaAt, params, argnums, x, y)
-				_, vFull, gFull := compiledPeak(t, viaFull, params, argnums, x, y)
-				if math.Abs(vAt-vFull) > 1e-5*math.Max(1, math.Abs(vFull)) {
-					t.Fatalf("weighted loss at the positions %.6f, over all positions with the same weights %.6f", vAt, vFull)
-				}
-				for _, k := range argnums {
-					for i := range gFull[k] {
-						if d := math.Abs(gAt[k][i] - gFull[k][i]); d > 1e-4*math.Max(1, math.Abs(gFull[k][i])) {
-							t.Fatalf("%s[%d]: gradient %.7f at the positions, %.7f over all", m.Specs[k].Name, i, gAt[k][i], gFull[k][i])
-						}
-					}
-				}
+				sameLossAndGradients(t, m, params, viaAt, viaFull, x, y, 1e-5, 1e-4, "at the positions", "over all positions")
 			})
 		}
 	}
@@ -114,6 +102,27 @@ func TestLossTermsAtChecksPositions(t *testing.T) {
 		ce, _ := m.LossTermsAt(params, nil, x, y, at)
 		if err := ce.Err(); err == nil || !strings.Contains(err.Error(), "[batch, positions]") {
 			t.Fatalf("positions %v %v: want an error naming [batch, positions], got %v", at.Shape(), at.Dtype(), err)
+		}
+	}
+}
+
+// sameLossAndGradients checks that two losses of the same parameters,
+// compiled with their gradients, agree to tol (relative, or absolute below
+// 1) on the value and gradTol on every gradient; got and want name them.
+func sameLossAndGradients(t *testing.T, m *TinyGPT, params []*mlx.Array, got, want func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+	x, y *mlx.Array, tol, gradTol float64, gotName, wantName string) {
+	t.Helper()
+	argnums := trainable(m, false)
+	_, vGot, gGot := compiledPeak(t, got, params, argnums, x, y)
+	_, vWant, gWant := compiledPeak(t, want, params, argnums, x, y)
+	if math.Abs(vGot-vWant) > tol*math.Max(1, math.Abs(vWant)) {
+		t.Fatalf("loss %.6f %s, %.6f %s", vGot, gotName, vWant, wantName)
+	}
+	for _, k := range argnums {
+		for i := range gWant[k] {
+			if d := math.Abs(gGot[k][i] - gWant[k][i]); d > gradTol*math.Max(1, math.Abs(gWant[k][i])) {
+				t.Fatalf("%s[%d]: gradient %.7f %s, %.7f %s", m.Specs[k].Name, i, gGot[k][i], gotName, gWant[k][i], wantName)
+			}
 		}
 	}
 }

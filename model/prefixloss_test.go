@@ -91,19 +91,7 @@ func TestPrefixLossTermsMatchWholeRows(t *testing.T) {
 				ce, _ := m.LossTerms(p, x, y)
 				return mlx.Sum(mlx.Multiply(ce, wwA))
 			}
-			argnums := trainable(m, false)
-			_, vP, gP := compiledPeak(t, viaPrefix, params, argnums, wxA, wyA)
-			_, vR, gR := compiledPeak(t, viaRows, params, argnums, wxA, wyA)
-			if math.Abs(vP-vR) > 1e-4*math.Max(1, math.Abs(vR)) {
-				t.Fatalf("weighted loss %.6f through the shared prompts, %.6f over whole rows", vP, vR)
-			}
-			for _, k := range argnums {
-				for i := range gR[k] {
-					if d := math.Abs(gP[k][i] - gR[k][i]); d > 2e-4*math.Max(1, math.Abs(gR[k][i])) {
-						t.Fatalf("%s[%d]: gradient %.7f through the shared prompts, %.7f over whole rows", m.Specs[k].Name, i, gP[k][i], gR[k][i])
-					}
-				}
-			}
+			sameLossAndGradients(t, m, params, viaPrefix, viaRows, wxA, wyA, 1e-4, 2e-4, "through the shared prompts", "over whole rows")
 		})
 	}
 }

@@ -23,7 +23,6 @@ JSON; --show N prints N completions of each kind first.
 """
 import argparse
 import json
-import math
 import re
 import sys
 import time
@@ -33,20 +32,9 @@ from mlx_lm import load
 from mlx_lm.generate import batch_generate
 from mlx_lm.sample_utils import make_sampler
 
-# The patterns of posttrainllm's rl.DefaultAnswerPattern and DefaultFormatPattern.
-ANSWER = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
-FORMAT = re.compile(r"^\s*(?:<think>.*?</think>\s*)?<answer>.*?</answer>\s*$", re.S)
-
-
-def same_answer(got, want):
-    got, want = got.strip(), str(want).strip()
-    if got == want:
-        return True
-    try:
-        x, y = float(got), float(want)
-    except ValueError:
-        return False
-    return math.isfinite(x) and x == y
+# posttrainllm's rl.DefaultAnswerPattern and DefaultFormatPattern and its
+# answer comparison, as the GRPO comparison's reward functions hold them.
+from grpo_rewards import ANSWER, FORMAT, _same as same_answer  # noqa: E402  (this script's folder)
 
 
 def score(text, want):

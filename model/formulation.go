@@ -17,9 +17,11 @@ type formulation struct {
 	// writtenGELU is the GELU as a custom VJP with its derivative written
 	// out; otherwise MLX differentiates the GELU's ops (newGELU).
 	writtenGELU bool
-	// stackedQKV projects q, k and v with one matmul against [wq; wk; wv],
-	// concatenated in every step; otherwise three matmuls.
-	stackedQKV bool
+	// stackedProjections projects q, k and v with one matmul against
+	// [wq; wk; wv], and SwiGLU's (GeGLU's) gate and up with one against
+	// [w1; w3], the weights concatenated in every step; otherwise one
+	// matmul per weight.
+	stackedProjections bool
 	// addMMResidual adds the residual inside the output projection's GEMM
 	// (AddMM); otherwise a matmul and an add.
 	addMMResidual bool
@@ -62,12 +64,13 @@ type formulation struct {
 func formulationFor(d mlx.Device, c Config) formulation {
 	if d == mlx.GPU {
 		// The kernels are CUDA C++: on a Metal GPU MLX's own operations run.
-		return formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, fusedLoss: c.ZLoss == 0,
+		return formulation{writtenGELU: true, stackedProjections: true, addMMResidual: true, fusedLoss: c.ZLoss == 0,
 			cudaKernels: mlx.CUDAAvailable(), writtenProjectionVJPs: true, float32Gather: true}
 	}
 	// On the CPU the plain formulation costs least: the written-out GELU
-	// adds a fifth to the forward and backward pass, and the stacked qkv
-	// (a concatenation of the weights and strided splits every step) and
+	// adds a fifth to the forward and backward pass, and the stacked
+	// projections (a concatenation of the weights and strided splits every
+	// step: in a decode step, a copy of the MLP's weights per token) and
 	// the AddMM residuals a few percent more (BenchmarkFormulations,
 	// docs/performance/cpu.md). MLX's CPU cross-entropy kernel falls back
 	// to the float32 path's ops and computes in the logits' dtype, so the
@@ -91,7 +94,7 @@ func (m *TinyGPT) formulation() formulation {
 // any goroutine.
 func (m *TinyGPT) StackedQKV() [][]int {
 	var stacked bool
-	mlx.Do(func() error { stacked = m.formulation().stackedQKV; return nil })
+	mlx.Do(func() error { stacked = m.formulation().stackedProjections; return nil })
 	if !stacked {
 		return nil
 	}
@@ -173,7 +176,7 @@ func (f formulation) residualBias(x, h, w, b *mlx.Array) *mlx.Array {
 func allFormulations() []formulation {
 	var out []formulation
 	for i := range 64 {
-		out = append(out, formulation{writtenGELU: i&1 != 0, stackedQKV: i&2 != 0, addMMResidual: i&4 != 0, fusedLoss: i&8 != 0,
+		out = append(out, formulation{writtenGELU: i&1 != 0, stackedProjections: i&2 != 0, addMMResidual: i&4 != 0, fusedLoss: i&8 != 0,
 			writtenProjectionVJPs: i&16 != 0, float32Gather: i&32 != 0})
 	}
 	return out

@@ -30,9 +30,9 @@ type formulationVariant struct {
 func benchVariants() []formulationVariant {
 	return []formulationVariant{
 		{"gpu", GELUExact, formulationFor(mlx.GPU, Config{})},
-		{"gelu-ops", GELUExact, formulation{stackedQKV: true, addMMResidual: true}},
+		{"gelu-ops", GELUExact, formulation{stackedProjections: true, addMMResidual: true}},
 		{"gelu-ops-3-matmuls", GELUExact, formulation{addMMResidual: true}},
-		{"gelu-ops-add", GELUExact, formulation{stackedQKV: true}},
+		{"gelu-ops-add", GELUExact, formulation{stackedProjections: true}},
 		{"plain", GELUExact, formulation{}},
 		{"chosen-tanh", GELUTanh, formulationFor(mlx.DefaultDevice(), Config{})},
 	}

@@ -70,5 +70,5 @@ func (f formulation) stackedFor(b block) bool {
 	if _, ok := f.proj.grouped(b.wq); ok {
 		return true
 	}
-	return f.stackedQKV && !f.proj.replaced(b.wq) && !f.proj.replaced(b.wk) && !f.proj.replaced(b.wv)
+	return f.stackedProjections && !f.proj.replaced(b.wq) && !f.proj.replaced(b.wk) && !f.proj.replaced(b.wv)
 }

@@ -21,8 +21,8 @@ func TestGPUGroupedLinears(t *testing.T) {
 		}
 		for name, c := range familyConfigs() {
 			f := formulationFor(mlx.GPU, c)
-			if !f.stackedQKV || !f.cudaKernels {
-				t.Fatalf("%s: the GPU formulation has stacked q/k/v %v, CUDA kernels %v; want both", name, f.stackedQKV, f.cudaKernels)
+			if !f.stackedProjections || !f.cudaKernels {
+				t.Fatalf("%s: the GPU formulation has stacked q/k/v %v, CUDA kernels %v; want both", name, f.stackedProjections, f.cudaKernels)
 			}
 			checkGroupedLinears(t, name+", GPU", c, f)
 		}

@@ -45,8 +45,8 @@ func TestProjectionGroupsNameTheirMembers(t *testing.T) {
 func TestGroupedLinearsReplaceProjections(t *testing.T) {
 	for name, c := range familyConfigs() {
 		mlxtest.Run(t, func(t testing.TB) {
-			for _, f := range []formulation{{}, {stackedQKV: true, writtenProjectionVJPs: true, addMMResidual: true}} {
-				checkGroupedLinears(t, fmt.Sprintf("%s, stacked %v", name, f.stackedQKV), c, f)
+			for _, f := range []formulation{{}, {stackedProjections: true, writtenProjectionVJPs: true, addMMResidual: true}} {
+				checkGroupedLinears(t, fmt.Sprintf("%s, stacked %v", name, f.stackedProjections), c, f)
 			}
 		})
 	}

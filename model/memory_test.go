@@ -43,7 +43,7 @@ func meanTerms(m *TinyGPT) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 // loss and gradients of the plain model, for every family, through Loss
 // and LossTerms, in the plain formulation and the GPU's.
 func TestMemoryOptionsKeepLossAndGradients(t *testing.T) {
-	gpuLike := formulation{writtenGELU: true, stackedQKV: true, addMMResidual: true, writtenProjectionVJPs: true}
+	gpuLike := formulation{writtenGELU: true, stackedProjections: true, addMMResidual: true, writtenProjectionVJPs: true}
 	for name, c := range familyConfigs() {
 		mlxtest.Run(t, func(t testing.TB) {
 			m, params := initModel(t, c, 5)

@@ -388,8 +388,8 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 
 // mlp is the position-wise feed-forward network up to its hidden
 // activations: GELU(x·W1ᵀ + b1), or for SwiGLU SiLU(x·W1ᵀ) ⊙ x·W3ᵀ (GeGLU:
-// GELU in place of SiLU) with the two projections run as one matmul (or
-// one grouped Linear). The caller applies the down projection w2 together
+// GELU in place of SiLU), the two projections run as one matmul where the
+// formulation stacks projections (or as one grouped Linear). The caller applies the down projection w2 together
 // with the residual add. gelu is the family's GELU (unused by SwiGLU).
 func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
 	if !m.Config.gated() {
@@ -403,7 +403,7 @@ func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *ml
 	switch l13, grouped := f.proj.grouped(b.w1); {
 	case grouped:
 		rows = addBias(l13.apply(x), b.bias13())
-	case f.proj.replaced(b.w1) || f.proj.replaced(b.w3):
+	case !f.stackedProjections || f.proj.replaced(b.w1) || f.proj.replaced(b.w3):
 		return mlx.Multiply(gate(f.proj.linear(x, b.w1, b.b1)), f.proj.linear(x, b.w3, b.b3))
 	default:
 		rows = f.proj.linear(x, mlx.Concatenate([]*mlx.Array{b.w1, b.w3}, 0), b.bias13())

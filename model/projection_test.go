@@ -18,7 +18,7 @@ func TestProjectionGradientsAreRowMajor(t *testing.T) {
 		defer mlx.Free(params...)
 		x, y := tokens(t, 2, 12, c.VocabSize, 1), tokens(t, 2, 12, c.VocabSize, 4)
 		transposed := func(written bool) []string {
-			f := formulation{stackedQKV: true, addMMResidual: true, writtenProjectionVJPs: written}
+			f := formulation{stackedProjections: true, addMMResidual: true, writtenProjectionVJPs: written}
 			val, grads := valueAndGrads(t, func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array { return m.loss(p, x, y, f) }, params, x, y)
 			defer mlx.Free(append(grads, val)...)
 			var names []string

@@ -29,9 +29,14 @@ func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, mode sampling
 	logits = mlx.AsType(mlx.Slice(logits, []int{0, 0}, []int{S, vocab}), mlx.Float32)
 	greedy := mlx.AsType(mlx.Argmax(logits, -1, false), mlx.Int32)
 	col := func(a *mlx.Array) *mlx.Array { return mlx.Reshape(a, S, 1) }
+	// A token's log-probability is its logit less log Σ exp(logits): the
+	// chosen logits are gathered first, so no [S, V] array of
+	// log-probabilities is formed.
 	logZ := mlx.LogSumExpKeep(logits, -1)
-	lp := mlx.Subtract(logits, logZ)
-	topLogprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(greedy), -1), S)
+	logprobOf := func(ids *mlx.Array) *mlx.Array {
+		return mlx.Reshape(mlx.Subtract(mlx.TakeAlongAxis(logits, col(ids), -1), logZ), S)
+	}
+	topLogprobs = logprobOf(greedy)
 	if mode == greedyRows {
 		return greedy, topLogprobs, greedy, topLogprobs
 	}
@@ -55,7 +60,7 @@ func sampleRows(logits, temp, topK, topP, u *mlx.Array, vocab int, mode sampling
 	drawn := mlx.Sum(mlx.AsType(below, mlx.Int32), -1)
 	drawn = mlx.Minimum(drawn, mlx.Scalar(float64(vocab-1), mlx.Int32))
 	tokens = mlx.Where(hot, drawn, greedy)
-	logprobs = mlx.Reshape(mlx.TakeAlongAxis(lp, col(tokens), -1), S)
+	logprobs = logprobOf(tokens)
 	return tokens, logprobs, greedy, topLogprobs
 }
 

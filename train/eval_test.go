@@ -112,7 +112,7 @@ func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
 	const B, T = 3, 8
 	m, params := evalModel(t, T)
 	traces := 0
-	f, err := newEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
+	f, err := NewEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
 		traces++
 		return m.LossTerms(p, x, y)
 	}, true)

@@ -277,11 +277,11 @@ func TestPreferenceProbe(t *testing.T) {
 		err = mlx.Do(func() error {
 			c := f.Config
 			var err error
-			if peak, err = probe.peak(c); err != nil {
+			if peak, err = probe.Peak(c); err != nil {
 				return err
 			}
 			c.Batch = 3
-			if _, err := probe.peak(c); err == nil || !strings.Contains(err.Error(), "micro-batch 3") || !strings.Contains(err.Error(), "even") {
+			if _, err := probe.Peak(c); err == nil || !strings.Contains(err.Error(), "micro-batch 3") || !strings.Contains(err.Error(), "even") {
 				t.Errorf("%s: probing an odd micro-batch: %v", method, err)
 			}
 			return nil

@@ -171,7 +171,7 @@ func TestQLoRAFineTune(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		adapters, err := checkpoint.LoadNamed(filepath.Join(sum.LastCheckpoint, checkpoint.AdapterFile), a.Names(), specShapes(a.Specs))
+		adapters, err := checkpoint.LoadNamed(filepath.Join(sum.LastCheckpoint, checkpoint.AdapterFile), a.Names(), SpecShapes(a.Specs))
 		if err != nil {
 			t.Fatal(err)
 		}

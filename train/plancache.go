@@ -36,7 +36,7 @@ type planKey struct {
 	planIdentity
 	Budget uint64 `json:"memory_budget_bytes"`
 	// Step names the step the probe measured: pretraining, or the
-	// fine-tune's settings (planProbe.step).
+	// fine-tune's settings (StepProbe.step).
 	Step   string `json:"step"`
 	Config Config `json:"config"` // stepSettings of the run's config
 }
@@ -132,14 +132,14 @@ func (k planKey) path(dir string) (string, error) {
 // probe runs and its plan is written to the cache. A cache that cannot be
 // read is a miss; one that cannot be written is reported in
 // Plan.CacheError, and the run goes on with the plan it probed.
-func probePlanCached(cfg Config, budget uint64, probe planProbe, id planIdentity) (Plan, error) {
+func probePlanCached(cfg Config, budget uint64, probe StepProbe, id planIdentity) (Plan, error) {
 	start := time.Now()
 	if cfg.PlanCache == "" {
 		p, err := probePlan(cfg, budget, probe)
 		p.ProbeSeconds = time.Since(start).Seconds()
 		return p, err
 	}
-	key := planKey{planIdentity: id, Budget: budget, Step: probe.step, Config: stepSettings(cfg)}
+	key := planKey{planIdentity: id, Budget: budget, Step: probe.Step, Config: stepSettings(cfg)}
 	path, err := key.path(cfg.PlanCache)
 	if err != nil {
 		return Plan{}, err

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // AdapterStepOptions are the step options o of an adapter fine-tune
@@ -33,7 +34,7 @@ func AdapterStepOptions(o step.StepOptions, m model.Config) step.StepOptions {
 // master copy, since it is never updated. It halves the base's memory
 // for a bfloat16 model. Arrays already in that dtype (or not floating
 // point) are left alone; each replaced array is freed.
-func CastFrozenBase(cfg Config, base []*mlx.Array) error {
+func CastFrozenBase(cfg train.Config, base []*mlx.Array) error {
 	cd := cfg.Model.ComputeDtype()
 	if cd == cfg.Model.ParamDtype() {
 		return nil
@@ -77,7 +78,7 @@ func CastFrozenBase(cfg Config, base []*mlx.Array) error {
 // (docs/performance/memory.md), so the CPU keeps the quantized matmul
 // there. On Metal, where MLX's quantized kernels are its own, the
 // products are left as they are.
-func NewAdapter(cfg Config, ac peft.Config, specs []model.ParamSpec) (*peft.Adapter, error) {
+func NewAdapter(cfg train.Config, ac peft.Config, specs []model.ParamSpec) (*peft.Adapter, error) {
 	a, err := peft.New(ac, specs)
 	if err != nil {
 		return nil, err

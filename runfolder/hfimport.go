@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"fmt"
@@ -11,11 +11,8 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
-
-// TokenizerDir is where a run imported from a Hugging Face folder keeps the
-// folder's tokenizer files (hf.TokenizerFiles); export writes them back.
-const TokenizerDir = "hf-tokenizer"
 
 // ImportOptions say how a Hugging Face folder becomes a run.
 type ImportOptions struct {
@@ -39,7 +36,7 @@ type ImportOptions struct {
 // stay quantized (hf.LoadQuantized): the run's base is a quantized model
 // (see CheckpointQuantization). out must not exist or be empty. It
 // returns the checkpoint directory and the model's family.
-func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
+func ImportHF(src, out string, base train.Config, opts ImportOptions) (dir, family string, err error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return "", "", fmt.Errorf("import: %s exists and is not empty; choose a new run folder", out)
 	}
@@ -68,9 +65,9 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 	if err != nil {
 		return "", "", err
 	}
-	if base.Tokenizer == HFTokenizer {
-		if _, err := os.Stat(HFTokenizerPath(out)); err != nil {
-			return "", "", fmt.Errorf("import: tokenizer %s: %s has no tokenizer.json", HFTokenizer, src)
+	if base.Tokenizer == train.HFTokenizer {
+		if _, err := os.Stat(train.HFTokenizerPath(out)); err != nil {
+			return "", "", fmt.Errorf("import: tokenizer %s: %s has no tokenizer.json", train.HFTokenizer, src)
 		}
 	}
 	return dir, loaded.Family, nil
@@ -79,7 +76,7 @@ func ImportHF(src, out string, base Config, opts ImportOptions) (dir, family str
 // importModel writes loaded as the step-0 checkpoint of the run folder
 // out, with base's training settings and no optimizer state, and when
 // hasTokenizer, calls writeTokenizer to fill out's TokenizerDir.
-func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, writeTokenizer func(dir string) error, hasTokenizer bool) (string, error) {
+func importModel(loaded *hf.Model, out string, base train.Config, opts ImportOptions, writeTokenizer func(dir string) error, hasTokenizer bool) (string, error) {
 	cfg := base
 	cfg.Model = loaded.Model.Config
 	cfg.Model.MasterFP32 = base.Model.MasterFP32 && cfg.Model.Dtype != "float32"
@@ -129,14 +126,14 @@ func importModel(loaded *hf.Model, out string, base Config, opts ImportOptions, 
 			}
 		}
 		var err error
-		dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Step: 0, Config: cfg}, names, params, nil, nil)
+		dir, err = train.SaveCheckpoint(checkpoint.Root(out), train.RunState{Step: 0, Config: cfg}, names, params, nil, nil)
 		return err
 	})
 	if err != nil {
 		return "", fmt.Errorf("import: %w", err)
 	}
 	if hasTokenizer {
-		tokDir := filepath.Join(out, TokenizerDir)
+		tokDir := filepath.Join(out, train.TokenizerDir)
 		err := os.MkdirAll(tokDir, 0o755)
 		if err == nil {
 			err = writeTokenizer(tokDir)
@@ -166,7 +163,7 @@ func ExportHF(path, dst string) (string, error) {
 		}
 		defer free()
 		// A checkpoint directory is RUN/checkpoints/step-N.
-		files, err := hf.FindTokenizerFiles(filepath.Join(dir, "..", "..", TokenizerDir))
+		files, err := hf.FindTokenizerFiles(filepath.Join(dir, "..", "..", train.TokenizerDir))
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -8,12 +8,12 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 )
 
-// quantizeBase quantizes the block projections, token embedding and
+// QuantizeBase quantizes the block projections, token embedding and
 // untied head of base as ft says
 // (peft.QuantizeBase), sets a's Quant, frees the float weights the
 // quantized ones replace and returns the frozen list, which the caller
 // owns in base's place.
-func quantizeBase(a *peft.Adapter, m *model.TinyGPT, base []*mlx.Array, ft FineTuneConfig) ([]*mlx.Array, error) {
+func QuantizeBase(a *peft.Adapter, m *model.TinyGPT, base []*mlx.Array, ft FineTuneConfig) ([]*mlx.Array, error) {
 	q, frozen, err := peft.QuantizeBase(m.Specs, base, ft.QuantGroupSize(), ft.Quantize)
 	if err != nil {
 		return nil, fmt.Errorf("quantizing the base: %w", err)

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // GRPOName is Group Relative Policy Optimization (Shao et al. 2024), the
@@ -257,7 +258,7 @@ func (o *GRPOObjective) Name() string { return string(GRPOName) }
 func (o *GRPOObjective) Settings() any { return o.GRPO }
 
 // Check refuses an update whose rows do not split into whole groups.
-func (o *GRPOObjective) Check(cfg Config) error {
+func (o *GRPOObjective) Check(cfg train.Config) error {
 	if rows, k := cfg.Batch*cfg.Accum, o.Rollout.GroupSize; rows%k != 0 {
 		return fmt.Errorf("batch %d × accum %d = %d completions per update for objective grpo, want a multiple of the group size %d (each prompt's completions in one update)", cfg.Batch, cfg.Accum, rows, k)
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // PreferenceObjective is the DPO family's Objective (DPO, IPO, ORPO,
@@ -38,7 +39,7 @@ func newPreferenceObjective(ft FineTuneConfig) (Objective, error) {
 func (o PreferenceObjective) Name() string { return string(o.Objective) }
 
 // Check refuses an odd batch, which would split a pair.
-func (o PreferenceObjective) Check(cfg Config) error {
+func (o PreferenceObjective) Check(cfg train.Config) error {
 	if cfg.Batch%2 != 0 {
 		return fmt.Errorf("batch = %d for objective %s, want an even number of rows: each pair's chosen and rejected answers side by side", cfg.Batch, o.Objective)
 	}

@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // SampleOptions control text generation.
@@ -30,7 +31,7 @@ type SampleOptions struct {
 	// Tokenizers builds the checkpoint's tokenizer when its config names
 	// one package data does not know (HFTokenizer); nil for
 	// data.NewTokenizer. Generate does not use it.
-	Tokenizers TokenizerOpener
+	Tokenizers train.TokenizerOpener
 	// Timing, when not nil, receives the generation's prompt and
 	// generation rates (generate.Options.Timing).
 	Timing *generate.Timing
@@ -95,7 +96,7 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 		return "", err
 	}
 	defer free()
-	tok, err := openRunTokenizer(opts.Tokenizers, st.Config, checkpoint.RunDirOf(dir))
+	tok, err := train.OpenRunTokenizer(opts.Tokenizers, st.Config, checkpoint.RunDirOf(dir))
 	if err != nil {
 		return "", fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -104,20 +105,4 @@ func sampleCheckpoint(path, prompt, device string, opts SampleOptions) (string, 
 		return "", err
 	}
 	return tok.Decode(out), nil
-}
-
-// loadModel reads the run state and the parameters of checkpoint directory
-// dir, in the model's order; free releases the parameters. A quantized
-// model (loadModelQuant) is dequantized.
-func loadModel(dir string) (st RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
-	st, m, params, q, free, err := loadModelQuant(dir)
-	if err != nil || q == nil {
-		return st, m, params, free, err
-	}
-	params, deqFree, err := dequantizedParams(q, params, free)
-	if err != nil {
-		free()
-		return st, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-	}
-	return st, m, params, deqFree, nil
 }

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // AdapterRun is the adapters of a LoRA or DoRA fine-tune loaded on their
@@ -50,7 +51,7 @@ func LoadAdapterRun(path string, specs []model.ParamSpec) (*AdapterRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the adapters of %s do not fit the base: %w", dir, err)
 	}
-	params, err := checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Names(), specShapes(a.Specs))
+	params, err := checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Names(), train.SpecShapes(a.Specs))
 	if err != nil {
 		return nil, fmt.Errorf("the adapters of %s do not fit the base: %w", dir, err)
 	}

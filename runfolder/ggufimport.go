@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/posttrainllm/posttrainllm/hf"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // ImportGGUF reads the GGUF file src (see hf.LoadGGUF) and writes it as
@@ -18,7 +19,7 @@ import (
 // them; with another tokenizer a file whose tokenizer cannot be made is
 // still imported. out must not exist or be empty. It returns the
 // checkpoint directory and the model's family.
-func ImportGGUF(src, out string, base Config, opts ImportOptions) (dir, family string, err error) {
+func ImportGGUF(src, out string, base train.Config, opts ImportOptions) (dir, family string, err error) {
 	if entries, err := os.ReadDir(out); err == nil && len(entries) > 0 {
 		return "", "", fmt.Errorf("import: %s exists and is not empty; choose a new run folder", out)
 	}
@@ -32,8 +33,8 @@ func ImportGGUF(src, out string, base Config, opts ImportOptions) (dir, family s
 		return "", "", err
 	}
 	defer loaded.Free()
-	if loaded.TokenizerErr != nil && base.Tokenizer == HFTokenizer {
-		return "", "", fmt.Errorf("import: tokenizer %s: %w", HFTokenizer, loaded.TokenizerErr)
+	if loaded.TokenizerErr != nil && base.Tokenizer == train.HFTokenizer {
+		return "", "", fmt.Errorf("import: tokenizer %s: %w", train.HFTokenizer, loaded.TokenizerErr)
 	}
 	dir, err = importModel(loaded.Model, out, base, opts, func(tokDir string) error {
 		return WriteTokenizerFiles(tokDir, loaded.Tokenizer)

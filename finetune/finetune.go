@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // FineTuner fine-tunes a checkpoint on jsonl records. It runs the
@@ -23,7 +24,7 @@ import (
 type FineTuner struct {
 	// Config is the run: steps, batch, accum, optimizer, schedule, logging
 	// and checkpoints. Its Model and Tokenizer are the base checkpoint's.
-	Config   Config
+	Config   train.Config
 	FineTune FineTuneConfig
 	// Objective is what the fine-tune minimises and measures; its name is
 	// FineTune.Objective.
@@ -32,7 +33,7 @@ type FineTuner struct {
 	// Train and Valid are the rendered records; Valid may be nil.
 	Train, Valid *data.Rows
 	RunDir       string
-	Hooks        Hooks
+	Hooks        train.Hooks
 	// Group is the data-parallel group this process is a rank of; nil (or
 	// size 1) fine-tunes alone. As with a Trainer's Group, every rank
 	// starts from the same base and adapters and trains on its shard of
@@ -48,7 +49,7 @@ type FineTuner struct {
 // built-in objective ft names (NewObjective), and checks everything
 // before anything is written. ft.Base may name a run folder: it becomes
 // its newest checkpoint (checkpoint.Resolve).
-func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
+func NewFineTuner(cfg train.Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
 	obj, err := NewObjective(ft)
 	if err != nil {
 		return nil, err
@@ -58,7 +59,7 @@ func NewFineTuner(cfg Config, ft FineTuneConfig, runDir string) (*FineTuner, err
 
 // NewObjectiveFineTuner is NewFineTuner for objective obj, built in or
 // not; ft.Objective becomes its name, which the checkpoints record.
-func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir string) (*FineTuner, error) {
+func NewObjectiveFineTuner(cfg train.Config, ft FineTuneConfig, obj Objective, runDir string) (*FineTuner, error) {
 	if obj == nil {
 		return nil, errors.New("finetune: no objective")
 	}
@@ -74,7 +75,7 @@ func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir 
 		return nil, fmt.Errorf("base: %w", err)
 	}
 	ft.Base = base
-	st, err := ReadRunState(filepath.Join(ft.Base, checkpoint.StateFile))
+	st, err := train.ReadRunState(filepath.Join(ft.Base, checkpoint.StateFile))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
@@ -99,7 +100,7 @@ func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir 
 			return nil, err
 		}
 	}
-	tok, err := openRunTokenizer(ft.Tokenizers, cfg, checkpoint.RunDirOf(ft.Base))
+	tok, err := train.OpenRunTokenizer(ft.Tokenizers, cfg, checkpoint.RunDirOf(ft.Base))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
@@ -109,7 +110,7 @@ func NewObjectiveFineTuner(cfg Config, ft FineTuneConfig, obj Objective, runDir 
 	} else if ft.Context > 0 {
 		rowLen = ft.Context
 	}
-	tmpl, err := RunTemplate(checkpoint.RunDirOf(ft.Base))
+	tmpl, err := train.RunTemplate(checkpoint.RunDirOf(ft.Base))
 	if err != nil {
 		return nil, fmt.Errorf("base checkpoint %s: %w", ft.Base, err)
 	}
@@ -140,9 +141,9 @@ func (f *FineTuner) TokensPerStep() int { return f.Config.Batch * f.Config.Accum
 // ErrInterrupted). It is the Trainer's loop (Trainer.Run) with the
 // fine-tune's step, rows, evaluation and checkpoints. It runs on the MLX
 // thread, and so do the Hooks.
-func (f *FineTuner) Run(ctx context.Context, resumeFrom string) (Summary, error) {
-	env := taskEnv{cfg: f.Config, runDir: f.RunDir, resumeFrom: resumeFrom, group: f.Group}
-	return runLoop(ctx, &fineTuneTask{f: f}, env, f.Hooks)
+func (f *FineTuner) Run(ctx context.Context, resumeFrom string) (train.Summary, error) {
+	env := train.TaskEnv{Config: f.Config, RunDir: f.RunDir, ResumeFrom: resumeFrom, Group: f.Group}
+	return train.RunLoop(ctx, &fineTuneTask{f: f}, env, f.Hooks)
 }
 
 // LoadRows reads a jsonl file of records and renders them with the
@@ -170,4 +171,19 @@ func LoadTemplateRows(path string, tok data.Tokenizer, tmpl *chattemplate.Templa
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return rows, nil
+}
+
+// renderRecord renders one fine-tuning record: a chat record with the
+// model's template when there is one (chattemplate.Template.Encode), every
+// other record, and chat records of runs without a template, with the
+// built-in one (data.Render).
+func renderRecord(rec data.Record, tok data.Tokenizer, tmpl *chattemplate.Template, maskPrompt bool) (data.Example, error) {
+	if tmpl == nil || rec.Kind != data.ChatRecord {
+		return data.Render(rec, tok, maskPrompt), nil
+	}
+	ex, err := tmpl.Encode(rec.Messages, tok, maskPrompt)
+	if err != nil {
+		return ex, fmt.Errorf("line %d: %w", rec.Line, err)
+	}
+	return ex, nil
 }

@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // OpenGenerator opens a run for generation (chat, sample, serve): path is
@@ -16,7 +17,7 @@ import (
 // the run's tokenizer, the chat template and end tokens of the tokenizer
 // files an imported run keeps (TokenizerDir; generate.EndTokens), and
 // lives on device. The caller closes it.
-func OpenGenerator(path, adapter, device string, open TokenizerOpener) (*generate.Model, error) {
+func OpenGenerator(path, adapter, device string, open train.TokenizerOpener) (*generate.Model, error) {
 	var out *generate.Model
 	err := mlx.Do(func() error {
 		if err := mlx.UseDevice(device); err != nil {
@@ -30,10 +31,10 @@ func OpenGenerator(path, adapter, device string, open TokenizerOpener) (*generat
 }
 
 // openGenerator is OpenGenerator on the MLX thread.
-func openGenerator(path, adapter string, open TokenizerOpener) (*generate.Model, error) {
+func openGenerator(path, adapter string, open train.TokenizerOpener) (*generate.Model, error) {
 	var (
 		dir  string
-		cfg  Config
+		cfg  train.Config
 		m    *generate.Model
 		free func()
 	)
@@ -65,16 +66,16 @@ func openGenerator(path, adapter string, open TokenizerOpener) (*generate.Model,
 
 // finishGenerator gives m the tokenizer of cfg and the template and end
 // tokens of run folder runDir.
-func finishGenerator(m *generate.Model, cfg Config, runDir string, open TokenizerOpener) error {
-	tok, err := openRunTokenizer(open, cfg, runDir)
+func finishGenerator(m *generate.Model, cfg train.Config, runDir string, open train.TokenizerOpener) error {
+	tok, err := train.OpenRunTokenizer(open, cfg, runDir)
 	if err != nil {
 		return err
 	}
-	tmpl, err := RunTemplate(runDir)
+	tmpl, err := train.RunTemplate(runDir)
 	if err != nil {
 		return err
 	}
-	ends, err := generate.EndTokens(tok, tmpl, filepath.Join(runDir, TokenizerDir))
+	ends, err := generate.EndTokens(tok, tmpl, filepath.Join(runDir, train.TokenizerDir))
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,15 @@
-package train
+package runfolder
 
 import (
 	"fmt"
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // Adapted is a model with the parameters a fine-tune checkpoint computes
@@ -15,8 +17,8 @@ import (
 // (peft.Adapter.Effective); for a full fine-tune, its own parameters.
 type Adapted struct {
 	Dir      string // the fine-tune checkpoint
-	State    RunState
-	FineTune FineTuneConfig
+	State    train.RunState
+	FineTune finetune.FineTuneConfig
 	Model    *model.TinyGPT
 	Adapter  *peft.Adapter // nil for a full fine-tune
 	// Base and Adapters are the arrays loaded; Params the effective
@@ -46,7 +48,7 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ft, err := ReadFineTuneConfig(dir)
+	ft, err := finetune.ReadFineTuneConfig(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +73,7 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("base of %s: %w", dir, err)
 	}
-	if a.State, err = ReadRunState(filepath.Join(dir, checkpoint.StateFile)); err != nil {
+	if a.State, err = train.ReadRunState(filepath.Join(dir, checkpoint.StateFile)); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	st, m, params, quant, free, err := loadModelQuant(baseDir)
@@ -95,13 +97,13 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 		a.Adapter.Quant = quant
 	} else if ft.Quantize > 0 {
 		// The adapters were trained over the quantized base: apply them to it.
-		if a.Base, err = quantizeBase(a.Adapter, m, a.Base, ft); err != nil {
+		if a.Base, err = finetune.QuantizeBase(a.Adapter, m, a.Base, ft); err != nil {
 			return nil, err
 		}
 		frozen := a.Base
 		a.free = append(a.free, func() { mlx.Free(frozen[len(m.Specs):]...); freeAt(frozen, a.Adapter.Quant.Indices) })
 	}
-	if a.Adapters, err = checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Adapter.Names(), specShapes(a.Adapter.Specs)); err != nil {
+	if a.Adapters, err = checkpoint.LoadNamed(filepath.Join(dir, checkpoint.AdapterFile), a.Adapter.Names(), train.SpecShapes(a.Adapter.Specs)); err != nil {
 		return nil, err
 	}
 	eff := a.Adapter.Effective(a.Base, a.Adapters)
@@ -149,7 +151,7 @@ func SampleAdapted(path, base, prompt, device string, opts SampleOptions) (strin
 			return err
 		}
 		defer a.Free()
-		tok, err := openRunTokenizer(opts.Tokenizers, a.State.Config, checkpoint.RunDirOf(a.Dir))
+		tok, err := train.OpenRunTokenizer(opts.Tokenizers, a.State.Config, checkpoint.RunDirOf(a.Dir))
 		if err != nil {
 			return fmt.Errorf("checkpoint %s: %w", a.Dir, err)
 		}
@@ -189,7 +191,7 @@ func (o FuseOptions) Validate() error {
 // groupSize is QGroupSize or its default.
 func (o FuseOptions) groupSize() int {
 	if o.QGroupSize == 0 {
-		return DefaultQuantGroupSize
+		return finetune.DefaultQuantGroupSize
 	}
 	return o.QGroupSize
 }
@@ -236,12 +238,12 @@ func Fuse(path, base, out string, opts FuseOptions) (string, error) {
 			}
 			defer freeAt(frozen, q.Indices)
 			defer mlx.Free(frozen[len(q.Base):]...)
-			if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, q.Names(), frozen, nil, nil); err != nil {
+			if dir, err = train.SaveCheckpoint(checkpoint.Root(out), train.RunState{Config: cfg}, q.Names(), frozen, nil, nil); err != nil {
 				return err
 			}
-			return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
+			return train.CopyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
 		}
-		opt, err := NewOptimizer(cfg, a.Model.Specs)
+		opt, err := train.NewOptimizer(cfg, a.Model.Specs)
 		if err != nil {
 			return err
 		}
@@ -250,10 +252,10 @@ func Fuse(path, base, out string, opts FuseOptions) (string, error) {
 			return err
 		}
 		defer mlx.Free(state...)
-		if dir, err = saveCheckpoint(checkpoint.Root(out), RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
+		if dir, err = train.SaveCheckpoint(checkpoint.Root(out), train.RunState{Config: cfg}, names, params, opt.StateNames(), state); err != nil {
 			return err
 		}
-		return copyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
+		return train.CopyTokenizerDir(checkpoint.RunDirOf(a.Dir), out)
 	})
 	return dir, err
 }

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // Fine-tuning methods.
@@ -89,7 +90,7 @@ type FineTuneConfig struct {
 	MaskTruncated bool    `json:"mask_truncated,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
 	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
-	Tokenizers TokenizerOpener `json:"-"`
+	Tokenizers train.TokenizerOpener `json:"-"`
 }
 
 // Prefers reports whether the fine-tune optimises a preference objective

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // fineTuneTask is the task of a FineTuner: the step of its Objective
@@ -19,7 +20,7 @@ import (
 // a loop.
 type fineTuneTask struct {
 	f   *FineTuner
-	cfg Config
+	cfg train.Config
 	ftBuilt
 	run ObjectiveRun
 }
@@ -45,24 +46,24 @@ func (k *fineTuneTask) policy() Policy { return Policy{Model: k.f.Model, Adapter
 
 // open loads the base and, when resuming, the checkpoint; starts the
 // objective's run; and builds the optimizer, step and state.
-func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
-	f, cfg := k.f, env.cfg
+func (k *fineTuneTask) Open(env train.TaskEnv) (train.TaskParts, error) {
+	f, cfg := k.f, env.Config
 	k.cfg = cfg
-	var parts taskParts
-	if env.lead() {
-		if err := copyTokenizerDir(checkpoint.RunDirOf(f.FineTune.Base), env.runDir); err != nil {
+	var parts train.TaskParts
+	if env.Lead() {
+		if err := train.CopyTokenizerDir(checkpoint.RunDirOf(f.FineTune.Base), env.RunDir); err != nil {
 			return parts, err
 		}
 	}
 	if err := mlx.UseDevice(cfg.Device); err != nil {
 		return parts, err
 	}
-	schedule, err := NewSchedule(cfg)
+	schedule, err := train.NewSchedule(cfg)
 	if err != nil {
 		return parts, err
 	}
 	// The plan first: a probe wants nothing else of the run allocated.
-	plan, err := choosePlan(cfg, k.probe())
+	plan, err := train.ChooseStepPlan(cfg, k.probe())
 	if err != nil {
 		return parts, err
 	}
@@ -75,27 +76,27 @@ func (k *fineTuneTask) open(env taskEnv) (taskParts, error) {
 	if k.adapter != nil {
 		specs, params = k.adapter.Specs, k.adapter.NumParams()
 	}
-	return taskParts{step: k.step, state: k.state, schedule: schedule, plan: plan,
-		specs: specs, stateNames: k.opt.StateNames(), resumed: resumed,
-		tokensPerStep: f.TokensPerStep(), start: Start{Params: params},
-		settings: []Setting{{"config", cfg}, {"finetune", f.FineTune}}}, nil
+	return train.TaskParts{Step: k.step, State: k.state, Schedule: schedule, Plan: plan,
+		Specs: specs, StateNames: k.opt.StateNames(), Resumed: resumed,
+		TokensPerStep: f.TokensPerStep(), Start: train.Start{Params: params},
+		Settings: []train.Setting{{Tag: "config", Value: cfg}, {Tag: "finetune", Value: f.FineTune}}}, nil
 }
 
 // openState loads the base checkpoint, starts the objective's run over
 // it (which may read the base weights before they change) and builds the
 // fine-tune's step and state over it (build), fresh or resumed, returning
 // the resumed checkpoint's run state.
-func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
-	f, cfg := k.f, env.cfg
-	var resumed *RunState
-	if env.resumeFrom != "" {
-		st, err := ReadRunState(filepath.Join(env.resumeFrom, checkpoint.StateFile))
+func (k *fineTuneTask) openState(env train.TaskEnv, plan train.Plan) (*train.RunState, error) {
+	f, cfg := k.f, env.Config
+	var resumed *train.RunState
+	if env.ResumeFrom != "" {
+		st, err := train.ReadRunState(filepath.Join(env.ResumeFrom, checkpoint.StateFile))
 		if err != nil {
-			return nil, fmt.Errorf("resume: checkpoint %s: %w", env.resumeFrom, err)
+			return nil, fmt.Errorf("resume: checkpoint %s: %w", env.ResumeFrom, err)
 		}
 		resumed = &st
 	}
-	ck, err := loadCheckpoint(f.FineTune.Base)
+	ck, err := train.LoadCheckpoint(f.FineTune.Base)
 	if err != nil {
 		return nil, fmt.Errorf("base: %w", err)
 	}
@@ -115,9 +116,9 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 	if k.adapter != nil {
 		k.adapter.Quant = quant
 	}
-	oenv := ObjectiveEnv{Policy: k.policy(), Base: base, BaseDir: f.FineTune.Base, RunDir: env.runDir,
-		Train: f.Train, Valid: f.Valid, Config: cfg, Plan: plan, Group: env.group,
-		Current: func() ([]*mlx.Array, []*mlx.Array) { return k.state.Params(), k.state.Frozen() }, Context: env.ctx}
+	oenv := ObjectiveEnv{Policy: k.policy(), Base: base, BaseDir: f.FineTune.Base, RunDir: env.RunDir,
+		Train: f.Train, Valid: f.Valid, Config: cfg, Plan: plan, Group: env.Group,
+		Current: func() ([]*mlx.Array, []*mlx.Array) { return k.state.Params(), k.state.Frozen() }, Context: env.Context}
 	if resumed != nil {
 		oenv.SamplerState = resumed.SamplerState
 	}
@@ -125,13 +126,13 @@ func (k *fineTuneTask) openState(env taskEnv, plan Plan) (*RunState, error) {
 		mlx.Free(base...)
 		return nil, err
 	}
-	k.ftBuilt, err = k.build(cfg, plan, env.group, k.adapter, base, resumed, env.resumeFrom)
+	k.ftBuilt, err = k.build(cfg, plan, env.Group, k.adapter, base, resumed, env.ResumeFrom)
 	return resumed, err
 }
 
 // newAdapter returns the fine-tune's adapters, fresh (no arrays yet), or
 // nil for a full fine-tune.
-func (k *fineTuneTask) newAdapter(cfg Config) (*peft.Adapter, error) {
+func (k *fineTuneTask) newAdapter(cfg train.Config) (*peft.Adapter, error) {
 	if !k.f.FineTune.UsesAdapter() {
 		return nil, nil
 	}
@@ -144,7 +145,7 @@ func (k *fineTuneTask) newAdapter(cfg Config) (*peft.Adapter, error) {
 // optimizer state of the checkpoint resumeFrom, whose run state is
 // resumed. A base checkpoint stored quantized is the adapter's Quant
 // layout (base is then its frozen list).
-func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapter, base []*mlx.Array, resumed *RunState, resumeFrom string) (b ftBuilt, err error) {
+func (k *fineTuneTask) build(cfg train.Config, plan train.Plan, g *mlx.Group, a *peft.Adapter, base []*mlx.Array, resumed *train.RunState, resumeFrom string) (b ftBuilt, err error) {
 	f := k.f
 	b.adapter = a
 	owned := base
@@ -154,7 +155,7 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapte
 	var trainable, frozen []*mlx.Array
 	if b.adapter != nil {
 		b.trainNames = b.adapter.Names()
-		if b.opt, err = NewOptimizerFor(cfg, AdapterOptimizerParams(b.adapter)); err != nil {
+		if b.opt, err = train.NewOptimizerFor(cfg, AdapterOptimizerParams(b.adapter)); err != nil {
 			return b, err
 		}
 		frozen = base
@@ -164,7 +165,7 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapte
 			}
 		}
 		if f.FineTune.Quantize > 0 {
-			if frozen, err = quantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
+			if frozen, err = QuantizeBase(b.adapter, f.Model, base, f.FineTune); err != nil {
 				return b, err
 			}
 			owned = frozen // the float weights of the quantized slots are freed
@@ -175,7 +176,7 @@ func (k *fineTuneTask) build(cfg Config, plan Plan, g *mlx.Group, a *peft.Adapte
 		for i, s := range f.Model.Specs {
 			b.trainNames[i] = s.Name
 		}
-		if b.opt, err = NewOptimizer(cfg, f.Model.Specs); err != nil {
+		if b.opt, err = train.NewOptimizer(cfg, f.Model.Specs); err != nil {
 			return b, err
 		}
 		trainable = base
@@ -237,7 +238,7 @@ func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Arra
 // loadResumed reads the trainable arrays and optimizer state of the
 // checkpoint dir, of run state st, for b, checking that it is a fine-tune
 // of this kind.
-func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.Array, []*mlx.Array, error) {
+func (k *fineTuneTask) loadResumed(b ftBuilt, st train.RunState, dir string) ([]*mlx.Array, []*mlx.Array, error) {
 	saved, err := ReadFineTuneConfig(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resume: %w", err)
@@ -261,7 +262,7 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.A
 	if b.adapter != nil {
 		file, specs = filepath.Join(dir, checkpoint.AdapterFile), b.adapter.Specs
 	}
-	trainable, err := checkpoint.LoadNamed(file, b.trainNames, specShapes(specs))
+	trainable, err := checkpoint.LoadNamed(file, b.trainNames, train.SpecShapes(specs))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -293,15 +294,15 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, st RunState, dir string) ([]*mlx.A
 }
 
 // next is the objective's next batch.
-func (k *fineTuneTask) next(int) (step.Batch, error) { return k.run.Next() }
+func (k *fineTuneTask) Next(int) (step.Batch, error) { return k.run.Next() }
 
 // release appends the feed's state after the batch; the feed reuses its
 // buffers.
-func (k *fineTuneTask) release(b []byte) []byte { return k.run.AppendState(b) }
+func (k *fineTuneTask) Release(b []byte) []byte { return k.run.AppendState(b) }
 
 // objectiveMetrics are the objective run's own metrics since the last
 // log line (ObjectiveMetrics), nil when it measures none.
-func (k *fineTuneTask) objectiveMetrics() map[string]float64 {
+func (k *fineTuneTask) TaskMetrics() map[string]float64 {
 	if om, ok := k.run.(ObjectiveMetrics); ok {
 		return om.Metrics()
 	}
@@ -309,10 +310,10 @@ func (k *fineTuneTask) objectiveMetrics() map[string]float64 {
 }
 
 // evaluates says whether there are held-out records.
-func (k *fineTuneTask) evaluates() bool { return k.f.Valid != nil }
+func (k *fineTuneTask) Evaluates() bool { return k.f.Valid != nil }
 
 // evaluate runs the objective's held-out evaluation into m.
-func (k *fineTuneTask) evaluate(m *Metrics) (float64, error) {
+func (k *fineTuneTask) Evaluate(m *train.Metrics) (float64, error) {
 	v, err := k.run.Evaluate(k.state.Params(), k.state.Frozen())
 	if err != nil {
 		return 0, err
@@ -323,7 +324,7 @@ func (k *fineTuneTask) evaluate(m *Metrics) (float64, error) {
 
 // save writes the trainable arrays (adapters alone, or the whole model),
 // the optimizer state, the run state and finetune.json.
-func (k *fineTuneTask) save(root string, rs RunState) (string, error) {
+func (k *fineTuneTask) Save(root string, rs train.RunState) (string, error) {
 	st := k.state
 	var names []string
 	var params []*mlx.Array
@@ -334,11 +335,11 @@ func (k *fineTuneTask) save(root string, rs RunState) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return saveCheckpoint(root, rs, names, params, k.opt.StateNames(), st.OptState(), extra...)
+	return train.SaveCheckpoint(root, rs, names, params, k.opt.StateNames(), st.OptState(), extra...)
 }
 
 // close releases what open built.
-func (k *fineTuneTask) close() {
+func (k *fineTuneTask) Close() {
 	if k.run != nil {
 		k.run.Close()
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // SupervisedObjective is supervised fine-tuning (SFT): the cross-entropy
@@ -32,7 +33,7 @@ func newSupervisedObjective(ft FineTuneConfig) (Objective, error) {
 func (SupervisedObjective) Name() string { return string(SFT) }
 
 // Check accepts any run.
-func (SupervisedObjective) Check(Config) error { return nil }
+func (SupervisedObjective) Check(train.Config) error { return nil }
 
 // Rows renders the records of src.Path with the model's chat template
 // (LoadTemplateRows), packed for training when Pack is set.
@@ -71,7 +72,7 @@ func (o SupervisedObjective) Start(env ObjectiveEnv) (ObjectiveRun, error) {
 	}
 	run := &supervisedRun{RowFeed: feed, valid: env.Valid, cfg: env.Config}
 	if env.Lead() {
-		if run.eval, err = newEvalFunc(env.Policy.EvalTerms(), env.Config.Compile); err != nil {
+		if run.eval, err = train.NewEvalFunc(env.Policy.EvalTerms(), env.Config.Compile); err != nil {
 			return nil, err
 		}
 	}
@@ -83,15 +84,15 @@ func (o SupervisedObjective) Start(env ObjectiveEnv) (ObjectiveRun, error) {
 type supervisedRun struct {
 	*RowFeed
 	valid *data.Rows
-	cfg   Config
-	eval  *evalFunc // lead rank only
+	cfg   train.Config
+	eval  *train.EvalFunc // lead rank only
 }
 
 // Evaluate is the loss over the counted targets of the first
 // Config.EvalTokens positions of the held-out rows.
 func (r *supervisedRun) Evaluate(trainable, frozen []*mlx.Array) (Eval, error) {
 	params := append(append([]*mlx.Array{}, trainable...), frozen...)
-	v, err := evaluateRows(r.eval, params, r.valid, r.cfg.Batch, r.cfg.EvalTokens)
+	v, err := train.EvaluateRows(r.eval, params, r.valid, r.cfg.Batch, r.cfg.EvalTokens)
 	if err != nil {
 		return Eval{}, err
 	}
@@ -101,6 +102,6 @@ func (r *supervisedRun) Evaluate(trainable, frozen []*mlx.Array) (Eval, error) {
 // Close releases the evaluation function.
 func (r *supervisedRun) Close() {
 	if r.eval != nil {
-		r.eval.free()
+		r.eval.Free()
 	}
 }

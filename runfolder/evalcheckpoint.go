@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // The splits EvaluateCheckpoint can evaluate.
@@ -43,12 +44,12 @@ type EvalOptions struct {
 	// Tokenizers builds the checkpoint's tokenizer when its config names
 	// one package data does not know (HFTokenizer); nil for
 	// data.NewTokenizer.
-	Tokenizers TokenizerOpener
+	Tokenizers train.TokenizerOpener
 }
 
 // CheckpointEval is what EvaluateCheckpoint measured, and on what.
 type CheckpointEval struct {
-	EvalResult
+	train.EvalResult
 	Checkpoint string  // the checkpoint directory
 	Step       int     // its optimizer updates
 	Corpus     string  // the corpus evaluated: a path, or "" for the default corpus
@@ -90,7 +91,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	if err != nil {
 		return out, err
 	}
-	st, err := ReadRunState(filepath.Join(dir, checkpoint.StateFile))
+	st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return out, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
@@ -101,13 +102,13 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	}
 	out = CheckpointEval{Checkpoint: dir, Step: st.Step, Corpus: corpus, Tokenizer: cfg.Tokenizer, Split: split,
 		Context: cfg.Model.Context, ZLoss: cfg.Model.ZLoss}
-	tok, err := openRunTokenizer(opts.Tokenizers, cfg, checkpoint.RunDirOf(dir))
+	tok, err := train.OpenRunTokenizer(opts.Tokenizers, cfg, checkpoint.RunDirOf(dir))
 	if err != nil {
 		return out, fmt.Errorf("checkpoint %s: %w", dir, err)
 	}
 	var view data.View
 	if opts.Corpus == "" && cfg.Data != "" {
-		ds, err := OpenConfigDatasetWith(cfg, tok, "")
+		ds, err := train.OpenConfigDatasetWith(cfg, tok, "")
 		if err != nil {
 			return out, fmt.Errorf("the run's token shards %s: %w", cfg.Data, err)
 		}
@@ -128,19 +129,19 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 			return out, fmt.Errorf("eval: split %s of token shards: the training and held-out shards are separate files; want %s or %s", split, SplitVal, SplitTrain)
 		}
 	} else {
-		_, tokens, err := openTokens(corpus, tok, opts.TokenCache)
+		_, tokens, err := train.OpenTokens(corpus, tok, opts.TokenCache)
 		if err != nil {
 			if opts.Corpus == "" {
-				return out, fmt.Errorf("the run's corpus %s: %w", corpusName(corpus), err)
+				return out, fmt.Errorf("the run's corpus %s: %w", train.CorpusName(corpus), err)
 			}
-			return out, fmt.Errorf("corpus %s: %w", corpusName(corpus), err)
+			return out, fmt.Errorf("corpus %s: %w", train.CorpusName(corpus), err)
 		}
 		defer tokens.Close()
 		view = tokens.All()
 		if split != SplitAll {
 			trainView, valView, err := data.Split(tokens, cfg.ValFraction, cfg.Model.Context)
 			if err != nil {
-				return out, fmt.Errorf("corpus %s: %w", corpusName(corpus), err)
+				return out, fmt.Errorf("corpus %s: %w", train.CorpusName(corpus), err)
 			}
 			view = valView
 			if split == SplitTrain {
@@ -163,15 +164,15 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 		}
 		defer free()
 		if opts.EvalTokens == 0 {
-			out.EvalResult, err = EvaluateView(m, params, view, batch)
-			_, _, out.Windows = EvalShape(m.Config.Context, out.Tokens, batch)
+			out.EvalResult, err = train.EvaluateView(m, params, view, batch)
+			_, _, out.Windows = train.EvalShape(m.Config.Context, out.Tokens, batch)
 			return err
 		}
 		out.Sampled, out.Seed = true, cfg.Seed+1
 		if opts.Seed != nil {
 			out.Seed = *opts.Seed
 		}
-		e, err := NewEvaluator(m.LossTerms, view, batch, m.Config.Context, opts.EvalTokens, out.Seed, true)
+		e, err := train.NewEvaluator(m.LossTerms, view, batch, m.Config.Context, opts.EvalTokens, out.Seed, true)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // probe is the plan probe of the fine-tune's step (choosePlan): each
@@ -13,15 +14,15 @@ import (
 // freshly initialised base weights (quantized, with adapters, or trained
 // in full as the fine-tune says) and synthetic rows of the fine-tune's
 // row length in which every target counts.
-func (k *fineTuneTask) probe() planProbe {
+func (k *fineTuneTask) probe() train.StepProbe {
 	T := k.f.Train.T
 	ft := k.f.FineTune
 	ft.Base, ft.Train, ft.Valid = "", "", ""
 	settings, _ := json.Marshal(ft)
-	return planProbe{
-		step:       fmt.Sprintf("fine-tune of rows of %d tokens %s", T, settings),
-		lowerBound: func(c Config) float64 { return fineTuneMinMemory(c, k.f.FineTune, T) },
-		peak: func(c Config) (uint64, error) {
+	return train.StepProbe{
+		Step:       fmt.Sprintf("fine-tune of rows of %d tokens %s", T, settings),
+		LowerBound: func(c train.Config) float64 { return fineTuneMinMemory(c, k.f.FineTune, T) },
+		Peak: func(c train.Config) (uint64, error) {
 			base, err := k.f.Model.Init(c.Seed)
 			if err != nil {
 				return 0, err
@@ -39,7 +40,7 @@ func (k *fineTuneTask) probe() planProbe {
 				mlx.Free(base...)
 				return 0, err
 			}
-			b, err := k.build(c, Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, a, base, nil, "")
+			b, err := k.build(c, train.Plan{MicroBatch: c.Batch, Steps: c.Accum}, nil, a, base, nil, "")
 			if err != nil {
 				return 0, err
 			}
@@ -48,7 +49,7 @@ func (k *fineTuneTask) probe() planProbe {
 			if l := b.step.Layout(); l.Inputs == step.RowInputs {
 				rows = probePairs(rows, l.RowInputs)
 			}
-			return probeUpdates(b.state, rows)
+			return train.ProbeUpdates(b.state, rows)
 		},
 	}
 }
@@ -57,9 +58,9 @@ func (k *fineTuneTask) probe() planProbe {
 // rows of T tokens needs: the float32 logits of a microbatch's rows and,
 // unless the base is quantized, the base weights in their dtype. It is
 // computed in float64, so absurd sizes cannot overflow.
-func fineTuneMinMemory(c Config, ft FineTuneConfig, T int) float64 {
+func fineTuneMinMemory(c train.Config, ft FineTuneConfig, T int) float64 {
 	m := c.Model
-	need := float64(c.forwardBatch()) * float64(T) * float64(m.PaddedVocab()) * float64(mlx.Float32.Size())
+	need := float64(c.ForwardBatch()) * float64(T) * float64(m.PaddedVocab()) * float64(mlx.Float32.Size())
 	if ft.Quantize == 0 {
 		need += m.ParamCount() * float64(m.ParamDtype().Size())
 	}
@@ -69,7 +70,7 @@ func fineTuneMinMemory(c Config, ft FineTuneConfig, T int) float64 {
 // probeRows is the synthetic batch of a fine-tune probe: c.Accum
 // microbatches of c.Batch rows of T tokens, every target counting, with
 // segments when the rows are packed (one example a row).
-func probeRows(c Config, T int, packed bool) step.Batch {
+func probeRows(c train.Config, T int, packed bool) step.Batch {
 	n := c.Accum * c.Batch * T
 	b := step.Batch{X: make([]int32, n), Y: make([]int32, n), W: make([]float32, n), N: c.Accum, B: c.Batch, T: T}
 	for i := range b.X {

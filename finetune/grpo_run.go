@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // Start prepares a GRPO run: the rewards, the prompt order (resumed from
@@ -21,8 +22,8 @@ import (
 // generation engine starts on the first Next or Evaluate, over the arrays
 // the step holds then.
 func (o *GRPOObjective) Start(env ObjectiveEnv) (ObjectiveRun, error) {
-	train := o.prompts[true]
-	if train == nil {
+	trainPrompts := o.prompts[true]
+	if trainPrompts == nil {
 		return nil, errors.New("grpo: no prompts; Rows reads them before Start")
 	}
 	rewards, err := o.GRPO.rewards()
@@ -34,19 +35,19 @@ func (o *GRPOObjective) Start(env ObjectiveEnv) (ObjectiveRun, error) {
 	if rows%o.Rollout.GroupSize != 0 {
 		return nil, fmt.Errorf("grpo: an update of %d × %d rows does not split into groups of %d completions", env.Plan.Steps, env.Plan.MicroBatch, o.Rollout.GroupSize)
 	}
-	ends, err := generate.EndTokens(train.tokenizer, train.template, filepath.Join(checkpoint.RunDirOf(env.BaseDir), TokenizerDir))
+	ends, err := generate.EndTokens(trainPrompts.tokenizer, trainPrompts.template, filepath.Join(checkpoint.RunDirOf(env.BaseDir), train.TokenizerDir))
 	if err != nil {
 		return nil, fmt.Errorf("grpo: %w", err)
 	}
-	r := &grpoRun{o: o, env: env, ctx: env.Context, rewards: rewards, rows: rows, train: train, valid: o.prompts[false],
+	r := &grpoRun{o: o, env: env, ctx: env.Context, rewards: rewards, rows: rows, train: trainPrompts, valid: o.prompts[false],
 		ranks: env.Group.Size(), rank: env.Group.Rank(),
-		gm: generate.NewModel(env.Policy.Model, nil, train.tokenizer, train.template, ends, nil)}
+		gm: generate.NewModel(env.Policy.Model, nil, trainPrompts.tokenizer, trainPrompts.template, ends, nil)}
 	if r.ctx == nil {
 		r.ctx = context.Background()
 	}
 	r.opts = o.Rollout
 	r.opts.Seed = env.Config.Seed
-	if r.feed, err = newPromptFeed(len(train.prompts), rows/o.Rollout.GroupSize, r.rank, r.ranks, env.Config.Seed, env.SamplerState); err != nil {
+	if r.feed, err = newPromptFeed(len(trainPrompts.prompts), rows/o.Rollout.GroupSize, r.rank, r.ranks, env.Config.Seed, env.SamplerState); err != nil {
 		return nil, err
 	}
 	if o.fullReference(env.Policy) {

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"crypto/sha256"
@@ -13,6 +13,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // ReferenceFile is where a full preference fine-tune keeps the reference
@@ -26,7 +27,7 @@ const ReferenceFile = "reference_logprobs.json"
 // with rows that count nothing), compiled when compile is set. A full
 // preference fine-tune runs it once with the base weights, before they
 // change, and feeds the values to its step as a row input.
-func ReferenceLogProbs(terms TokenLossFunc, params []*mlx.Array, rows *data.Rows, batch int, compile bool) ([]float32, error) {
+func ReferenceLogProbs(terms train.TokenLossFunc, params []*mlx.Array, rows *data.Rows, batch int, compile bool) ([]float32, error) {
 	if batch < 1 {
 		return nil, fmt.Errorf("reference: batch %d, want >= 1", batch)
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // Objective is what a fine-tune minimises and measures, as one unit: the
@@ -30,7 +31,7 @@ type Objective interface {
 	Name() string
 	// Check refuses a run's settings the objective cannot train with (a
 	// preference objective: an odd batch, which would split a pair).
-	Check(cfg Config) error
+	Check(cfg train.Config) error
 	// Rows reads a jsonl file of the objective's records into rows of
 	// src.Context targets; src.Training says whether they are the
 	// training rows (packed when src.Pack) or held-out ones.
@@ -99,8 +100,8 @@ type ObjectiveEnv struct {
 	BaseDir, RunDir string
 	// Train and Valid are the objective's rows (Rows); Valid may be nil.
 	Train, Valid *data.Rows
-	Config       Config
-	Plan         Plan
+	Config       train.Config
+	Plan         train.Plan
 	Group        *mlx.Group
 	// SamplerState is a resumed run's feed position (AppendState), nil
 	// for a fresh run.
@@ -160,7 +161,7 @@ func (p Policy) PackedTerms(trainable, frozen []*mlx.Array, x, y, seg *mlx.Array
 
 // EvalTerms is Terms over the trainable arrays followed by the frozen
 // ones in one list, the form an evaluation function takes.
-func (p Policy) EvalTerms() TokenLossFunc {
+func (p Policy) EvalTerms() train.TokenLossFunc {
 	if p.Adapter == nil {
 		return p.Model.LossTerms
 	}

@@ -212,11 +212,12 @@ func ChooseStepPlan(cfg Config, probe StepProbe) (Plan, error) {
 // the budget within the machine's memory. It runs on the MLX thread; call
 // it with nothing else of the run allocated.
 func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
-	return probePlan(cfg, budget, modelProbe(m))
+	return ProbeStepPlan(cfg, budget, modelProbe(m))
 }
 
-// probePlan is ProbePlan for the step that probe measures.
-func probePlan(cfg Config, budget uint64, probe StepProbe) (Plan, error) {
+// ProbeStepPlan is ProbePlan for the step that probe measures (a
+// fine-tune's, say; ChooseStepPlan).
+func ProbeStepPlan(cfg Config, budget uint64, probe StepProbe) (Plan, error) {
 	seqs := cfg.Batch * cfg.Accum
 	p := Plan{How: PlanProbed, BudgetBytes: budget}
 	err := mlx.Do(func() error {

@@ -126,7 +126,7 @@ func (k planKey) path(dir string) (string, error) {
 	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".json"), nil
 }
 
-// probePlanCached is probePlan through the plan cache of cfg.PlanCache
+// probePlanCached is ProbeStepPlan through the plan cache of cfg.PlanCache
 // ("" probes every time), for a device of identity id: a plan cached for
 // the same key is returned without probing (Plan.Cached); otherwise the
 // probe runs and its plan is written to the cache. A cache that cannot be
@@ -135,7 +135,7 @@ func (k planKey) path(dir string) (string, error) {
 func probePlanCached(cfg Config, budget uint64, probe StepProbe, id planIdentity) (Plan, error) {
 	start := time.Now()
 	if cfg.PlanCache == "" {
-		p, err := probePlan(cfg, budget, probe)
+		p, err := ProbeStepPlan(cfg, budget, probe)
 		p.ProbeSeconds = time.Since(start).Seconds()
 		return p, err
 	}
@@ -148,7 +148,7 @@ func probePlanCached(cfg Config, budget uint64, probe StepProbe, id planIdentity
 		p.Cached, p.ProbeSeconds, p.CacheError = true, 0, ""
 		return p, nil
 	}
-	p, err := probePlan(cfg, budget, probe)
+	p, err := ProbeStepPlan(cfg, budget, probe)
 	p.ProbeSeconds = time.Since(start).Seconds()
 	if err != nil {
 		return p, err

@@ -15,12 +15,12 @@ import (
 // sequence of the micro-batch, counting the candidates it runs.
 func countingProbe(calls *int) StepProbe {
 	return StepProbe{
-		lowerBound: func(Config) float64 { return 0 },
-		peak: func(c Config) (uint64, error) {
+		LowerBound: func(Config) float64 { return 0 },
+		Peak: func(c Config) (uint64, error) {
 			*calls++
 			return uint64(c.Batch) * 100, nil
 		},
-		step: "pretraining",
+		Step: "pretraining",
 	}
 }
 

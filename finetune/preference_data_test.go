@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/tokentest"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // countedSpans decodes each run of counted targets of rows, row by row.
@@ -43,13 +44,13 @@ func TestLoadPairRowsWithTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(run, TokenizerDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(run, train.TokenizerDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(run, TokenizerDir, "chat_template.jinja"), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(run, train.TokenizerDir, "chat_template.jinja"), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := RunTemplate(run)
+	tmpl, err := train.RunTemplate(run)
 	if err != nil || tmpl == nil {
 		t.Fatalf("template %v, %v", tmpl, err)
 	}

@@ -1,18 +1,22 @@
-package train
+package finetune
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // rulePairs are n preference records whose answers repeat the prompt's
@@ -65,7 +69,7 @@ func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int
 		rows.X, rows.Y, rows.W = append(rows.X, pairs.X[r*T:(r+1)*T]...), append(rows.Y, pairs.Y[r*T:(r+1)*T]...), append(rows.W, pairs.W[r*T:(r+1)*T]...)
 	}
 	cfg := tinyConfig()
-	opt, err := NewOptimizer(cfg, m.Specs)
+	opt, err := train.NewOptimizer(cfg, m.Specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +112,9 @@ func greedyEnding(t testing.TB, m *model.TinyGPT, params []*mlx.Array, tok data.
 	ok := 0
 	var samples []string
 	for _, r := range recs {
-		out, err := Generate(m, params, tok.Encode(r.Chosen.Prompt), SampleOptions{MaxTokens: 7})
+		prompt := tok.Encode(r.Chosen.Prompt)
+		gen, _, err := generate.Tokens(context.Background(), m, params, prompt, generate.Options{MaxTokens: 7}, nil)
+		out := append(slices.Clone(prompt), gen...)
 		if err != nil {
 			t.Fatal(err)
 		}

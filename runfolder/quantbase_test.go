@@ -1,4 +1,4 @@
-package train
+package runfolder
 
 import (
 	"context"
@@ -7,10 +7,12 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // writeQuantizedBase saves writeBase's model with its block projections
@@ -32,11 +34,11 @@ func writeQuantizedBase(t testing.TB) string {
 		}
 		defer freeAt(frozen, q.Indices)
 		defer mlx.Free(frozen[len(q.Base):]...)
-		st, err := ReadRunState(filepath.Join(float, checkpoint.StateFile))
+		st, err := train.ReadRunState(filepath.Join(float, checkpoint.StateFile))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dir, err = saveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "qbase")), RunState{Config: st.Config}, q.Names(), frozen, nil, nil); err != nil {
+		if dir, err = train.SaveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "qbase")), train.RunState{Config: st.Config}, q.Names(), frozen, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -51,17 +53,17 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	if q, err := CheckpointQuantization(base); err != nil || q != "4-bit, groups of 32" {
 		t.Fatalf("CheckpointQuantization: %q, %v; want 4-bit, groups of 32", q, err)
 	}
-	train := writeCompletions(t, "train.jsonl", 0, 16)
+	trainFile := writeCompletions(t, "train.jsonl", 0, 16)
 	cfg := fineTuneConfig(3)
 	cfg.Accum, cfg.EvalEvery = 1, 0
 	for _, c := range []struct {
-		ft   FineTuneConfig
+		ft   finetune.FineTuneConfig
 		want string
 	}{
-		{FineTuneConfig{Base: base, Method: MethodFull, Train: train}, "a full fine-tune trains every weight"},
-		{FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: train, Quantize: 4}, "quantized already"},
+		{finetune.FineTuneConfig{Base: base, Method: finetune.MethodFull, Train: trainFile}, "a full fine-tune trains every weight"},
+		{finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, Quantize: 4}, "quantized already"},
 	} {
-		f, err := NewFineTuner(cfg, c.ft, filepath.Join(t.TempDir(), "ft"))
+		f, err := finetune.NewFineTuner(cfg, c.ft, filepath.Join(t.TempDir(), "ft"))
 		if err == nil {
 			_, err = f.Run(context.Background(), "")
 		}
@@ -69,7 +71,7 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 			t.Errorf("%s fine-tune (quantize %d) over a quantized base: %v, want an error saying %q", c.ft.Method, c.ft.Quantize, err, c.want)
 		}
 	}
-	ck, err := LoadCheckpoint(base)
+	ck, err := train.LoadCheckpoint(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	if _, err := ck.OrderedParams(m); err == nil || !strings.Contains(err.Error(), "quantized model") {
 		t.Errorf("the whole-model parameters of a quantized checkpoint: %v, want a refusal naming it", err)
 	}
-	sum := runFineTune(t, cfg, FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: train}, filepath.Join(t.TempDir(), "lora"), "")
+	sum := runFineTune(t, cfg, finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile}, filepath.Join(t.TempDir(), "lora"), "")
 	if sum.Traces != 1 || !(sum.Loss < sum.FirstLoss) {
 		t.Errorf("LoRA over the quantized base: %d traces, loss %.4f -> %.4f; want one trace and a lower loss", sum.Traces, sum.FirstLoss, sum.Loss)
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"math"
@@ -9,13 +9,14 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // One update over packed rows, with document masking, has the loss and
 // the resulting parameters (so the gradients) of the same update over the
 // examples padded one per row.
 func TestPackedUpdateEqualsUnpacked(t *testing.T) {
-	cfg, m, err := Prepare(tinyConfig())
+	cfg, m, err := train.Prepare(tinyConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opt, err := NewOptimizer(cfg, m.Specs)
+			opt, err := train.NewOptimizer(cfg, m.Specs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +100,7 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 	}
 	// A packed step refuses a batch without segments.
 	mlxtest.Run(t, func(t testing.TB) {
-		opt, _ := NewOptimizer(cfg, m.Specs)
+		opt, _ := train.NewOptimizer(cfg, m.Specs)
 		base, _ := m.Init(3)
 		optState, _ := opt.Init()
 		upd, err := step.NewStep(packedFullLoss(m), opt, step.Layout{Trainable: len(base), Frozen: 0, State: len(optState), Inputs: step.PackedInputs}, step.StepOptions{Accum: 1})

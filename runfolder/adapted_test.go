@@ -1,10 +1,11 @@
-package train
+package runfolder
 
 import (
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
@@ -14,9 +15,9 @@ import (
 // LoRA and DoRA.
 func TestFusedCheckpointMatchesBasePlusAdapters(t *testing.T) {
 	base := writeBase(t)
-	train := writeCompletions(t, "train.jsonl", 0, 20)
-	for _, method := range []string{MethodLoRA, MethodDoRA} {
-		ft := FineTuneConfig{Base: base, Method: method, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: train, MaskPrompt: true}
+	trainFile := writeCompletions(t, "train.jsonl", 0, 20)
+	for _, method := range []string{finetune.MethodLoRA, finetune.MethodDoRA} {
+		ft := finetune.FineTuneConfig{Base: base, Method: method, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, MaskPrompt: true}
 		cfg := fineTuneConfig(3)
 		cfg.EvalEvery = 0
 		sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), method), "")

@@ -1,6 +1,7 @@
-package train
+package finetune
 
 import (
+	"github.com/posttrainllm/posttrainllm/train"
 	"math"
 	"path/filepath"
 	"strings"
@@ -19,21 +20,21 @@ func TestFineTuneProbePlan(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := &fineTuneTask{f: f, cfg: f.Config}
-	roomy, err := probePlan(f.Config, 1<<40, k.probe())
+	roomy, err := train.ProbeStepPlan(f.Config, 1<<40, k.probe())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if roomy.MicroBatch != 8 || roomy.Steps != 1 || len(roomy.Probes) != 1 || !roomy.Probes[0].Fits || roomy.PeakBytes == 0 {
 		t.Fatalf("with 1 TiB: %+v; want micro-batch 8 × 1 from one measured probe", roomy)
 	}
-	tight, err := probePlan(f.Config, roomy.PeakBytes/4*3, k.probe())
+	tight, err := train.ProbeStepPlan(f.Config, roomy.PeakBytes/4*3, k.probe())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if tight.MicroBatch >= 8 || tight.Steps*tight.MicroBatch != 8 || tight.PeakBytes > tight.BudgetBytes {
 		t.Fatalf("with 75%% of the 8-row step's peak: %+v; want a smaller micro-batch within the budget", tight)
 	}
-	_, err = probePlan(f.Config, 1<<10, k.probe())
+	_, err = train.ProbeStepPlan(f.Config, 1<<10, k.probe())
 	if err == nil || !strings.Contains(err.Error(), "was not run: needs at least") {
 		t.Fatalf("with 1 KiB: %v; want an error naming the skipped candidates", err)
 	}
@@ -46,13 +47,13 @@ func TestFineTuneProbePlan(t *testing.T) {
 func TestFineTunePlansGiveTheSameUpdates(t *testing.T) {
 	ft := FineTuneConfig{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
-	runs := map[int][]Metrics{}
+	runs := map[int][]train.Metrics{}
 	for _, mb := range []int{0, 8, 1} {
 		cfg := fineTuneConfig(3) // batch 2 × accum 4
 		cfg.MicroBatch = mb
 		dir := filepath.Join(t.TempDir(), "run")
 		runFineTune(t, cfg, ft, dir, "")
-		ms, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+		ms, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
 		if err != nil {
 			t.Fatal(err)
 		}

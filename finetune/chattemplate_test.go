@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/tokentest"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run imported with a chat template fine-tunes chat records in that
@@ -17,20 +18,20 @@ import (
 func TestFineTuneRowsUseRunTemplate(t *testing.T) {
 	tok := tokentest.NewBytes("<|endoftext|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 	run := t.TempDir()
-	if tmpl, err := RunTemplate(run); err != nil || tmpl != nil {
-		t.Fatalf("a run without %s: template %v, %v; want none", TokenizerDir, tmpl, err)
+	if tmpl, err := train.RunTemplate(run); err != nil || tmpl != nil {
+		t.Fatalf("a run without %s: template %v, %v; want none", train.TokenizerDir, tmpl, err)
 	}
 	src, err := os.ReadFile(filepath.Join("..", "data", "chattemplate", "testdata", "smollm2.jinja"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(run, TokenizerDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(run, train.TokenizerDir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(run, TokenizerDir, "chat_template.jinja"), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(run, train.TokenizerDir, "chat_template.jinja"), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tmpl, err := RunTemplate(run)
+	tmpl, err := train.RunTemplate(run)
 	if err != nil || tmpl == nil {
 		t.Fatalf("template %v, %v", tmpl, err)
 	}
@@ -68,21 +69,5 @@ func TestFineTuneRowsUseRunTemplate(t *testing.T) {
 	}
 	if _, err := LoadTemplateRows(bad, tok, tmpl, 256, true, false); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("a reply with nothing before it: %v, want an error naming line 1", err)
-	}
-}
-
-// Special tokens written in a prompt become their ids unless
-// SpecialsAsText; an empty prompt is the end-of-text token.
-func TestEncodePromptSpecials(t *testing.T) {
-	tok := tokentest.NewBytes("<|endoftext|>", "<|endoftext|>", "<|im_start|>")
-	const prompt = "<|im_start|>user"
-	if got := encodePrompt(tok, prompt, SampleOptions{}); !slices.Equal(got, append([]int32{257}, tok.Encode("user")...)) {
-		t.Fatalf("specials as ids: %v", got)
-	}
-	if got := encodePrompt(tok, prompt, SampleOptions{SpecialsAsText: true}); !slices.Equal(got, tok.Encode(prompt)) {
-		t.Fatalf("specials as text: %v", got)
-	}
-	if got := encodePrompt(tok, "", SampleOptions{}); !slices.Equal(got, []int32{tok.EOT()}) {
-		t.Fatalf("empty prompt: %v", got)
 	}
 }

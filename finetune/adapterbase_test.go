@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"math"
@@ -10,6 +10,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // loraLosses runs 4 LoRA updates (rank 2, every projection) of cfg's
@@ -18,7 +19,7 @@ import (
 // adapters and masters fed as they are, and returns the losses and the
 // state's dtypes. perProjection lays the adapters out one product per
 // projection (peft.Adapter.PerProjection) rather than grouped.
-func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []float64, frozen, params []mlx.Dtype, traces int) {
+func loraLosses(t testing.TB, cfg train.Config, asRun, perProjection bool) (losses []float64, frozen, params []mlx.Dtype, traces int) {
 	_, xs, ys, ws := weightedFixture(t)
 	m, err := model.New(cfg.Model)
 	if err != nil {
@@ -84,7 +85,7 @@ func loraLosses(t testing.TB, cfg Config, asRun, perProjection bool) (losses []f
 // its losses follow those of float32 adapter products to bfloat16's
 // precision, and the step traces once.
 func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
-	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6,
+	cfg := train.Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6,
 		Dtype: "bfloat16", MasterFP32: true}, Accum: 2, GradClip: 1, Compile: true}
 	mlxtest.Run(t, func(t testing.TB) {
 		if o := AdapterStepOptions(step.StepOptions{}, cfg.Model); !o.ComputeCopies || o.ComputeDtype != mlx.BFloat16 {
@@ -128,7 +129,7 @@ func TestAdapterStepComputesInTheModelsDtype(t *testing.T) {
 // alike (the same losses over 4 updates of a SwiGLU model with every
 // projection adapted, to float32 rounding).
 func TestNewAdapterLayoutByDevice(t *testing.T) {
-	cfg := Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 2, Heads: 2, KVHeads: 1, Context: 6,
+	cfg := train.Config{Model: model.Config{VocabSize: 32, DModel: 16, Layers: 2, Heads: 2, KVHeads: 1, Context: 6,
 		MLP: "swiglu"}, Accum: 2, GradClip: 1, Compile: true}
 	m, err := model.New(cfg.Model)
 	if err != nil {

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // writePairs writes n rulePairs as a jsonl file of preference records.
@@ -63,12 +64,12 @@ func checkpointArrays(t testing.TB, dir string, adapter bool) map[string][]float
 // 3 more from the checkpoint give the arrays and losses of 6 in one go.
 func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 	base := writeBase(t)
-	train, valid := writePairs(t, "train.jsonl", 1, 24), writePairs(t, "valid.jsonl", 2, 6)
+	trainFile, valid := writePairs(t, "train.jsonl", 1, 24), writePairs(t, "valid.jsonl", 2, 6)
 	for _, c := range []struct {
 		method string
 		obj    ObjectiveName
 	}{{MethodLoRA, DPO}, {MethodFull, DPO}, {MethodDoRA, SimPO}, {MethodFull, ORPO}} {
-		ft := FineTuneConfig{Base: base, Method: c.method, Train: train, Valid: valid, Objective: c.obj}
+		ft := FineTuneConfig{Base: base, Method: c.method, Train: trainFile, Valid: valid, Objective: c.obj}
 		if c.method != MethodFull {
 			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn", "mlp"}
 		}
@@ -86,7 +87,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		if sum.InitialValAux == nil || sum.ValAux == nil || sum.ValRows != 6 {
 			t.Fatalf("%s: summary preference metrics %+v → %+v over %d pairs, want both over 6 pairs", name, sum.InitialValAux, sum.ValAux, sum.ValRows)
 		}
-		metrics, err := ReadMetrics(filepath.Join(whole, MetricsFile))
+		metrics, err := train.ReadMetrics(filepath.Join(whole, train.MetricsFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 			t.Errorf("%s: first training line's preference %+v over %g pairs; want %d pairs, all of %v and margin = chosen − rejected",
 				name, p, n, cfg.Batch*cfg.Accum/2, PreferenceAux)
 		}
-		if vals, err := MetricValues(metrics[6]); err != nil || vals["val_aux_accuracy"] != metrics[6].ValAux["accuracy"] || vals["aux_margin"] != metrics[6].Aux["margin"] {
+		if vals, err := train.MetricValues(metrics[6]); err != nil || vals["val_aux_accuracy"] != metrics[6].ValAux["accuracy"] || vals["aux_margin"] != metrics[6].Aux["margin"] {
 			t.Errorf("%s: TensorBoard values %v (%v), want the preference metrics as val_aux_accuracy and aux_margin", name, vals, err)
 		}
 		if c.obj == DPO {
@@ -117,14 +118,14 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Hooks.OnLog = func(m Metrics) {
+		f.Hooks.OnLog = func(m train.Metrics) {
 			if m.Step == 3 {
 				cancel()
 			}
 		}
 		part, err := f.Run(ctx, "")
 		cancel()
-		if !errors.Is(err, ErrInterrupted) || part.Step != 3 {
+		if !errors.Is(err, train.ErrInterrupted) || part.Step != 3 {
 			t.Fatalf("%s: interrupted run: step %d, error %v; want step 3 and ErrInterrupted", name, part.Step, err)
 		}
 		var refInfo os.FileInfo
@@ -213,11 +214,11 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
-	want, err := ReadMetrics(filepath.Join(single, MetricsFile))
+	want, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadMetrics(filepath.Join(job.RunDir, MetricsFile))
+	got, err := train.ReadMetrics(filepath.Join(job.RunDir, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // ftRankJobEnv names the file that tells a process started by
@@ -21,7 +22,7 @@ const ftRankJobEnv = "PTLM_TEST_FT_DP_JOB"
 
 // ftRankJob is that file's content.
 type ftRankJob struct {
-	Config   Config         `json:"config"`
+	Config   train.Config   `json:"config"`
 	FineTune FineTuneConfig `json:"finetune"`
 	RunDir   string         `json:"run_dir"`
 }
@@ -33,7 +34,7 @@ type ftRankJob struct {
 // completions of different lengths, so each rank's rows count a
 // different number of targets and the loss must be normalised by the
 // global count.
-func dataParallelFineTune(t testing.TB, batch int) (Config, FineTuneConfig) {
+func dataParallelFineTune(t testing.TB, batch int) (train.Config, FineTuneConfig) {
 	cfg := fineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery = batch, 2, 0.5, 2
 	ft := FineTuneConfig{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
@@ -60,11 +61,11 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 	}
 	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
 
-	wantLines, err := ReadMetrics(filepath.Join(single, MetricsFile))
+	wantLines, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines, err := ReadMetrics(filepath.Join(job.RunDir, MetricsFile))
+	lines, err := train.ReadMetrics(filepath.Join(job.RunDir, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // writeBase saves a freshly initialised tinyConfig model as a checkpoint
@@ -29,7 +30,7 @@ func writeBaseModel(t testing.TB, mc model.Config) string {
 	t.Helper()
 	c := tinyConfig()
 	c.Model = mc
-	cfg, m, err := Prepare(c)
+	cfg, m, err := train.Prepare(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,7 @@ func writeBaseModel(t testing.TB, mc model.Config) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := NewOptimizer(cfg, m.Specs)
+	opt, err := train.NewOptimizer(cfg, m.Specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +50,7 @@ func writeBaseModel(t testing.TB, mc model.Config) string {
 	for i, s := range m.Specs {
 		names[i] = s.Name
 	}
-	dir, err := SaveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "base")), RunState{Config: cfg}, names, params, opt.StateNames(), state)
+	dir, err := train.SaveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "base")), train.RunState{Config: cfg}, names, params, opt.StateNames(), state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func writeCompletions(t testing.TB, name string, skip, n int) string {
 	return path
 }
 
-func fineTuneConfig(steps int) Config {
+func fineTuneConfig(steps int) train.Config {
 	cfg := tinyConfig()
 	cfg.Steps, cfg.Batch, cfg.Accum = steps, 2, 4
 	cfg.LR, cfg.MinLR, cfg.Warmup = 1e-2, 1e-3, 2
@@ -85,7 +86,7 @@ func fineTuneConfig(steps int) Config {
 	return cfg
 }
 
-func runFineTune(t testing.TB, cfg Config, ft FineTuneConfig, dir, resume string) Summary {
+func runFineTune(t testing.TB, cfg train.Config, ft FineTuneConfig, dir, resume string) train.Summary {
 	t.Helper()
 	f, err := NewFineTuner(cfg, ft, dir)
 	if err != nil {
@@ -145,13 +146,13 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Hooks.OnLog = func(m Metrics) {
+	f.Hooks.OnLog = func(m train.Metrics) {
 		if m.Step == 3 {
 			cancel()
 		}
 	}
 	part, err := f.Run(ctx, "")
-	if !errors.Is(err, ErrInterrupted) || part.Step != 3 {
+	if !errors.Is(err, train.ErrInterrupted) || part.Step != 3 {
 		t.Fatalf("interrupted run: step %d, error %v; want step 3 and ErrInterrupted", part.Step, err)
 	}
 	resumed := runFineTune(t, fineTuneConfig(6), ft, split, part.LastCheckpoint)
@@ -181,32 +182,6 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 			}
 		}
 	})
-}
-
-// A full fine-tune trains every parameter and its checkpoints are
-// ordinary checkpoints: sample and eval open them as they are.
-func TestFullFineTuneWritesOrdinaryCheckpoint(t *testing.T) {
-	base := writeBase(t)
-	ft := FineTuneConfig{Base: base, Method: MethodFull,
-		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
-	cfg := fineTuneConfig(3)
-	cfg.LR = 1e-3
-	sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), "full"), "")
-	ck, err := LoadCheckpoint(sum.LastCheckpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Free()
-	m, err := model.New(ck.State.Config.Model)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ck.OrderedParams(m); err != nil {
-		t.Fatalf("the full fine-tune's checkpoint is no ordinary checkpoint: %v", err)
-	}
-	if _, err := SampleCheckpoint(sum.LastCheckpoint, "the", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
-		t.Errorf("sampling the full fine-tune: %v", err)
-	}
 }
 
 // A checkpoint resumes only into the fine-tune it belongs to, and a base

@@ -1,4 +1,4 @@
-package train
+package finetune
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/rl"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // writePrompts writes n arithmetic prompts with their answers as a jsonl
@@ -53,7 +54,7 @@ func grpoBase(t testing.TB) string {
 
 // runGRPO fine-tunes with the GRPO objective of g plus the vowel reward
 // into dir, resuming from resume when set.
-func runGRPO(t testing.TB, cfg Config, ft FineTuneConfig, g GRPO, dir, resume string, extra ...rl.Weighted) (Summary, error) {
+func runGRPO(t testing.TB, cfg train.Config, ft FineTuneConfig, g GRPO, dir, resume string, extra ...rl.Weighted) (train.Summary, error) {
 	t.Helper()
 	obj, err := NewGRPOObjective(g, append([]rl.Weighted{vowelReward()}, extra...)...)
 	if err != nil {
@@ -68,7 +69,7 @@ func runGRPO(t testing.TB, cfg Config, ft FineTuneConfig, g GRPO, dir, resume st
 
 // runGRPOUntil runs as runGRPO does from the start, cancelling the run
 // once it has logged step stop.
-func runGRPOUntil(t testing.TB, cfg Config, ft FineTuneConfig, g GRPO, dir string, stop int) (Summary, error) {
+func runGRPOUntil(t testing.TB, cfg train.Config, ft FineTuneConfig, g GRPO, dir string, stop int) (train.Summary, error) {
 	t.Helper()
 	obj, err := NewGRPOObjective(g, vowelReward())
 	if err != nil {
@@ -80,7 +81,7 @@ func runGRPOUntil(t testing.TB, cfg Config, ft FineTuneConfig, g GRPO, dir strin
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f.Hooks.OnLog = func(m Metrics) {
+	f.Hooks.OnLog = func(m train.Metrics) {
 		if m.Step == stop {
 			cancel()
 		}
@@ -101,10 +102,10 @@ func grpoSettings() GRPO {
 // in one go.
 func TestGRPOFineTuneResumesExactly(t *testing.T) {
 	base := grpoBase(t)
-	train, valid := writePrompts(t, "train.jsonl", 12), writePrompts(t, "valid.jsonl", 3)
+	trainFile, valid := writePrompts(t, "train.jsonl", 12), writePrompts(t, "valid.jsonl", 3)
 	for _, method := range []string{MethodLoRA, MethodFull} {
 		t.Run(method, func(t *testing.T) {
-			ft := FineTuneConfig{Base: base, Method: method, Train: train, Valid: valid}
+			ft := FineTuneConfig{Base: base, Method: method, Train: trainFile, Valid: valid}
 			g := grpoSettings()
 			if method == MethodFull {
 				g.Beta = 0.05
@@ -121,7 +122,7 @@ func TestGRPOFineTuneResumesExactly(t *testing.T) {
 			if sum.Traces != 1 {
 				t.Errorf("the step traced %d times, want 1", sum.Traces)
 			}
-			lines, err := ReadMetrics(filepath.Join(whole, MetricsFile))
+			lines, err := train.ReadMetrics(filepath.Join(whole, train.MetricsFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -155,7 +156,7 @@ func TestGRPOFineTuneResumesExactly(t *testing.T) {
 
 			split := filepath.Join(t.TempDir(), "split")
 			part, err := runGRPOUntil(t, cfg, ft, g, split, 2)
-			if !errors.Is(err, ErrInterrupted) || part.Step != 2 {
+			if !errors.Is(err, train.ErrInterrupted) || part.Step != 2 {
 				t.Fatalf("interrupted run: step %d, error %v; want step 2 and ErrInterrupted", part.Step, err)
 			}
 			if _, err := runGRPO(t, cfg, ft, g, split, part.LastCheckpoint); err != nil {
@@ -191,7 +192,7 @@ func TestGRPOIterationsRatioOne(t *testing.T) {
 	if _, err := runGRPO(t, cfg, ft, g, dir, ""); err != nil {
 		t.Fatal(err)
 	}
-	lines, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+	lines, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestGRPOSettingsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.Check(Config{Batch: 6, Accum: 1}); err == nil || !strings.Contains(err.Error(), "multiple of the group size 8") {
+	if err := o.Check(train.Config{Batch: 6, Accum: 1}); err == nil || !strings.Contains(err.Error(), "multiple of the group size 8") {
 		t.Errorf("batch 6 with groups of 8: %v", err)
 	}
 }

@@ -29,7 +29,7 @@ func AdapterStepOptions(o step.StepOptions, m model.Config) step.StepOptions {
 
 // CastFrozenBase stores an adapter fine-tune's frozen base in the model's
 // compute dtype, in place: a model kept with float32 masters
-// (Config.Model.MasterFP32) would otherwise cast every frozen weight to
+// (train.Config.Model.MasterFP32) would otherwise cast every frozen weight to
 // the compute dtype in every microbatch, and the frozen base needs no
 // master copy, since it is never updated. It halves the base's memory
 // for a bfloat16 model. Arrays already in that dtype (or not floating

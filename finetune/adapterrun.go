@@ -17,7 +17,7 @@ import (
 // copy of it as LoadAdapted does.
 type AdapterRun struct {
 	Dir      string // the fine-tune checkpoint
-	FineTune FineTuneConfig
+	FineTune Config
 	// Adapter lays the adapters out over the base's parameters; Params
 	// are their arrays in Adapter.Specs order.
 	Adapter *peft.Adapter
@@ -37,7 +37,7 @@ func LoadAdapterRun(path string, specs []model.ParamSpec) (*AdapterRun, error) {
 	if err != nil {
 		return nil, err
 	}
-	ft, err := ReadFineTuneConfig(dir)
+	ft, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}

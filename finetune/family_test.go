@@ -16,9 +16,9 @@ func TestFamiliesFineTuneEveryMethodInOneTrace(t *testing.T) {
 	valid := writeCompletions(t, "valid.jsonl", 100, 10)
 	for name, mc := range familyConfigs() {
 		base := writeBaseModel(t, mc)
-		for _, method := range FineTuneMethods() {
+		for _, method := range Methods() {
 			t.Run(name+"/"+method, func(t *testing.T) {
-				ft := FineTuneConfig{Base: base, Method: method, Train: trainFile, Valid: valid, MaskPrompt: true}
+				ft := Config{Base: base, Method: method, Train: trainFile, Valid: valid, MaskPrompt: true}
 				cfg := fineTuneConfig(6)
 				if ft.UsesAdapter() {
 					ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"all"}

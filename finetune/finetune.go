@@ -16,7 +16,7 @@ import (
 )
 
 // FineTuner fine-tunes a checkpoint on jsonl records. It runs the
-// Trainer's loop (the same logging, metrics, hooks, signals, divergence
+// train.Trainer's loop (the same logging, metrics, hooks, signals, divergence
 // checks, micro-batch plan and data parallelism) with the step of its
 // Objective over the base weights: with adapters the base weights are
 // frozen inputs and the optimizer holds state for the adapters alone. Its
@@ -25,7 +25,7 @@ type FineTuner struct {
 	// Config is the run: steps, batch, accum, optimizer, schedule, logging
 	// and checkpoints. Its Model and Tokenizer are the base checkpoint's.
 	Config   train.Config
-	FineTune FineTuneConfig
+	FineTune Config
 	// Objective is what the fine-tune minimises and measures; its name is
 	// FineTune.Objective.
 	Objective Objective
@@ -35,31 +35,31 @@ type FineTuner struct {
 	RunDir       string
 	Hooks        train.Hooks
 	// Group is the data-parallel group this process is a rank of; nil (or
-	// size 1) fine-tunes alone. As with a Trainer's Group, every rank
+	// size 1) fine-tunes alone. As with a train.Trainer's Group, every rank
 	// starts from the same base and adapters and trains on its shard of
 	// each update's rows (data.RowSampler.Shard with Config.Batch rows), so
 	// an update covers Size() × Batch × Accum rows, and its loss is the
 	// mean over the counted targets of all of them. Rank 0 alone
-	// evaluates, writes the run folder and calls the Hooks.
+	// evaluates, writes the run folder and calls the Hooks (train.Hooks).
 	Group *mlx.Group
 }
 
-// NewFineTuner reads the base checkpoint's model and tokenizer into cfg,
+// New reads the base checkpoint's model and tokenizer into cfg,
 // renders the records of ft.Train (and ft.Valid) into the rows of the
 // built-in objective ft names (NewObjective), and checks everything
 // before anything is written. ft.Base may name a run folder: it becomes
 // its newest checkpoint (checkpoint.Resolve).
-func NewFineTuner(cfg train.Config, ft FineTuneConfig, runDir string) (*FineTuner, error) {
+func New(cfg train.Config, ft Config, runDir string) (*FineTuner, error) {
 	obj, err := NewObjective(ft)
 	if err != nil {
 		return nil, err
 	}
-	return NewObjectiveFineTuner(cfg, ft, obj, runDir)
+	return NewWithObjective(cfg, ft, obj, runDir)
 }
 
-// NewObjectiveFineTuner is NewFineTuner for objective obj, built in or
+// NewWithObjective is New for objective obj, built in or
 // not; ft.Objective becomes its name, which the checkpoints record.
-func NewObjectiveFineTuner(cfg train.Config, ft FineTuneConfig, obj Objective, runDir string) (*FineTuner, error) {
+func NewWithObjective(cfg train.Config, ft Config, obj Objective, runDir string) (*FineTuner, error) {
 	if obj == nil {
 		return nil, errors.New("finetune: no objective")
 	}
@@ -132,13 +132,13 @@ func NewObjectiveFineTuner(cfg train.Config, ft FineTuneConfig, obj Objective, r
 
 // TokensPerStep is the token positions one update of one rank covers:
 // batch × accum rows of the fine-tune's row length
-// (FineTuneConfig.Context).
+// (Config.Context).
 func (f *FineTuner) TokensPerStep() int { return f.Config.Batch * f.Config.Accum * f.Train.T }
 
 // Run fine-tunes from the base checkpoint, or from the fine-tune
 // checkpoint directory resumeFrom, until Config.Steps updates are done or
 // ctx is cancelled (then it writes a checkpoint and returns
-// ErrInterrupted). It is the Trainer's loop (Trainer.Run) with the
+// train.ErrInterrupted). It is the Trainer's loop (train.RunLoop) with the
 // fine-tune's step, rows, evaluation and checkpoints. It runs on the MLX
 // thread, and so do the Hooks.
 func (f *FineTuner) Run(ctx context.Context, resumeFrom string) (train.Summary, error) {

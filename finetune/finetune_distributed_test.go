@@ -22,9 +22,9 @@ const ftRankJobEnv = "PTLM_TEST_FT_DP_JOB"
 
 // ftRankJob is that file's content.
 type ftRankJob struct {
-	Config   train.Config   `json:"config"`
-	FineTune FineTuneConfig `json:"finetune"`
-	RunDir   string         `json:"run_dir"`
+	Config   train.Config `json:"config"`
+	FineTune Config       `json:"finetune"`
+	RunDir   string       `json:"run_dir"`
 }
 
 // dataParallelFineTune is the LoRA fine-tune both sides of the
@@ -34,10 +34,10 @@ type ftRankJob struct {
 // completions of different lengths, so each rank's rows count a
 // different number of targets and the loss must be normalised by the
 // global count.
-func dataParallelFineTune(t testing.TB, batch int) (train.Config, FineTuneConfig) {
+func dataParallelFineTune(t testing.TB, batch int) (train.Config, Config) {
 	cfg := fineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery = batch, 2, 0.5, 2
-	ft := FineTuneConfig{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
 	return cfg, ft
 }
@@ -137,7 +137,7 @@ func TestHelperDataParallelFineTuneRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFineTuner(job.Config, job.FineTune, job.RunDir)
+	f, err := New(job.Config, job.FineTune, job.RunDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,9 +86,9 @@ func fineTuneConfig(steps int) train.Config {
 	return cfg
 }
 
-func runFineTune(t testing.TB, cfg train.Config, ft FineTuneConfig, dir, resume string) train.Summary {
+func runFineTune(t testing.TB, cfg train.Config, ft Config, dir, resume string) train.Summary {
 	t.Helper()
-	f, err := NewFineTuner(cfg, ft, dir)
+	f, err := New(cfg, ft, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func fileBytes(t testing.TB, path string) []byte {
 func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	base := writeBase(t)
 	baseModel := fileBytes(t, filepath.Join(base, checkpoint.ModelFile))
-	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
 
 	whole := filepath.Join(t.TempDir(), "whole")
@@ -142,7 +142,7 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	split := filepath.Join(t.TempDir(), "split")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f, err := NewFineTuner(fineTuneConfig(6), ft, split)
+	f, err := New(fineTuneConfig(6), ft, split)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 // given as a run folder means its newest checkpoint.
 func TestFineTuneResumeRefusesOtherAdapters(t *testing.T) {
 	base := writeBase(t)
-	ft := FineTuneConfig{Base: filepath.Dir(filepath.Dir(base)), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
+	ft := Config{Base: filepath.Dir(filepath.Dir(base)), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
 		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
 	cfg := fineTuneConfig(3)
 	cfg.EvalEvery = 0
@@ -196,7 +196,7 @@ func TestFineTuneResumeRefusesOtherAdapters(t *testing.T) {
 	sum := runFineTune(t, cfg, ft, dir, "")
 	ft.Rank = 2
 	cfg.Steps = 6
-	f, err := NewFineTuner(cfg, ft, dir)
+	f, err := New(cfg, ft, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

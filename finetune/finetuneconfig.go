@@ -22,14 +22,14 @@ const (
 	MethodFull = "full" // every parameter trainable
 )
 
-// FineTuneMethods lists the methods a fine-tune accepts.
-func FineTuneMethods() []string { return []string{MethodLoRA, MethodDoRA, MethodFull} }
+// Methods lists the methods a fine-tune accepts.
+func Methods() []string { return []string{MethodLoRA, MethodDoRA, MethodFull} }
 
-// FineTuneConfig is what a fine-tune adds to a run's Config, whose model
+// Config is what a fine-tune adds to a run's train.Config, whose model
 // and tokenizer come from the base checkpoint. Checkpoints store it as
 // finetune.json, so a resumed fine-tune and sampling with its adapters use
 // the same settings.
-type FineTuneConfig struct {
+type Config struct {
 	// Base is the checkpoint directory fine-tuning starts from.
 	Base   string `json:"base"`
 	Method string `json:"method"` // lora, dora or full
@@ -89,31 +89,31 @@ type FineTuneConfig struct {
 	ScaleRewards  string  `json:"scale_rewards,omitempty"`
 	MaskTruncated bool    `json:"mask_truncated,omitempty"`
 	// Tokenizers builds the base's tokenizer when its config names one
-	// package data does not know (HFTokenizer); nil for data.NewTokenizer.
+	// package data does not know (train.HFTokenizer); nil for data.NewTokenizer.
 	Tokenizers train.TokenizerOpener `json:"-"`
 }
 
 // Prefers reports whether the fine-tune optimises a preference objective
 // (anything but SFT).
-func (c FineTuneConfig) Prefers() bool { return c.Objective != "" && c.Objective != SFT }
+func (c Config) Prefers() bool { return c.Objective != "" && c.Objective != SFT }
 
 // Preference returns the fine-tune's preference objective, its unset
 // hyperparameters at their defaults.
-func (c FineTuneConfig) Preference() Preference {
+func (c Config) Preference() Preference {
 	return Preference{Objective: c.Objective, Beta: c.Beta, Lambda: c.Lambda, Gamma: c.Gamma}.WithDefaults()
 }
 
 // Adapter returns the adapter settings of a LoRA or DoRA fine-tune.
-func (c FineTuneConfig) Adapter() peft.Config {
+func (c Config) Adapter() peft.Config {
 	return peft.Config{Method: peft.Method(c.Method), Rank: c.Rank, Alpha: c.Alpha, Targets: c.Targets}
 }
 
 // UsesAdapter reports whether the method trains adapters (not full).
-func (c FineTuneConfig) UsesAdapter() bool { return c.Method != MethodFull }
+func (c Config) UsesAdapter() bool { return c.Method != MethodFull }
 
 // Validate reports the first setting that cannot run, the objective's
 // among them (NewObjective).
-func (c FineTuneConfig) Validate() error {
+func (c Config) Validate() error {
 	if err := c.validateRun(); err != nil {
 		return err
 	}
@@ -123,9 +123,9 @@ func (c FineTuneConfig) Validate() error {
 
 // validateRun is Validate but for the objective: the method, data,
 // adapters and quantization, whatever the fine-tune optimises.
-func (c FineTuneConfig) validateRun() error {
-	if !slices.Contains(FineTuneMethods(), c.Method) {
-		return fmt.Errorf("method %q, want one of %s", c.Method, strings.Join(FineTuneMethods(), ", "))
+func (c Config) validateRun() error {
+	if !slices.Contains(Methods(), c.Method) {
+		return fmt.Errorf("method %q, want one of %s", c.Method, strings.Join(Methods(), ", "))
 	}
 	if c.Base == "" {
 		return errors.New("no base checkpoint")
@@ -160,16 +160,16 @@ func (c FineTuneConfig) validateRun() error {
 const DefaultQuantGroupSize = 64
 
 // QuantGroupSize is QGroupSize or its default.
-func (c FineTuneConfig) QuantGroupSize() int {
+func (c Config) QuantGroupSize() int {
 	if c.QGroupSize == 0 {
 		return DefaultQuantGroupSize
 	}
 	return c.QGroupSize
 }
 
-// ReadFineTuneConfig reads a fine-tune checkpoint's finetune.json.
-func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
-	var c FineTuneConfig
+// ReadConfig reads a fine-tune checkpoint's finetune.json.
+func ReadConfig(dir string) (Config, error) {
+	var c Config
 	f, err := os.Open(filepath.Join(dir, checkpoint.FineTuneFile))
 	if err != nil {
 		return c, fmt.Errorf("checkpoint %s is no fine-tune checkpoint: %w", dir, err)
@@ -188,7 +188,7 @@ func ReadFineTuneConfig(dir string) (FineTuneConfig, error) {
 
 // fineTuneFiles are the extra checkpoint files of a fine-tune: its
 // settings and, with adapters, the adapter arrays.
-func fineTuneFiles(ft FineTuneConfig, adapterNames []string, adapters []*mlx.Array) ([]checkpoint.File, error) {
+func fineTuneFiles(ft Config, adapterNames []string, adapters []*mlx.Array) ([]checkpoint.File, error) {
 	js, err := json.MarshalIndent(ft, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)

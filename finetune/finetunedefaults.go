@@ -5,11 +5,11 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// FineTuneDefaults are a fresh fine-tune's run settings over the base's
+// Defaults are a fresh fine-tune's run settings over the base's
 // config: a short cosine run with the learning rate of the method
 // (FineTuneLR), whatever the base was pretrained with, evaluating every 50
 // updates. The base's model and tokenizer stay.
-func FineTuneDefaults(base train.Config, method string) train.Config {
+func Defaults(base train.Config, method string) train.Config {
 	c := base
 	c.Steps, c.Batch, c.Accum, c.MicroBatch, c.MemoryBudget = 200, 4, 1, 0, ""
 	c.Optimizer, c.WeightDecay, c.GradClip = "adamw", nil, 1
@@ -24,7 +24,7 @@ func FineTuneDefaults(base train.Config, method string) train.Config {
 }
 
 // SetEpochs sets the fine-tune's steps to epochs passes over its training
-// rows (EpochSteps), an update taking Batch × Accum rows on each of ranks
+// rows (train.EpochSteps), an update taking Batch × Accum rows on each of ranks
 // ranks, fitting the warm-up to them unless keepWarmup (a warm-up the user
 // set), and validates the result. It returns the steps.
 func (f *FineTuner) SetEpochs(epochs float64, ranks int, keepWarmup bool) (int, error) {

@@ -9,7 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// probe is the plan probe of the fine-tune's step (choosePlan): each
+// probe is the plan probe of the fine-tune's step (train.ChooseStepPlan): each
 // candidate micro-batch runs the step the fine-tune will run, over
 // freshly initialised base weights (quantized, with adapters, or trained
 // in full as the fine-tune says) and synthetic rows of the fine-tune's
@@ -58,7 +58,7 @@ func (k *fineTuneTask) probe() train.StepProbe {
 // rows of T tokens needs: the float32 logits of a microbatch's rows and,
 // unless the base is quantized, the base weights in their dtype. It is
 // computed in float64, so absurd sizes cannot overflow.
-func fineTuneMinMemory(c train.Config, ft FineTuneConfig, T int) float64 {
+func fineTuneMinMemory(c train.Config, ft Config, T int) float64 {
 	m := c.Model
 	need := float64(c.ForwardBatch()) * float64(T) * float64(m.PaddedVocab()) * float64(mlx.Float32.Size())
 	if ft.Quantize == 0 {

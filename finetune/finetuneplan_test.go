@@ -13,9 +13,9 @@ import (
 // quarters of that step's peak a smaller one within the budget, and with
 // a budget below even one row's logits it refuses without running.
 func TestFineTuneProbePlan(t *testing.T) {
-	ft := FineTuneConfig{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
-	f, err := NewFineTuner(fineTuneConfig(3), ft, filepath.Join(t.TempDir(), "run"))
+	f, err := New(fineTuneConfig(3), ft, filepath.Join(t.TempDir(), "run"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestFineTuneProbePlan(t *testing.T) {
 // counted targets of the whole update, whatever its microbatches. The
 // metrics say the plan each update ran under.
 func TestFineTunePlansGiveTheSameUpdates(t *testing.T) {
-	ft := FineTuneConfig{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
+	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
 	runs := map[int][]train.Metrics{}
 	for _, mb := range []int{0, 8, 1} {

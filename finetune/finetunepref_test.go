@@ -69,7 +69,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		method string
 		obj    ObjectiveName
 	}{{MethodLoRA, DPO}, {MethodFull, DPO}, {MethodDoRA, SimPO}, {MethodFull, ORPO}} {
-		ft := FineTuneConfig{Base: base, Method: c.method, Train: trainFile, Valid: valid, Objective: c.obj}
+		ft := Config{Base: base, Method: c.method, Train: trainFile, Valid: valid, Objective: c.obj}
 		if c.method != MethodFull {
 			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn", "mlp"}
 		}
@@ -114,7 +114,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 
 		split := filepath.Join(t.TempDir(), "split")
 		ctx, cancel := context.WithCancel(context.Background())
-		f, err := NewFineTuner(cfg, ft, split)
+		f, err := New(cfg, ft, split)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,18 +165,18 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 // and a checkpoint resumes only under the objective it was trained with.
 func TestPreferenceFineTuneRefusals(t *testing.T) {
 	base := writeBase(t)
-	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
+	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
 		Train: writePairs(t, "train.jsonl", 1, 8), Objective: DPO}
 	cfg := fineTuneConfig(2)
 	cfg.EvalEvery, cfg.Warmup = 0, 1
 	odd := cfg
 	odd.Batch = 3
-	if _, err := NewFineTuner(odd, ft, t.TempDir()); err == nil || !strings.Contains(err.Error(), "even") {
+	if _, err := New(odd, ft, t.TempDir()); err == nil || !strings.Contains(err.Error(), "even") {
 		t.Errorf("odd batch: %v", err)
 	}
 	sft := ft
 	sft.Objective = ""
-	if _, err := NewFineTuner(cfg, sft, t.TempDir()); err == nil || !strings.Contains(err.Error(), "train.jsonl:1") {
+	if _, err := New(cfg, sft, t.TempDir()); err == nil || !strings.Contains(err.Error(), "train.jsonl:1") {
 		t.Errorf("preference records as SFT records: %v, want an error naming train.jsonl:1", err)
 	}
 	dir := filepath.Join(t.TempDir(), "run")
@@ -184,7 +184,7 @@ func TestPreferenceFineTuneRefusals(t *testing.T) {
 	ipo := ft
 	ipo.Objective = IPO
 	cfg.Steps = 4
-	f, err := NewFineTuner(cfg, ipo, dir)
+	f, err := New(cfg, ipo, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPreferenceFineTuneRefusals(t *testing.T) {
 func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 	cfg := fineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery, cfg.LR = 8, 2, 0.5, 2, 1e-3
-	ft := FineTuneConfig{Base: writeBase(t), Method: MethodFull, Objective: DPO,
+	ft := Config{Base: writeBase(t), Method: MethodFull, Objective: DPO,
 		Train: writePairs(t, "train.jsonl", 1, 24), Valid: writePairs(t, "valid.jsonl", 2, 6)}
 	single := filepath.Join(t.TempDir(), "single")
 	runFineTune(t, cfg, ft, single, "")
@@ -263,13 +263,13 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 func TestPreferenceProbe(t *testing.T) {
 	base := writeBase(t)
 	for _, method := range []string{MethodLoRA, MethodFull} {
-		ft := FineTuneConfig{Base: base, Method: method, Objective: DPO, Train: writePairs(t, "train.jsonl", 1, 8)}
+		ft := Config{Base: base, Method: method, Objective: DPO, Train: writePairs(t, "train.jsonl", 1, 8)}
 		if method == MethodLoRA {
 			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn"}
 		}
 		cfg := fineTuneConfig(2)
 		cfg.Warmup = 1
-		f, err := NewFineTuner(cfg, ft, t.TempDir())
+		f, err := New(cfg, ft, t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,7 +9,7 @@ import (
 // saved one, reads a context of 0 as the base's and a group size of 0 as
 // the default, and refuses a key that names no setting.
 func TestResumeConflict(t *testing.T) {
-	saved := FineTuneConfig{Base: "/b", Train: "/t.jsonl", Method: MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"attn"}, Quantize: 4}
+	saved := Config{Base: "/b", Train: "/t.jsonl", Method: MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"attn"}, Quantize: 4}
 	given := saved
 	given.Rank, given.Context, given.QGroupSize = 4, 512, DefaultQuantGroupSize
 	for _, c := range []struct {
@@ -41,11 +41,11 @@ func TestResumeConflict(t *testing.T) {
 func TestFineTuneDefaults(t *testing.T) {
 	base := tinyConfig()
 	base.LR, base.Steps, base.KeepBest = 0.5, 10_000, true
-	c := FineTuneDefaults(base, MethodLoRA)
+	c := Defaults(base, MethodLoRA)
 	if c.Model != base.Model || c.LR != DefaultAdapterLR || c.Steps != 200 || c.KeepBest || c.EvalEvery != 50 {
 		t.Errorf("defaults over the base: %+v", c)
 	}
-	if f := FineTuneDefaults(base, MethodFull); f.LR != DefaultFullLR {
+	if f := Defaults(base, MethodFull); f.LR != DefaultFullLR {
 		t.Errorf("full fine-tune lr %g, want %g", f.LR, DefaultFullLR)
 	}
 	c.Steps = 6

@@ -44,7 +44,7 @@ func (b *ftBuilt) free() {
 // policy is the model the fine-tune trains, through its adapters.
 func (k *fineTuneTask) policy() Policy { return Policy{Model: k.f.Model, Adapter: k.adapter} }
 
-// open loads the base and, when resuming, the checkpoint; starts the
+// Open loads the base and, when resuming, the checkpoint; starts the
 // objective's run; and builds the optimizer, step and state.
 func (k *fineTuneTask) Open(env train.TaskEnv) (train.TaskParts, error) {
 	f, cfg := k.f, env.Config
@@ -239,7 +239,7 @@ func (b ftBuilt) fresh(seed uint64, trainable, frozen []*mlx.Array) ([]*mlx.Arra
 // checkpoint dir, of run state st, for b, checking that it is a fine-tune
 // of this kind.
 func (k *fineTuneTask) loadResumed(b ftBuilt, st train.RunState, dir string) ([]*mlx.Array, []*mlx.Array, error) {
-	saved, err := ReadFineTuneConfig(dir)
+	saved, err := ReadConfig(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("resume: %w", err)
 	}
@@ -293,14 +293,14 @@ func (k *fineTuneTask) loadResumed(b ftBuilt, st train.RunState, dir string) ([]
 	return trainable, optState, nil
 }
 
-// next is the objective's next batch.
+// Next is the objective's next batch.
 func (k *fineTuneTask) Next(int) (step.Batch, error) { return k.run.Next() }
 
-// release appends the feed's state after the batch; the feed reuses its
+// Release appends the feed's state after the batch; the feed reuses its
 // buffers.
 func (k *fineTuneTask) Release(b []byte) []byte { return k.run.AppendState(b) }
 
-// objectiveMetrics are the objective run's own metrics since the last
+// TaskMetrics are the objective run's own metrics since the last
 // log line (ObjectiveMetrics), nil when it measures none.
 func (k *fineTuneTask) TaskMetrics() map[string]float64 {
 	if om, ok := k.run.(ObjectiveMetrics); ok {
@@ -309,10 +309,10 @@ func (k *fineTuneTask) TaskMetrics() map[string]float64 {
 	return nil
 }
 
-// evaluates says whether there are held-out records.
+// Evaluates says whether there are held-out records.
 func (k *fineTuneTask) Evaluates() bool { return k.f.Valid != nil }
 
-// evaluate runs the objective's held-out evaluation into m.
+// Evaluate runs the objective's held-out evaluation into m.
 func (k *fineTuneTask) Evaluate(m *train.Metrics) (float64, error) {
 	v, err := k.run.Evaluate(k.state.Params(), k.state.Frozen())
 	if err != nil {
@@ -322,7 +322,7 @@ func (k *fineTuneTask) Evaluate(m *train.Metrics) (float64, error) {
 	return v.Loss, nil
 }
 
-// save writes the trainable arrays (adapters alone, or the whole model),
+// Save writes the trainable arrays (adapters alone, or the whole model),
 // the optimizer state, the run state and finetune.json.
 func (k *fineTuneTask) Save(root string, rs train.RunState) (string, error) {
 	st := k.state
@@ -338,7 +338,7 @@ func (k *fineTuneTask) Save(root string, rs train.RunState) (string, error) {
 	return train.SaveCheckpoint(root, rs, names, params, k.opt.StateNames(), st.OptState(), extra...)
 }
 
-// close releases what open built.
+// Close releases what open built.
 func (k *fineTuneTask) Close() {
 	if k.run != nil {
 		k.run.Close()

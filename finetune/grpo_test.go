@@ -54,13 +54,13 @@ func grpoBase(t testing.TB) string {
 
 // runGRPO fine-tunes with the GRPO objective of g plus the vowel reward
 // into dir, resuming from resume when set.
-func runGRPO(t testing.TB, cfg train.Config, ft FineTuneConfig, g GRPO, dir, resume string, extra ...rl.Weighted) (train.Summary, error) {
+func runGRPO(t testing.TB, cfg train.Config, ft Config, g GRPO, dir, resume string, extra ...rl.Weighted) (train.Summary, error) {
 	t.Helper()
 	obj, err := NewGRPOObjective(g, append([]rl.Weighted{vowelReward()}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewObjectiveFineTuner(cfg, ft, obj, dir)
+	f, err := NewWithObjective(cfg, ft, obj, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,13 +69,13 @@ func runGRPO(t testing.TB, cfg train.Config, ft FineTuneConfig, g GRPO, dir, res
 
 // runGRPOUntil runs as runGRPO does from the start, cancelling the run
 // once it has logged step stop.
-func runGRPOUntil(t testing.TB, cfg train.Config, ft FineTuneConfig, g GRPO, dir string, stop int) (train.Summary, error) {
+func runGRPOUntil(t testing.TB, cfg train.Config, ft Config, g GRPO, dir string, stop int) (train.Summary, error) {
 	t.Helper()
 	obj, err := NewGRPOObjective(g, vowelReward())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewObjectiveFineTuner(cfg, ft, obj, dir)
+	f, err := NewWithObjective(cfg, ft, obj, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestGRPOFineTuneResumesExactly(t *testing.T) {
 	trainFile, valid := writePrompts(t, "train.jsonl", 12), writePrompts(t, "valid.jsonl", 3)
 	for _, method := range []string{MethodLoRA, MethodFull} {
 		t.Run(method, func(t *testing.T) {
-			ft := FineTuneConfig{Base: base, Method: method, Train: trainFile, Valid: valid}
+			ft := Config{Base: base, Method: method, Train: trainFile, Valid: valid}
 			g := grpoSettings()
 			if method == MethodFull {
 				g.Beta = 0.05
@@ -182,7 +182,7 @@ func TestGRPOFineTuneResumesExactly(t *testing.T) {
 // float32 rounding and nothing is clipped.
 func TestGRPOIterationsRatioOne(t *testing.T) {
 	base := grpoBase(t)
-	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
+	ft := Config{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
 	g := grpoSettings()
 	g.Iterations = 2
 	cfg := fineTuneConfig(4)
@@ -210,7 +210,7 @@ func TestGRPOIterationsRatioOne(t *testing.T) {
 // of the updates done, which a resume continues from.
 func TestGRPOFailingRewardCheckpoints(t *testing.T) {
 	base := grpoBase(t)
-	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
+	ft := Config{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
 	cfg := fineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.EvalEvery = 8, 1, 0
 	var calls atomic.Int64
@@ -233,18 +233,18 @@ func TestGRPOFailingRewardCheckpoints(t *testing.T) {
 // Settings GRPO cannot train with are refused before anything runs.
 func TestGRPOSettingsRefused(t *testing.T) {
 	for _, c := range []struct {
-		ft   FineTuneConfig
+		ft   Config
 		want string
 	}{
-		{FineTuneConfig{GroupSize: 1}, "group size 1"},
-		{FineTuneConfig{LossType: "ppo"}, `loss type "ppo"`},
-		{FineTuneConfig{ScaleRewards: "rank"}, `advantage scale "rank"`},
-		{FineTuneConfig{Epsilon: 1.5}, "epsilon 1.5"},
-		{FineTuneConfig{Reward: "exact:x"}, `weight "x"`},
-		{FineTuneConfig{AnswerPattern: "(("}, "answer pattern"},
-		{FineTuneConfig{Iterations: -1}, "iterations -1"},
-		{FineTuneConfig{Beta: -1}, "beta -1"},
-		{FineTuneConfig{Pack: true}, "packing"},
+		{Config{GroupSize: 1}, "group size 1"},
+		{Config{LossType: "ppo"}, `loss type "ppo"`},
+		{Config{ScaleRewards: "rank"}, `advantage scale "rank"`},
+		{Config{Epsilon: 1.5}, "epsilon 1.5"},
+		{Config{Reward: "exact:x"}, `weight "x"`},
+		{Config{AnswerPattern: "(("}, "answer pattern"},
+		{Config{Iterations: -1}, "iterations -1"},
+		{Config{Beta: -1}, "beta -1"},
+		{Config{Pack: true}, "packing"},
 	} {
 		c.ft.Objective = GRPOName
 		_, err := NewObjective(c.ft)
@@ -252,7 +252,7 @@ func TestGRPOSettingsRefused(t *testing.T) {
 			t.Errorf("%+v: error %v, want one naming %q", c.ft, err, c.want)
 		}
 	}
-	o, err := NewObjective(FineTuneConfig{Objective: GRPOName})
+	o, err := NewObjective(Config{Objective: GRPOName})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ import (
 // (Start). The loop, the plan, checkpoints, hooks and data parallelism
 // are the FineTuner's and the same for every objective. The built-in
 // objectives are found by name (NewObjective, ObjectiveNames); another
-// one is passed to NewObjectiveFineTuner.
+// one is passed to NewWithObjective.
 //
 // An online objective fits the same shape: its Rows are prompts, its
 // run's Next generates the answers with the current arrays

@@ -27,7 +27,7 @@ const GRPOName ObjectiveName = "grpo"
 type GRPO struct {
 	// Rollout is how completions are drawn: GroupSize per prompt (8), at
 	// most MaxCompletion tokens each (256), at Temperature (1), TopP (1:
-	// off) and TopK (0: off). Its Seed is the run's (Config.Seed).
+	// off) and TopK (0: off). Its Seed is the run's (train.Config.Seed).
 	Rollout rl.RolloutOptions
 	// Reward is the weighted sum of built-in rewards, "name[:weight],…"
 	// (rl.ParseRewards; a fine-tune's default is "exact"); RewardCmd, when set, adds a
@@ -61,7 +61,7 @@ type GRPO struct {
 
 // GRPOFrom reads a fine-tune's GRPO settings, each unset one at its
 // default, and checks them.
-func GRPOFrom(ft FineTuneConfig) (GRPO, error) {
+func GRPOFrom(ft Config) (GRPO, error) {
 	g := GRPO{
 		Rollout: rl.RolloutOptions{GroupSize: ft.GroupSize, MaxCompletion: ft.MaxCompletion,
 			Temperature: ft.Temperature, TopP: ft.TopP, TopK: ft.TopK},
@@ -79,7 +79,7 @@ func GRPOFrom(ft FineTuneConfig) (GRPO, error) {
 
 // recordIn writes o's settings into ft's GRPO fields (and Beta), the
 // inverse of GRPOFrom.
-func (o *GRPOObjective) recordIn(ft *FineTuneConfig) {
+func (o *GRPOObjective) recordIn(ft *Config) {
 	g, r := o.GRPO, o.GRPO.Rollout
 	ft.GroupSize, ft.MaxCompletion, ft.Temperature, ft.TopP, ft.TopK = r.GroupSize, r.MaxCompletion, r.Temperature, r.TopP, r.TopK
 	ft.Reward, ft.RewardCmd, ft.RewardTimeout = g.Reward, g.RewardCmd, g.RewardTimeout.Seconds()
@@ -237,7 +237,7 @@ func NewGRPOObjective(g GRPO, extra ...rl.Weighted) (*GRPOObjective, error) {
 }
 
 // newGRPOObjective is the registry's builder of GRPO.
-func newGRPOObjective(ft FineTuneConfig) (Objective, error) {
+func newGRPOObjective(ft Config) (Objective, error) {
 	if ft.Pack {
 		return nil, fmt.Errorf("objective grpo with packing: each completion is a row of its own; leave pack out")
 	}

@@ -24,7 +24,7 @@ type PreferenceObjective struct {
 }
 
 // newPreferenceObjective is the registry's builder of the DPO family.
-func newPreferenceObjective(ft FineTuneConfig) (Objective, error) {
+func newPreferenceObjective(ft Config) (Objective, error) {
 	p := Preference{Objective: ft.Objective, Beta: ft.Beta, Lambda: ft.Lambda, Gamma: ft.Gamma}.WithDefaults()
 	if err := p.Validate(); err != nil {
 		return nil, err

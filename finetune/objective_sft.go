@@ -14,7 +14,7 @@ import (
 // records, the mean over the counted targets of each whole update. With
 // Pack the training rows hold several examples each, every one attending
 // only within itself (PackedInputs); held-out rows hold one example each.
-// Its held-out evaluation is the loss over the first Config.EvalTokens
+// Its held-out evaluation is the loss over the first train.Config.EvalTokens
 // positions of the held-out rows.
 type SupervisedObjective struct {
 	Pack bool
@@ -22,7 +22,7 @@ type SupervisedObjective struct {
 
 // newSupervisedObjective is the registry's builder of SFT, which takes
 // no hyperparameters.
-func newSupervisedObjective(ft FineTuneConfig) (Objective, error) {
+func newSupervisedObjective(ft Config) (Objective, error) {
 	if ft.Beta != 0 || ft.Lambda != 0 || ft.Gamma != 0 {
 		return nil, fmt.Errorf("beta %g, orpo_lambda %g, simpo_gamma %g with objective sft: they shape preference objectives only", ft.Beta, ft.Lambda, ft.Gamma)
 	}
@@ -89,7 +89,7 @@ type supervisedRun struct {
 }
 
 // Evaluate is the loss over the counted targets of the first
-// Config.EvalTokens positions of the held-out rows.
+// train.Config.EvalTokens positions of the held-out rows.
 func (r *supervisedRun) Evaluate(trainable, frozen []*mlx.Array) (Eval, error) {
 	params := append(append([]*mlx.Array{}, trainable...), frozen...)
 	v, err := train.EvaluateRows(r.eval, params, r.valid, r.cfg.Batch, r.cfg.EvalTokens)

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// ObjectiveName names a built-in objective (FineTuneConfig.Objective).
+// ObjectiveName names a built-in objective (Config.Objective).
 type ObjectiveName string
 
 // The built-in objectives.
@@ -33,12 +33,12 @@ const (
 
 // objectiveBuilders is the registry of built-in objectives: each builds
 // its Objective from a fine-tune's settings, refusing the settings it
-// cannot train with. Flags, FineTuneConfig.Validate and resume find an
+// cannot train with. Flags, Config.Validate and resume find an
 // objective here by name. To add one, implement Objective in a file of
 // its own and add its name and builder here.
 var objectiveBuilders = []struct {
 	name  ObjectiveName
-	build func(FineTuneConfig) (Objective, error)
+	build func(Config) (Objective, error)
 }{
 	{SFT, newSupervisedObjective},
 	{DPO, newPreferenceObjective},
@@ -70,7 +70,7 @@ func objectiveList() string {
 // with ft's hyperparameters, their unset ones at the objective's
 // defaults; it refuses an unknown name and settings the objective cannot
 // train with.
-func NewObjective(ft FineTuneConfig) (Objective, error) {
+func NewObjective(ft Config) (Objective, error) {
 	name := ft.Objective
 	if name == "" {
 		name = SFT
@@ -86,7 +86,7 @@ func NewObjective(ft FineTuneConfig) (Objective, error) {
 // sameObjective refuses to resume a fine-tune that saved settings saved
 // with objective o: a built-in objective must be built from them equal
 // to o (the same hyperparameters), another one have o's name.
-func sameObjective(saved FineTuneConfig, o Objective) error {
+func sameObjective(saved Config, o Objective) error {
 	name := saved.Objective
 	if name == "" {
 		name = SFT
@@ -113,10 +113,10 @@ func sameObjective(saved FineTuneConfig, o Objective) error {
 }
 
 // configRecorder is an objective whose settings have fields of their own
-// in FineTuneConfig: recordIn writes them there, so that the run folder's
+// in Config: recordIn writes them there, so that the run folder's
 // finetune.json holds the settings the objective trains with (defaults
 // and a library caller's settings included) and a resume compares them.
-type configRecorder interface{ recordIn(ft *FineTuneConfig) }
+type configRecorder interface{ recordIn(ft *Config) }
 
 // objectiveSettings is what two objectives of one name must share to
 // train alike: Settings() of an objective that holds state beside its

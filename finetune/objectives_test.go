@@ -15,35 +15,35 @@ import (
 // resumes, another hyperparameter or objective does not.
 func TestObjectiveRegistry(t *testing.T) {
 	for _, name := range ObjectiveNames() {
-		o, err := NewObjective(FineTuneConfig{Objective: name})
+		o, err := NewObjective(Config{Objective: name})
 		if err != nil || o.Name() != string(name) {
 			t.Errorf("%s: built %v (%v)", name, o, err)
 		}
 	}
-	if o, err := NewObjective(FineTuneConfig{}); err != nil || o.Name() != "sft" {
+	if o, err := NewObjective(Config{}); err != nil || o.Name() != "sft" {
 		t.Errorf("no objective: %v (%v), want sft", o, err)
 	}
-	if _, err := NewObjective(FineTuneConfig{Objective: "kto"}); err == nil || !strings.Contains(err.Error(), `"kto"`) || !strings.Contains(err.Error(), "simpo") {
+	if _, err := NewObjective(Config{Objective: "kto"}); err == nil || !strings.Contains(err.Error(), `"kto"`) || !strings.Contains(err.Error(), "simpo") {
 		t.Errorf("unknown objective: %v", err)
 	}
-	dpo, err := NewObjective(FineTuneConfig{Objective: DPO})
+	dpo, err := NewObjective(Config{Objective: DPO})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sameObjective(FineTuneConfig{Objective: DPO, Beta: 0.1}, dpo); err != nil {
+	if err := sameObjective(Config{Objective: DPO, Beta: 0.1}, dpo); err != nil {
 		t.Errorf("DPO with its default β spelled out: %v", err)
 	}
-	for _, saved := range []FineTuneConfig{{Objective: DPO, Beta: 0.2}, {Objective: IPO}, {}} {
+	for _, saved := range []Config{{Objective: DPO, Beta: 0.2}, {Objective: IPO}, {}} {
 		if err := sameObjective(saved, dpo); err == nil {
 			t.Errorf("resuming %+v as DPO β 0.1 accepted", saved)
 		}
 	}
 	// Another objective under a built-in name is not the built-in one; under
 	// its own name, the name is what a checkpoint records of it.
-	if err := sameObjective(FineTuneConfig{Objective: SFT}, renamed{SupervisedObjective{}, "sft"}); err == nil {
+	if err := sameObjective(Config{Objective: SFT}, renamed{SupervisedObjective{}, "sft"}); err == nil {
 		t.Error("another objective under the name sft resumed an SFT checkpoint")
 	}
-	if err := sameObjective(FineTuneConfig{Objective: "mine"}, renamed{SupervisedObjective{}, "mine"}); err != nil {
+	if err := sameObjective(Config{Objective: "mine"}, renamed{SupervisedObjective{}, "mine"}); err != nil {
 		t.Errorf("an objective of its own name: %v", err)
 	}
 }

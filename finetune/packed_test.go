@@ -122,7 +122,7 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 // cosine schedule traces once and learns.
 func TestPackedFineTuneTracesOnceAndLearns(t *testing.T) {
 	base := writeBase(t)
-	ft := FineTuneConfig{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"all"},
+	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"all"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10),
 		MaskPrompt: true, Pack: true}
 	cfg := fineTuneConfig(6)

@@ -239,7 +239,7 @@ func TestPreferenceGradientMatchesFiniteDifferences(t *testing.T) {
 // hyperparameters of another objective or out of range, packing with
 // pairs; unset ones take the objective's defaults.
 func TestFineTuneObjectiveConfig(t *testing.T) {
-	ok := FineTuneConfig{Base: "b", Train: "t.jsonl", Method: MethodFull}
+	ok := Config{Base: "b", Train: "t.jsonl", Method: MethodFull}
 	for _, c := range []struct {
 		obj                 ObjectiveName
 		beta, lambda, gamma float64
@@ -267,10 +267,10 @@ func TestFineTuneObjectiveConfig(t *testing.T) {
 			t.Errorf("%s β %g λ %g γ %g pack %v: %v, want %q", c.obj, c.beta, c.lambda, c.gamma, c.pack, err, c.want)
 		}
 	}
-	if p := (FineTuneConfig{Objective: SimPO, Beta: 3}).Preference(); p.Beta != 3 || p.Gamma != 1 {
+	if p := (Config{Objective: SimPO, Beta: 3}).Preference(); p.Beta != 3 || p.Gamma != 1 {
 		t.Errorf("SimPO with β 3: %+v, want β 3 and the default γ 1", p)
 	}
-	if p := (FineTuneConfig{Objective: DPO}).Preference(); p.Beta != 0.1 || !p.NeedsReference() {
+	if p := (Config{Objective: DPO}).Preference(); p.Beta != 0.1 || !p.NeedsReference() {
 		t.Errorf("DPO defaults: %+v, want β 0.1 and a reference", p)
 	}
 }

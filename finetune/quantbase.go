@@ -19,11 +19,11 @@ import (
 // fine-tune or a resumed pretraining run refuses it.
 
 // orderBase picks a fine-tune's base out of a checkpoint's arrays: the
-// float parameters in m's order (orderParams) and nil, or for a quantized
+// float parameters in m's order (train.OrderParams) and nil, or for a quantized
 // model its layout and frozen list (peft.QuantizedFromNamed), which
 // adapters train over. A full fine-tune, or --quantize, over a quantized
 // base is refused by name. The arrays are named's own.
-func orderBase(file string, named map[string]*mlx.Array, m *model.TinyGPT, ft FineTuneConfig) ([]*mlx.Array, *peft.Quantized, error) {
+func orderBase(file string, named map[string]*mlx.Array, m *model.TinyGPT, ft Config) ([]*mlx.Array, *peft.Quantized, error) {
 	q, frozen, err := peft.QuantizedFromNamed(file, m.Specs, named)
 	if err != nil {
 		return nil, nil, err

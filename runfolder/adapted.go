@@ -18,7 +18,7 @@ import (
 type Adapted struct {
 	Dir      string // the fine-tune checkpoint
 	State    train.RunState
-	FineTune finetune.FineTuneConfig
+	FineTune finetune.Config
 	Model    *model.TinyGPT
 	Adapter  *peft.Adapter // nil for a full fine-tune
 	// Base and Adapters are the arrays loaded; Params the effective
@@ -48,7 +48,7 @@ func loadAdapted(path, base string) (_ *Adapted, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ft, err := finetune.ReadFineTuneConfig(dir)
+	ft, err := finetune.ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ func TestFusedCheckpointMatchesBasePlusAdapters(t *testing.T) {
 	base := writeBase(t)
 	trainFile := writeCompletions(t, "train.jsonl", 0, 20)
 	for _, method := range []string{finetune.MethodLoRA, finetune.MethodDoRA} {
-		ft := finetune.FineTuneConfig{Base: base, Method: method, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, MaskPrompt: true}
+		ft := finetune.Config{Base: base, Method: method, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, MaskPrompt: true}
 		cfg := fineTuneConfig(3)
 		cfg.EvalEvery = 0
 		sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), method), "")

@@ -42,7 +42,7 @@ type EvalOptions struct {
 	// TokenCache is the token cache directory; "" for the default.
 	TokenCache string
 	// Tokenizers builds the checkpoint's tokenizer when its config names
-	// one package data does not know (HFTokenizer); nil for
+	// one package data does not know (train.HFTokenizer); nil for
 	// data.NewTokenizer.
 	Tokenizers train.TokenizerOpener
 }
@@ -70,8 +70,8 @@ func (c CheckpointEval) ZLossTerm() float64 { return c.ZLoss * c.LSESquared }
 // EvaluateCheckpoint measures the cross-entropy of a checkpoint, path being
 // a run folder or a checkpoint directory (checkpoint.Resolve), on a split of
 // its run's corpus or of another corpus. By default it evaluates every
-// token of the split once (EvaluateView); with opts.EvalTokens it draws
-// random windows as training's evaluations do (Evaluator).
+// token of the split once (train.EvaluateView); with opts.EvalTokens it draws
+// random windows as training's evaluations do (train.Evaluator).
 func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	var out CheckpointEval
 	if opts.Batch < 0 || opts.EvalTokens < 0 {

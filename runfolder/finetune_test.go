@@ -13,7 +13,7 @@ import (
 // ordinary checkpoints: sample and eval open them as they are.
 func TestFullFineTuneWritesOrdinaryCheckpoint(t *testing.T) {
 	base := writeBase(t)
-	ft := finetune.FineTuneConfig{Base: base, Method: finetune.MethodFull,
+	ft := finetune.Config{Base: base, Method: finetune.MethodFull,
 		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
 	cfg := fineTuneConfig(3)
 	cfg.LR = 1e-3

@@ -15,7 +15,7 @@ import (
 // adapter (a fine-tune's run folder or checkpoint), the fine-tune's model
 // with path, when not empty, as its base (LoadAdapted). The Model has
 // the run's tokenizer, the chat template and end tokens of the tokenizer
-// files an imported run keeps (TokenizerDir; generate.EndTokens), and
+// files an imported run keeps (train.TokenizerDir; generate.EndTokens), and
 // lives on device. The caller closes it.
 func OpenGenerator(path, adapter, device string, open train.TokenizerOpener) (*generate.Model, error) {
 	var out *generate.Model

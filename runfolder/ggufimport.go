@@ -15,7 +15,7 @@ import (
 // folder: base's training settings, the file's model, no optimizer state,
 // and in out/hf-tokenizer the tokenizer files made from the file's
 // metadata (tokenizer.json, tokenizer_config.json with the chat template,
-// generation_config.json). A run whose tokenizer is HFTokenizer needs
+// generation_config.json). A run whose tokenizer is train.HFTokenizer needs
 // them; with another tokenizer a file whose tokenizer cannot be made is
 // still imported. out must not exist or be empty. It returns the
 // checkpoint directory and the model's family.

@@ -89,9 +89,9 @@ func fineTuneConfig(steps int) train.Config {
 	return cfg
 }
 
-func runFineTune(t testing.TB, cfg train.Config, ft finetune.FineTuneConfig, dir, resume string) train.Summary {
+func runFineTune(t testing.TB, cfg train.Config, ft finetune.Config, dir, resume string) train.Summary {
 	t.Helper()
-	f, err := finetune.NewFineTuner(cfg, ft, dir)
+	f, err := finetune.New(cfg, ft, dir)
 	if err != nil {
 		t.Fatal(err)
 	}

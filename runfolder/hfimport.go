@@ -75,7 +75,7 @@ func ImportHF(src, out string, base train.Config, opts ImportOptions) (dir, fami
 
 // importModel writes loaded as the step-0 checkpoint of the run folder
 // out, with base's training settings and no optimizer state, and when
-// hasTokenizer, calls writeTokenizer to fill out's TokenizerDir.
+// hasTokenizer, calls writeTokenizer to fill out's train.TokenizerDir.
 func importModel(loaded *hf.Model, out string, base train.Config, opts ImportOptions, writeTokenizer func(dir string) error, hasTokenizer bool) (string, error) {
 	cfg := base
 	cfg.Model = loaded.Model.Config

@@ -194,7 +194,7 @@ func TestImportOfMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 // the float fuse and the quantized base exported as it was imported.
 func TestExportOfQuantizedRunLoadsInMLXLM(t *testing.T) {
 	_, quant, ck := quantizedRun(t, quantTied, 64, 4)
-	ft := finetune.FineTuneConfig{Base: ck, Method: finetune.MethodLoRA, Rank: 4, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: ck, Method: finetune.MethodLoRA, Rank: 4, Alpha: 16, Targets: []string{"all"},
 		Train: writeCompletions(t, "train.jsonl", 0, 16), MaskPrompt: true}
 	cfg := fineTuneConfig(3)
 	cfg.Accum, cfg.EvalEvery = 1, 0

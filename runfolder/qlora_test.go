@@ -17,12 +17,12 @@ import (
 
 // qloraConfig is the fine-tune of TestFineTuneLoRATracesOnceLearnsAndResumesExactly
 // over a base quantized to bits in groups of 32.
-func qloraConfig(t testing.TB, base string, bits int) finetune.FineTuneConfig {
+func qloraConfig(t testing.TB, base string, bits int) finetune.Config {
 	gs := 32
 	if bits == 0 {
 		gs = 0
 	}
-	return finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+	return finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
 		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10),
 		MaskPrompt: true, Quantize: bits, QGroupSize: gs}
 }
@@ -111,7 +111,7 @@ func TestQLoRAFineTune(t *testing.T) {
 }
 
 func TestFullFineTuneRefusesQuantizedBase(t *testing.T) {
-	ft := finetune.FineTuneConfig{Base: "b", Method: finetune.MethodFull, Train: "t.jsonl", Quantize: 4}
+	ft := finetune.Config{Base: "b", Method: finetune.MethodFull, Train: "t.jsonl", Quantize: 4}
 	err := ft.Validate()
 	if err == nil || !strings.Contains(err.Error(), "quantize 4") || !strings.Contains(err.Error(), "full fine-tune") {
 		t.Errorf("full fine-tune with quantize 4: error %v", err)

@@ -57,13 +57,13 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	cfg := fineTuneConfig(3)
 	cfg.Accum, cfg.EvalEvery = 1, 0
 	for _, c := range []struct {
-		ft   finetune.FineTuneConfig
+		ft   finetune.Config
 		want string
 	}{
-		{finetune.FineTuneConfig{Base: base, Method: finetune.MethodFull, Train: trainFile}, "a full fine-tune trains every weight"},
-		{finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, Quantize: 4}, "quantized already"},
+		{finetune.Config{Base: base, Method: finetune.MethodFull, Train: trainFile}, "a full fine-tune trains every weight"},
+		{finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, Quantize: 4}, "quantized already"},
 	} {
-		f, err := finetune.NewFineTuner(cfg, c.ft, filepath.Join(t.TempDir(), "ft"))
+		f, err := finetune.New(cfg, c.ft, filepath.Join(t.TempDir(), "ft"))
 		if err == nil {
 			_, err = f.Run(context.Background(), "")
 		}
@@ -83,7 +83,7 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	if _, err := ck.OrderedParams(m); err == nil || !strings.Contains(err.Error(), "quantized model") {
 		t.Errorf("the whole-model parameters of a quantized checkpoint: %v, want a refusal naming it", err)
 	}
-	sum := runFineTune(t, cfg, finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile}, filepath.Join(t.TempDir(), "lora"), "")
+	sum := runFineTune(t, cfg, finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile}, filepath.Join(t.TempDir(), "lora"), "")
 	if sum.Traces != 1 || !(sum.Loss < sum.FirstLoss) {
 		t.Errorf("LoRA over the quantized base: %d traces, loss %.4f -> %.4f; want one trace and a lower loss", sum.Traces, sum.FirstLoss, sum.Loss)
 	}

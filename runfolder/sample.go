@@ -29,7 +29,7 @@ type SampleOptions struct {
 	// "<|im_start|>") as plain text instead of as their ids.
 	SpecialsAsText bool
 	// Tokenizers builds the checkpoint's tokenizer when its config names
-	// one package data does not know (HFTokenizer); nil for
+	// one package data does not know (train.HFTokenizer); nil for
 	// data.NewTokenizer. Generate does not use it.
 	Tokenizers train.TokenizerOpener
 	// Timing, when not nil, receives the generation's prompt and

@@ -25,7 +25,7 @@ type pretrainTask struct {
 	sophia   *SophiaEstimator  // nil unless the optimizer is sophia
 }
 
-// open builds the setup (fresh or resumed), the refreshers, the evaluator
+// Open builds the setup (fresh or resumed), the refreshers, the evaluator
 // and the prefetched, sharded stream of windows.
 func (p *pretrainTask) Open(env TaskEnv) (TaskParts, error) {
 	t, cfg := p.t, env.Config
@@ -101,7 +101,7 @@ func (p *pretrainTask) openWindows(env TaskEnv) error {
 	return err
 }
 
-// next takes the next prefetched batch, refreshing GaLore's projections
+// Next takes the next prefetched batch, refreshing GaLore's projections
 // and Sophia's Hessian estimate on it when due.
 func (p *pretrainTask) Next(update int) (step.Batch, error) {
 	batch, err := p.prefetch.Next()
@@ -125,7 +125,7 @@ func (p *pretrainTask) Next(update int) (step.Batch, error) {
 	return step.BatchOf(batch), nil
 }
 
-// release appends the sampler state after the batch and hands the batch
+// Release appends the sampler state after the batch and hands the batch
 // back to the prefetcher.
 func (p *pretrainTask) Release(b []byte) []byte {
 	if p.batch == nil {
@@ -137,15 +137,15 @@ func (p *pretrainTask) Release(b []byte) []byte {
 	return b
 }
 
-// evaluates is true: the corpus always has validation windows.
+// Evaluates is true: the corpus always has validation windows.
 func (p *pretrainTask) Evaluates() bool { return true }
 
-// evaluate measures the held-out loss on the validation windows.
+// Evaluate measures the held-out loss on the validation windows.
 func (p *pretrainTask) Evaluate(m *Metrics) (float64, error) {
 	return p.eval.record(p.setup.State.Params(), p.cfg.Model.ZLoss, m)
 }
 
-// save writes a whole checkpoint: the model and the optimizer state.
+// Save writes a whole checkpoint: the model and the optimizer state.
 func (p *pretrainTask) Save(root string, rs RunState) (string, error) {
 	specs := p.t.Model.Specs
 	names := make([]string, len(specs))
@@ -156,7 +156,7 @@ func (p *pretrainTask) Save(root string, rs RunState) (string, error) {
 	return SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
 }
 
-// close releases what open built.
+// Close releases what open built.
 func (p *pretrainTask) Close() {
 	if p.prefetch != nil {
 		p.prefetch.Stop()

@@ -30,8 +30,8 @@ type finetuneBench struct {
 // and their ratios.
 func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options, fb finetuneBench, compare, asJSON bool, rounds int) error {
 	for _, m := range fb.methods {
-		if !slices.Contains(finetune.FineTuneMethods(), m) {
-			return usageError("invalid --finetune %s: want methods among %s", m, strings.Join(finetune.FineTuneMethods(), ", "))
+		if !slices.Contains(finetune.Methods(), m) {
+			return usageError("invalid --finetune %s: want methods among %s", m, strings.Join(finetune.Methods(), ", "))
 		}
 	}
 	compiles := []bool{cfg.Compile}

@@ -214,7 +214,7 @@ func TestFinetuneContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ft, err := finetune.ReadFineTuneConfig(ck); err != nil || ft.Context != 24 {
+	if ft, err := finetune.ReadConfig(ck); err != nil || ft.Context != 24 {
 		t.Errorf("finetune.json context %d (%v), want 24", ft.Context, err)
 	}
 	r = mustRun(t, append(start, "--resume", out, "--steps", "4")...)

@@ -163,7 +163,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).
 // finetunePlan is a validated finetune command.
 type finetunePlan struct {
 	cfg        train.Config
-	ft         finetune.FineTuneConfig
+	ft         finetune.Config
 	out        string
 	checkpoint string // resumed checkpoint, or ""
 }
@@ -194,7 +194,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
-		if p.ft, err = finetune.ReadFineTuneConfig(dir); err != nil {
+		if p.ft, err = finetune.ReadConfig(dir); err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
 		if err := checkFinetuneResume(flags, opts, p.ft, dir, st.Config.Model.Context); err != nil {
@@ -238,7 +238,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 				return p, usageError("invalid --quantize %d: the base %s is quantized already (%s); leave --quantize out to train the adapters over it as it is", opts.quantize, opts.from, quant)
 			}
 		}
-		p.ft = finetune.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
+		p.ft = finetune.Config{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
 			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
 		if opts.objective != string(finetune.SFT) {
@@ -266,7 +266,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
 		}
 		p.ft.Context = opts.context
-		base = finetune.FineTuneDefaults(st.Config, opts.method)
+		base = finetune.Defaults(st.Config, opts.method)
 		if opts.out == "" {
 			opts.out = filepath.Join("runs", "finetune")
 		}
@@ -321,7 +321,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	out := rankOutput(group, cmd.OutOrStdout())
 	p.ft.Tokenizers = openTokenizer
 	p.cfg.PlanCache = train.PlanCacheFolder(opts.planCache)
-	f, err := finetune.NewFineTuner(p.cfg, p.ft, p.out)
+	f, err := finetune.New(p.cfg, p.ft, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -410,7 +410,7 @@ func setEpochSteps(f *finetune.FineTuner, epochs float64, ov *overrides, ranks i
 
 // describeObjective is the header line of a preference fine-tune: the
 // objective, its hyperparameters and where its reference comes from.
-func describeObjective(ft finetune.FineTuneConfig) string {
+func describeObjective(ft finetune.Config) string {
 	p := ft.Preference()
 	line := "objective: " + string(p.Objective)
 	switch p.Objective {

@@ -82,7 +82,7 @@ func addGRPOFlags(fs *pflag.FlagSet, o *grpoOptions) {
 }
 
 // set copies the grpo flags into ft.
-func (o grpoOptions) set(ft *finetune.FineTuneConfig) {
+func (o grpoOptions) set(ft *finetune.Config) {
 	ft.GroupSize, ft.MaxCompletion, ft.Temperature, ft.TopP, ft.TopK = o.groupSize, o.maxCompletion, o.temperature, o.topP, o.topK
 	ft.Reward, ft.RewardCmd, ft.RewardTimeout = o.reward, o.rewardCmd, o.rewardTimeout
 	ft.AnswerField, ft.AnswerPattern, ft.FormatPattern = o.answerField, o.answerPattern, o.formatPattern
@@ -104,7 +104,7 @@ func checkGRPOFlags(fs *pflag.FlagSet, objective string) error {
 }
 
 // describeGRPO is the header line of a GRPO fine-tune.
-func describeGRPO(ft finetune.FineTuneConfig) string {
+func describeGRPO(ft finetune.Config) string {
 	g, err := finetune.GRPOFrom(ft)
 	if err != nil {
 		return "objective: grpo (" + err.Error() + ")"

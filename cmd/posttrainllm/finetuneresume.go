@@ -16,11 +16,11 @@ import (
 // names the first flag that differs (train.FineTuneConfig.ResumeConflict
 // decides). baseContext is the base model's context, what a fine-tune
 // without --context trained on.
-func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved finetune.FineTuneConfig, dir string, baseContext int) error {
+func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved finetune.Config, dir string, baseContext int) error {
 	if flags.Changed("epochs") {
 		return usageError("--epochs with --resume: a resumed fine-tune keeps its steps; pass --steps N to run to step N")
 	}
-	given := finetune.FineTuneConfig{Base: resolvedCheckpoint(opts.from), Train: absPath(opts.data), Valid: absPath(opts.valid),
+	given := finetune.Config{Base: resolvedCheckpoint(opts.from), Train: absPath(opts.data), Valid: absPath(opts.valid),
 		Method: opts.method, Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt,
 		Pack: opts.pack, Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 		Objective: finetune.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}

@@ -44,7 +44,7 @@ fine-tunes read, and a full fine-tune refuses.`,
 			if err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}
-			if _, err := finetune.ReadFineTuneConfig(dir); err != nil {
+			if _, err := finetune.ReadConfig(dir); err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}
 			if err := fuseOpts.Validate(); err != nil {

@@ -35,7 +35,7 @@ func (s generationSource) check(command string) error {
 		if err != nil {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}
-		if _, err := finetune.ReadFineTuneConfig(dir); err != nil {
+		if _, err := finetune.ReadConfig(dir); err != nil {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}
 	}

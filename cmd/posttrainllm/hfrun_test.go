@@ -122,8 +122,8 @@ func TestImportedRunUsesTokenizerJSON(t *testing.T) {
 
 	// finetune --from renders its records with the tokenizer.json.
 	records := writeRecords(t, tmp, "train.jsonl", 12)
-	ft := finetune.FineTuneConfig{Base: run, Method: finetune.MethodFull, Train: records, MaskPrompt: true, Tokenizers: openTokenizer}
-	f, err := finetune.NewFineTuner(st.Config, ft, filepath.Join(tmp, "unused"))
+	ft := finetune.Config{Base: run, Method: finetune.MethodFull, Train: records, MaskPrompt: true, Tokenizers: openTokenizer}
+	f, err := finetune.New(st.Config, ft, filepath.Join(tmp, "unused"))
 	if err != nil {
 		t.Fatal(err)
 	}

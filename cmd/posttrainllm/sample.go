@@ -85,7 +85,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				if err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}
-				if _, err := finetune.ReadFineTuneConfig(dir); err != nil {
+				if _, err := finetune.ReadConfig(dir); err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}
 			}

@@ -41,7 +41,7 @@ func parseServeAdapters(values []string) (merged string, adapters []servedAdapte
 		if err != nil {
 			return "", nil, usageError("invalid --adapter %s: %v", v, err)
 		}
-		ft, err := finetune.ReadFineTuneConfig(dir)
+		ft, err := finetune.ReadConfig(dir)
 		if err != nil {
 			return "", nil, usageError("invalid --adapter %s: %v", v, err)
 		}

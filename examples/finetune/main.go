@@ -138,9 +138,9 @@ func loraFineTune(base, trainFile, validFile, dir string, steps int) (train.Summ
 	cfg := train.Config{Steps: steps, Batch: 8, Accum: 1, Optimizer: "adamw", Schedule: "cosine",
 		LR: 3e-3, MinLR: 3e-4, Warmup: min(10, steps/2), GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 10, EvalEvery: steps}
-	ft := finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile, MaskPrompt: true}
-	f, err := finetune.NewFineTuner(cfg, ft, dir)
+	f, err := finetune.New(cfg, ft, dir)
 	if err != nil {
 		return train.Summary{}, err
 	}

@@ -83,9 +83,9 @@ func run(w io.Writer, corpus, out string, pretrainSteps, updates int) error {
 	}
 	cfg := train.Config{Steps: updates, Batch: 32, Accum: 1, Optimizer: "adamw", Schedule: "constant",
 		LR: 3e-3, GradClip: 1, Compile: true, Device: "cpu", Seed: 1, LogEvery: 5, EvalEvery: updates}
-	ft := finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile}
-	f, err := finetune.NewObjectiveFineTuner(cfg, ft, obj, filepath.Join(out, "grpo"))
+	f, err := finetune.NewWithObjective(cfg, ft, obj, filepath.Join(out, "grpo"))
 	if err != nil {
 		return err
 	}

@@ -105,9 +105,9 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 	cfg := train.Config{Steps: finetuneSteps, Batch: 8, Accum: 1, Optimizer: "adamw", Schedule: "cosine",
 		LR: 3e-3, MinLR: 3e-4, Warmup: min(10, finetuneSteps/2), GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 10, EvalEvery: finetuneSteps}
-	ft := finetune.FineTuneConfig{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile, MaskPrompt: true}
-	f, err := finetune.NewObjectiveFineTuner(cfg, ft, smoothed{Epsilon: 0.1}, filepath.Join(out, "smoothed"))
+	f, err := finetune.NewWithObjective(cfg, ft, smoothed{Epsilon: 0.1}, filepath.Join(out, "smoothed"))
 	if err != nil {
 		return err
 	}

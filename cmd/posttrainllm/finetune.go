@@ -31,7 +31,7 @@ type finetuneOptions struct {
 	overwrite, noProgress     bool
 	context, nproc            int
 	epochs                    float64
-	// objective and its hyperparameters (train.Preference)
+	// objective and its hyperparameters (finetune.Preference)
 	objective                    string
 	beta, orpoLambda, simpoGamma float64
 	grpo                         grpoOptions
@@ -48,7 +48,7 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 
 // finetuneOwnFlags are the flags that define a fine-tune, which a resumed
 // one keeps, each with the finetune.json key of the setting it sets
-// (train.FineTuneConfig.ResumeConflict compares them).
+// (finetune.Config.ResumeConflict compares them).
 var finetuneOwnFlags = append([]struct{ flag, key string }{
 	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
 	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},

@@ -13,7 +13,7 @@ import (
 // checkFinetuneResume accepts the fine-tune's own flags beside --resume
 // when they equal the resumed fine-tune's settings (finetune.json), so the
 // command line that started it, with --resume added, continues it; it
-// names the first flag that differs (train.FineTuneConfig.ResumeConflict
+// names the first flag that differs (finetune.Config.ResumeConflict
 // decides). baseContext is the base model's context, what a fine-tune
 // without --context trained on.
 func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved finetune.Config, dir string, baseContext int) error {
@@ -65,7 +65,7 @@ func absPath(path string) string {
 	return path
 }
 
-// objectiveNames lists the built-in objectives (train.ObjectiveNames) for
+// objectiveNames lists the built-in objectives (finetune.ObjectiveNames) for
 // --objective's usage.
 func objectiveNames() string {
 	names := finetune.ObjectiveNames()

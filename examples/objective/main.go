@@ -1,8 +1,8 @@
 // Command objective shows a fine-tuning objective written outside package
-// train: label-smoothed supervised fine-tuning, (1−ε)·NLL + ε·(mean over
+// finetune: label-smoothed supervised fine-tuning, (1−ε)·NLL + ε·(mean over
 // the vocabulary of −log p) per counted target, with the plain NLL as a
 // named auxiliary metric of the compiled step. It implements
-// train.Objective (rows, layout, loss, run), borrowing SFT's rows, feed
+// finetune.Objective (rows, layout, loss, run), borrowing SFT's rows, feed
 // and held-out evaluation, and trains through the same loop as the
 // built-in objectives: it pretrains the tiny preset briefly, fine-tunes it
 // with LoRA on "continue this line" records, and reports the training

@@ -15,14 +15,14 @@ import (
 
 // FineTune says which fine-tune step RunFineTune measures.
 type FineTune struct {
-	// Method is train.MethodLoRA, MethodDoRA or MethodFull.
+	// Method is finetune.MethodLoRA, MethodDoRA or MethodFull.
 	Method string
 	// Adapter shapes the adapters of LoRA and DoRA (its Method is set
 	// from Method).
 	Adapter peft.Config
 	// Objective is a preference objective to time instead of the
-	// supervised loss (its zero value, or train.SFT): the row step of
-	// train.PreferenceLoss or train.AdapterPreferenceLoss on the same
+	// supervised loss (its zero value, or finetune.SFT): the row step of
+	// finetune.PreferenceLoss or finetune.AdapterPreferenceLoss on the same
 	// windows taken as pairs (rows 2i and 2i+1), so the batch must be
 	// even. A full fine-tune's DPO and IPO read reference log-probabilities
 	// as a row input, here constants: the one pass that computes them
@@ -37,7 +37,7 @@ func (ft FineTune) prefers() bool {
 
 // RunFineTune times the fine-tune step of cfg's model, as Run times the
 // pretraining step: opts.Warmup untimed and opts.Steps timed updates of
-// the step of the fine-tune objective (train.Objective) on freshly initialised base
+// the step of the fine-tune objective (finetune.Objective) on freshly initialised base
 // weights, LoRA/DoRA adapters trainable and the base frozen, or every
 // weight trainable for a full fine-tune. The data are synthetic windows
 // whose first half of positions is masked out of the loss, as a prompt

@@ -300,7 +300,7 @@ func (k *fineTuneTask) Next(int) (step.Batch, error) { return k.run.Next() }
 // buffers.
 func (k *fineTuneTask) Release(b []byte) []byte { return k.run.AppendState(b) }
 
-// TaskMetrics are the objective run's own metrics since the last
+// TaskMetrics (train.MetricsTask) are the objective run's own metrics since the last
 // log line (ObjectiveMetrics), nil when it measures none.
 func (k *fineTuneTask) TaskMetrics() map[string]float64 {
 	if om, ok := k.run.(ObjectiveMetrics); ok {
@@ -338,7 +338,7 @@ func (k *fineTuneTask) Save(root string, rs train.RunState) (string, error) {
 	return train.SaveCheckpoint(root, rs, names, params, k.opt.StateNames(), st.OptState(), extra...)
 }
 
-// Close releases what open built.
+// Close releases what Open built.
 func (k *fineTuneTask) Close() {
 	if k.run != nil {
 		k.run.Close()

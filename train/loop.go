@@ -115,7 +115,7 @@ type run struct {
 	env   TaskEnv
 	cfg   Config
 	hooks Hooks
-	parts TaskParts // what the task's open built
+	parts TaskParts // what the task's Open built
 	// unlimit puts back MLX's memory limit, held at the budget while the
 	// run is open (LimitMemory).
 	unlimit func()

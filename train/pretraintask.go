@@ -156,7 +156,7 @@ func (p *pretrainTask) Save(root string, rs RunState) (string, error) {
 	return SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
 }
 
-// Close releases what open built.
+// Close releases what Open built.
 func (p *pretrainTask) Close() {
 	if p.prefetch != nil {
 		p.prefetch.Stop()

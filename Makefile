@@ -168,7 +168,7 @@ compare-peers: build peers
 # mlx-cuda-13's libmlx.so (see docs/performance/gpu.md). test-gpu runs them
 # on this machine, for a developer with a CUDA 13 GPU and mlx-cuda-13
 # installed in python3's environment (scripts/gpu-setup.sh).
-GPU_TEST_PKGS := mlx model step train
+GPU_TEST_PKGS := mlx model step train finetune
 GPU_BIN ?= .gpu/bin
 
 test-gpu-bin: deps

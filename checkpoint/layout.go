@@ -23,7 +23,7 @@ const (
 	// AdapterFile holds a LoRA or DoRA fine-tune's adapters, in place of
 	// ModelFile.
 	AdapterFile = "adapters.safetensors"
-	// FineTuneFile holds a fine-tune's settings (train.FineTuneConfig).
+	// FineTuneFile holds a fine-tune's settings (finetune.Config).
 	FineTuneFile = "finetune.json"
 )
 

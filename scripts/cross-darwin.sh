@@ -90,7 +90,7 @@ fi
 # 5. vet type-checks every package and its tests for darwin, so a
 # Linux-only Go API (syscall.Gettid, …) fails here.
 xenv "$GO" vet ./...
-xenv "$GO" vet -tags gpu ./mlx ./model ./train # make test runs these on a Mac
+xenv "$GO" vet -tags gpu ./mlx ./model ./train ./finetune # make test runs these on a Mac
 lap "go vet ./... for darwin/arm64"
 
 # 6. Build and link: the commands, and one test binary per package. All of

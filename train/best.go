@@ -41,8 +41,8 @@ func (r *run) noteEval(v float64) error {
 	if !r.cfg.KeepBest {
 		return nil
 	}
-	root := checkpoint.BestRoot(r.env.runDir)
-	dir, err := r.task.save(root, r.runState())
+	root := checkpoint.BestRoot(r.env.RunDir)
+	dir, err := r.task.Save(root, r.runState())
 	if err != nil {
 		return fmt.Errorf("best checkpoint: %w", err)
 	}
@@ -62,7 +62,7 @@ func (r *run) stopEarly() (bool, error) {
 		return false, nil
 	}
 	stop := r.lead() && r.best != nil && r.best.EvalsSince >= r.cfg.Patience
-	if r.env.group.Size() < 2 {
+	if r.env.Group.Size() < 2 {
 		return stop, nil
 	}
 	flag := 0.0
@@ -70,7 +70,7 @@ func (r *run) stopEarly() (bool, error) {
 		flag = 1
 	}
 	a := mlx.Scalar(flag, mlx.Float32)
-	sum := mlx.AllSum(a, r.env.group)
+	sum := mlx.AllSum(a, r.env.Group)
 	defer mlx.Free(a, sum)
 	v, err := sum.Item()
 	if err != nil {

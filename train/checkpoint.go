@@ -63,23 +63,23 @@ func (c *Checkpoint) OrderedParams(m *model.TinyGPT) ([]*mlx.Array, error) {
 	var params []*mlx.Array
 	err := mlx.Do(func() error {
 		var err error
-		params, err = orderParams(filepath.Join(c.Dir, checkpoint.ModelFile), c.Params, m)
+		params, err = OrderParams(filepath.Join(c.Dir, checkpoint.ModelFile), c.Params, m)
 		return err
 	})
 	return params, err
 }
 
-// orderParams picks m's parameters by name from the arrays of file,
+// OrderParams picks m's parameters by name from the arrays of file,
 // checking their shapes and dtype.
-func orderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]*mlx.Array, error) {
+func OrderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]*mlx.Array, error) {
 	if peft.IsQuantizedNamed(m.Specs, named) {
 		q, _, err := peft.QuantizedFromNamed(file, m.Specs, named)
 		if err != nil {
 			return nil, err
 		}
-		return nil, errQuantizedBase(file, q, "a whole-model run (train --resume, a full fine-tune)")
+		return nil, QuantizedBaseError(file, q, "a whole-model run (train --resume, a full fine-tune)")
 	}
-	names, shapes := specNames(m.Specs), specShapes(m.Specs)
+	names, shapes := specNames(m.Specs), SpecShapes(m.Specs)
 	params, err := checkpoint.Ordered(file, named, names, shapes)
 	if err != nil {
 		return nil, err
@@ -93,6 +93,13 @@ func orderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]
 	return params, nil
 }
 
+// QuantizedBaseError is the refusal of a quantized checkpoint by a path
+// that trains or needs every weight in float.
+func QuantizedBaseError(file string, q *peft.Quantized, what string) error {
+	return fmt.Errorf("%s holds a quantized model (%s; imported from an MLX-quantized folder or fused with --quantize): %s trains every weight and cannot train quantized ones; fine-tune adapters over it (--method lora or dora), or fuse / import float weights",
+		file, q, what)
+}
+
 // specNames returns the names of specs, in order.
 func specNames(specs []model.ParamSpec) []string {
 	names := make([]string, len(specs))
@@ -102,8 +109,8 @@ func specNames(specs []model.ParamSpec) []string {
 	return names
 }
 
-// specShapes returns the shapes of specs, in order.
-func specShapes(specs []model.ParamSpec) [][]int {
+// SpecShapes returns the shapes of specs, in order.
+func SpecShapes(specs []model.ParamSpec) [][]int {
 	shapes := make([][]int, len(specs))
 	for i, s := range specs {
 		shapes[i] = s.Shape
@@ -115,10 +122,14 @@ func specShapes(specs []model.ParamSpec) [][]int {
 // files go into a temporary directory, each is fsynced, the directory is
 // renamed into place and root is fsynced. A crash at any moment leaves either
 // the complete new checkpoint or none, never a partial one. It returns the
-// checkpoint's directory.
+// checkpoint's directory. The extra files (a fine-tune's adapters and
+// settings) are written after the model file; no paramNames and params
+// leave out the model file (an adapter checkpoint holds adapters
+// instead), and no stateNames and optState the optimizer file (an
+// imported model at step 0, see LoadCheckpoint).
 func SaveCheckpoint(root string, st RunState, paramNames []string, params []*mlx.Array,
-	stateNames []string, optState []*mlx.Array) (string, error) {
-	return saveCheckpoint(root, st, paramNames, params, stateNames, optState)
+	stateNames []string, optState []*mlx.Array, extra ...checkpoint.File) (string, error) {
+	return saveCheckpoint(root, st, paramNames, params, stateNames, optState, extra...)
 }
 
 // saveCheckpoint is SaveCheckpoint with extra files

@@ -43,6 +43,16 @@ func (c Config) WithTokenizer(name string) Config {
 	return c
 }
 
+// FitWarmup shrinks a warm-up that does not fit the steps (a preset's, or
+// a default's, over a short run) to half of them; a constant schedule has
+// no warm-up to fit.
+func (c Config) FitWarmup() Config {
+	if c.Schedule != "constant" && c.Steps >= 1 && c.Warmup >= c.Steps {
+		c.Warmup = c.Steps / 2
+	}
+	return c
+}
+
 // EpochSteps is how many updates of batch × accum sequences pass over
 // rows training sequences epochs times: ceil(epochs · rows / (batch ·
 // accum)), the last update of a pass topped up from the next (the row
@@ -108,21 +118,4 @@ func firstDifferentField(a, b json.RawMessage) (key string, va, vb json.RawMessa
 		}
 	}
 	return "", nil, nil, true
-}
-
-// Fine-tunes' default peak learning rates: adapters take the rate TRL's
-// LoRA recipes use (1e-4), a full fine-tune TRL's SFTConfig default (2e-5;
-// mlx-lm's is 1e-5 for every method). A fine-tune never inherits the base
-// run's pretraining rate.
-const (
-	DefaultAdapterLR = 1e-4
-	DefaultFullLR    = 2e-5
-)
-
-// FineTuneLR is the default peak learning rate of a fine-tune by method.
-func FineTuneLR(method string) float64 {
-	if method == MethodFull {
-		return DefaultFullLR
-	}
-	return DefaultAdapterLR
 }

@@ -33,22 +33,22 @@ func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction floa
 // OpenDatasetWith is OpenDataset with a tokenizer built by the caller, such
 // as a run's tokenizer.json (OpenTokenizer).
 func OpenDatasetWith(path string, tok data.Tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
-	corpus, tokens, err := openTokens(path, tok, cacheDir)
+	corpus, tokens, err := OpenTokens(path, tok, cacheDir)
 	if err != nil {
 		return nil, err
 	}
 	trainView, valView, err := data.Split(tokens, valFraction, context)
 	if err != nil {
 		tokens.Close()
-		return nil, fmt.Errorf("corpus %s: %w", corpusName(path), err)
+		return nil, fmt.Errorf("corpus %s: %w", CorpusName(path), err)
 	}
 	return &Dataset{Corpus: corpus, Tokenizer: tok, Tokens: tokens, Train: trainView, Val: valView}, nil
 }
 
-// openTokens loads the corpus at path ("" for the default corpus) and
+// OpenTokens loads the corpus at path ("" for the default corpus) and
 // tokenises it once into the token cache under cacheDir ("" for the
 // default cache directory).
-func openTokens(path string, tok data.Tokenizer, cacheDir string) (*data.Corpus, *data.Tokens, error) {
+func OpenTokens(path string, tok data.Tokenizer, cacheDir string) (*data.Corpus, *data.Tokens, error) {
 	var corpus *data.Corpus
 	var err error
 	if path == "" {
@@ -71,7 +71,9 @@ func openTokens(path string, tok data.Tokenizer, cacheDir string) (*data.Corpus,
 	return corpus, tokens, nil
 }
 
-func corpusName(path string) string {
+// CorpusName names the corpus at path for messages: path, or the default
+// corpus for "".
+func CorpusName(path string) string {
 	if path == "" {
 		return "(default: Go standard library sources)"
 	}

@@ -31,19 +31,20 @@ type EvalResult struct {
 // Perplexity is exp(Loss).
 func (r EvalResult) Perplexity() float64 { return math.Exp(r.Loss) }
 
-// evalFunc sums the loss terms of a batch over the positions a mask keeps:
+// EvalFunc sums the loss terms of a batch over the positions a mask keeps:
 // (params…, x[B,T], y[B,T], mask[B,T] float32) → (Σ mask·ce, Σ mask·lse²).
 // Sums rather than means, so batches that keep different numbers of
 // positions (the padded last batch of a whole split) add up exactly. Shapes
-// are fixed, so a compiled evalFunc traces once.
-type evalFunc struct {
+// are fixed, so a compiled EvalFunc traces once.
+type EvalFunc struct {
 	terms TokenLossFunc
 	fn    *mlx.Closure // nil: run the body uncompiled
 }
 
-// newEvalFunc must run on the MLX thread.
-func newEvalFunc(terms TokenLossFunc, compile bool) (*evalFunc, error) {
-	f := &evalFunc{terms: terms}
+// NewEvalFunc returns the EvalFunc of terms, compiled when compile says
+// so. It must run on the MLX thread; Free releases it.
+func NewEvalFunc(terms TokenLossFunc, compile bool) (*EvalFunc, error) {
+	f := &EvalFunc{terms: terms}
 	if compile {
 		var err error
 		if f.fn, err = mlx.Compile(f.body); err != nil {
@@ -53,7 +54,8 @@ func newEvalFunc(terms TokenLossFunc, compile bool) (*evalFunc, error) {
 	return f, nil
 }
 
-func (f *evalFunc) body(in []*mlx.Array) ([]*mlx.Array, error) {
+// body is the function EvalFunc computes, compiled or not.
+func (f *EvalFunc) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	n := len(in) - 3
 	x, y, mask := in[n], in[n+1], in[n+2]
 	ce, lse := f.terms(in[:n], x, y)
@@ -65,7 +67,8 @@ func (f *evalFunc) body(in []*mlx.Array) ([]*mlx.Array, error) {
 	}, nil
 }
 
-func (f *evalFunc) free() { f.fn.Free() }
+// Free releases the compiled function.
+func (f *EvalFunc) Free() { f.fn.Free() }
 
 // batchFill writes batch i into x, y and mask ([B·T] each, row-major) and
 // returns how many positions it keeps (mask 1).
@@ -75,7 +78,7 @@ type batchFill func(i int, x, y []int32, mask []float32) int
 // writes and returns the means over the kept positions. The next batch is
 // prepared and scheduled while the device works on the one before; at most
 // two are in flight. It must run on the MLX thread.
-func (f *evalFunc) run(params []*mlx.Array, batch, context, batches int, fill batchFill) (EvalResult, error) {
+func (f *EvalFunc) run(params []*mlx.Array, batch, context, batches int, fill batchFill) (EvalResult, error) {
 	type pending struct{ ce, sq *mlx.Array }
 	var (
 		res       EvalResult
@@ -155,7 +158,7 @@ type Evaluator struct {
 	view                    data.View
 	batch, context, batches int
 	seed                    uint64
-	fn                      *evalFunc
+	fn                      *EvalFunc
 }
 
 // NewEvaluator prepares evaluations over at least tokens tokens of view:
@@ -172,7 +175,7 @@ func NewEvaluator(terms TokenLossFunc, view data.View, batch, context, tokens in
 	e := &Evaluator{view: view, batch: batch, context: context, batches: evalBatches(tokens, batch, context),
 		seed: seed}
 	err := mlx.Do(func() (err error) {
-		e.fn, err = newEvalFunc(terms, compile)
+		e.fn, err = NewEvalFunc(terms, compile)
 		return err
 	})
 	if err != nil {
@@ -235,7 +238,7 @@ func (e *Evaluator) record(params []*mlx.Array, zLoss float64, m *Metrics) (floa
 // run that failed before making one can free what it holds.
 func (e *Evaluator) Free() {
 	if e != nil && e.fn != nil {
-		_ = mlx.Do(func() error { e.fn.free(); return nil })
+		_ = mlx.Do(func() error { e.fn.Free(); return nil })
 	}
 }
 
@@ -296,11 +299,11 @@ func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch i
 	}
 	var res EvalResult
 	err := mlx.Do(func() error {
-		f, err := newEvalFunc(m.LossTerms, true)
+		f, err := NewEvalFunc(m.LossTerms, true)
 		if err != nil {
 			return err
 		}
-		defer f.free()
+		defer f.Free()
 		sc := mlx.NewScope()
 		defer sc.Close()
 		res, err = f.run(params, batch, T, batches, fill)
@@ -319,11 +322,11 @@ func EvalShape(context, targets, batch int) (T, b, windows int) {
 	return T, min(batch, windows), windows
 }
 
-// evaluateRows is the loss of params over the counted targets of the
+// EvaluateRows is the loss of params, with fn (NewEvalFunc), over the counted targets of the
 // first rows of rows, as many as cover tokens positions (all of them when
 // fewer), in batches of batch rows (the last padded with rows that count
 // nothing). The same rows every time, so successive values compare.
-func evaluateRows(fn *evalFunc, params []*mlx.Array, rows *data.Rows, batch, tokens int) (EvalResult, error) {
+func EvaluateRows(fn *EvalFunc, params []*mlx.Array, rows *data.Rows, batch, tokens int) (EvalResult, error) {
 	T := rows.T
 	n := min(rows.Len(), max(1, (tokens+T-1)/T))
 	batches := (n + batch - 1) / batch

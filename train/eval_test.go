@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/json"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -112,14 +111,14 @@ func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
 	const B, T = 3, 8
 	m, params := evalModel(t, T)
 	traces := 0
-	f, err := newEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
+	f, err := NewEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
 		traces++
 		return m.LossTerms(p, x, y)
 	}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.free()
+	defer f.Free()
 	// Batch 0 is full; batch 1 keeps 5 positions of its first row and
 	// nothing else, its other positions holding arbitrary tokens.
 	rows := func(i int) ([]int32, []int32) {
@@ -256,11 +255,19 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, m, params, free, err := loadModel(ck)
+	loaded, err := LoadCheckpoint(ck)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer free()
+	defer loaded.Free()
+	m, err := model.New(loaded.State.Config.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := loaded.OrderedParams(m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
 	e, err := NewEvaluator(m.LossTerms, ds.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, true)
 	if err != nil {
@@ -288,19 +295,6 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 		if b, _ := json.Marshal(m); strings.Contains(string(b), "val_z_loss") {
 			t.Fatalf("metrics line %s has val_z_loss", b)
 		}
-	}
-}
-
-func TestEvaluateCheckpointRejectsBadOptions(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := EvaluateCheckpoint(dir, EvalOptions{Split: "test"}); err == nil || !strings.Contains(err.Error(), `"test"`) {
-		t.Fatalf("split test: want an error naming it, got %v", err)
-	}
-	if _, err := EvaluateCheckpoint(filepath.Join(dir, "missing"), EvalOptions{}); err == nil {
-		t.Fatal("a missing path was accepted")
-	}
-	if _, err := EvaluateCheckpoint(dir, EvalOptions{}); err == nil || !strings.Contains(err.Error(), "no checkpoint") {
-		t.Fatalf("a folder without checkpoints: want an error saying so, got %v", err)
 	}
 }
 

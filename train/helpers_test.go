@@ -7,7 +7,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
-	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
 )
 
@@ -132,31 +131,4 @@ func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces i
 		t.Fatal(err)
 	}
 	return losses, s.Step.Traces(), params
-}
-
-// fullLoss is SFT's loss of a full fine-tune of m.
-func fullLoss(m *model.TinyGPT) step.Loss { return SupervisedObjective{}.Loss(Policy{Model: m}) }
-
-// adapterLoss is SFT's loss of fine-tuning m through adapter a.
-func adapterLoss(m *model.TinyGPT, a *peft.Adapter) step.Loss {
-	return SupervisedObjective{}.Loss(Policy{Model: m, Adapter: a})
-}
-
-// packedFullLoss is SFT's loss of a full fine-tune of m over packed rows.
-func packedFullLoss(m *model.TinyGPT) step.Loss {
-	return SupervisedObjective{Pack: true}.Loss(Policy{Model: m})
-}
-
-// hostNormalize divides w by its sum, as the step does with row and loss
-// weights, and returns the sum.
-func hostNormalize(w []float32) ([]float32, float64) {
-	total := 0.0
-	for _, v := range w {
-		total += float64(v)
-	}
-	out, inv := make([]float32, len(w)), 1/total
-	for i, v := range w {
-		out[i] = float32(float64(v) * inv)
-	}
-	return out, total
 }

@@ -15,80 +15,90 @@ import (
 	"github.com/posttrainllm/posttrainllm/step"
 )
 
-// task is one kind of run: what it trains, what it feeds the step, what
-// it evaluates and what its checkpoints hold. Pretraining (pretrainTask)
-// feeds windows of a token corpus to the model's step and saves whole
-// checkpoints; a fine-tune (fineTuneTask) feeds weighted rows to a step
-// over frozen base weights and saves its trainable arrays with
+// Task is one kind of run: what it trains, what it feeds the step, what
+// it evaluates and what its checkpoints hold. Pretraining (the Trainer's
+// task) feeds windows of a token corpus to the model's step and saves
+// whole checkpoints; a fine-tune (package finetune) feeds weighted rows to
+// a step over frozen base weights and saves its trainable arrays with
 // finetune.json. Everything else, the same for every kind, is the loop's
-// (run): counting updates, cancellation, logging, metrics sinks, hooks,
-// divergence checks, checkpoint pruning and the summary.
-type task interface {
-	// open builds the run's step and state, fresh or resumed from the
-	// checkpoint directory env.resumeFrom, and its data source, positioned
+// (RunLoop): counting updates, cancellation, logging, metrics sinks,
+// hooks, divergence checks, checkpoint pruning and the summary. The loop
+// calls its methods on the MLX thread.
+type Task interface {
+	// Open builds the run's step and state, fresh or resumed from the
+	// checkpoint directory env.ResumeFrom, and its data source, positioned
 	// after the resumed checkpoint's last batch. On the lead rank it also
 	// puts what the run folder needs beside the checkpoints (the
-	// tokenizer). What it returns the loop only reads; close frees it.
-	open(env taskEnv) (taskParts, error)
-	// next returns the next update's batch. It may update the state
+	// tokenizer). What it returns the loop only reads; Close frees it.
+	Open(env TaskEnv) (TaskParts, error)
+	// Next returns the next update's batch. It may update the state
 	// itself first (GaLore's and Sophia's refreshes read the batch).
-	next(step int) (step.Batch, error)
-	// release appends the data source's state after the batch next
+	Next(step int) (step.Batch, error)
+	// Release appends the data source's state after the batch Next
 	// returned (what a checkpoint resumes from) to b and lets the batch's
 	// buffers go; the loop calls it once the update is scheduled.
-	release(b []byte) []byte
-	// evaluates says whether the task has held-out data to evaluate.
-	evaluates() bool
-	// evaluate measures the held-out loss of the current state, writes it
+	Release(b []byte) []byte
+	// Evaluates says whether the task has held-out data to evaluate.
+	Evaluates() bool
+	// Evaluate measures the held-out loss of the current state, writes it
 	// (and what else it measured) into m and returns it. Lead rank only.
-	evaluate(m *Metrics) (float64, error)
-	// save writes a checkpoint of the current state under root with run
+	Evaluate(m *Metrics) (float64, error)
+	// Save writes a checkpoint of the current state under root with run
 	// state rs and returns its directory. Lead rank only.
-	save(root string, rs RunState) (string, error)
-	// close frees what open built. It runs after a failed open too.
-	close()
+	Save(root string, rs RunState) (string, error)
+	// Close frees what Open built. It runs after a failed Open too.
+	Close()
 }
 
-// taskEnv is what a task's open is given.
-type taskEnv struct {
-	cfg        Config
-	runDir     string
-	resumeFrom string // "" for a fresh run
-	group      *mlx.Group
-	ctx        context.Context // the run's (runLoop sets it)
+// MetricsTask is a Task that measures metrics of its own (an online
+// objective's rewards, say): at every log line the loop adds what
+// TaskMetrics returns, the values since the last line, to Metrics.Aux.
+type MetricsTask interface {
+	Task
+	TaskMetrics() map[string]float64
 }
 
-// lead reports whether this process writes the run folder: rank 0.
-func (e taskEnv) lead() bool { return e.group.Rank() == 0 }
+// TaskEnv is what a Task's Open is given.
+type TaskEnv struct {
+	Config     Config
+	RunDir     string
+	ResumeFrom string // the checkpoint directory resumed; "" for a fresh run
+	Group      *mlx.Group
+	Context    context.Context // the run's (RunLoop sets it)
+}
 
-// taskParts are what a task's open hands the loop.
-type taskParts struct {
-	step     *step.Step
-	state    *step.State
-	schedule optim.Schedule
-	plan     Plan
-	// specs and stateNames name the state's trainable arrays and
+// Lead reports whether this process writes the run folder: rank 0.
+func (e TaskEnv) Lead() bool { return e.Group.Rank() == 0 }
+
+// TaskParts are what a Task's Open hands the loop.
+type TaskParts struct {
+	Step     *step.Step
+	State    *step.State
+	Schedule optim.Schedule
+	Plan     Plan
+	// Specs and StateNames name the state's trainable arrays and
 	// optimizer state, for the message of a divergence.
-	specs      []model.ParamSpec
-	stateNames []string
-	// resumed is the run state of the checkpoint resumed, nil for a fresh
+	Specs      []model.ParamSpec
+	StateNames []string
+	// Resumed is the run state of the checkpoint resumed, nil for a fresh
 	// run.
-	resumed *RunState
-	// tokensPerStep is the token positions of one rank's update; start and
-	// settings describe the run (Hooks.OnStart, the metrics sinks).
-	tokensPerStep int
-	start         Start
-	settings      []Setting
+	Resumed *RunState
+	// TokensPerStep is the token positions of one rank's update; Start and
+	// Settings describe the run (Hooks.OnStart, the metrics sinks).
+	TokensPerStep int
+	Start         Start
+	Settings      []Setting
 }
 
-// runLoop runs task under cfg into runDir until cfg.Steps updates are done
-// or ctx is cancelled, on the MLX thread (mlx.Do), and so are the hooks.
-// The Trainer's and the FineTuner's Run are this loop.
-func runLoop(ctx context.Context, tk task, env taskEnv, hooks Hooks) (Summary, error) {
+// RunLoop runs tk under env.Config into env.RunDir until Config.Steps
+// updates are done or ctx is cancelled (then it writes a checkpoint and
+// returns ErrInterrupted), on the MLX thread (mlx.Do), and so are the
+// hooks. The Trainer's and the fine-tuner's Run are this loop.
+func RunLoop(ctx context.Context, tk Task, env TaskEnv, hooks Hooks) (Summary, error) {
 	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
-	env.ctx = ctx
+	env.Context = ctx
 	err := mlx.Do(func() error {
-		r := &run{task: tk, env: env, cfg: env.cfg, hooks: hooks, sum: &sum}
+		r := &run{task: tk, env: env, cfg: env.Config, hooks: hooks, sum: &sum}
 		defer r.close()
 		if err := r.open(); err != nil {
 			return err
@@ -101,11 +111,11 @@ func runLoop(ctx context.Context, tk task, env taskEnv, hooks Hooks) (Summary, e
 // run is one run in progress: its task and what the loop carries from
 // step to step.
 type run struct {
-	task  task
-	env   taskEnv
+	task  Task
+	env   TaskEnv
 	cfg   Config
 	hooks Hooks
-	parts taskParts // what the task's open built
+	parts TaskParts // what the task's Open built
 	// unlimit puts back MLX's memory limit, held at the budget while the
 	// run is open (LimitMemory).
 	unlimit func()
@@ -126,16 +136,16 @@ type run struct {
 }
 
 // lead reports whether this process writes the run's output: rank 0.
-func (r *run) lead() bool { return r.env.lead() }
+func (r *run) lead() bool { return r.env.Lead() }
 
 // tokensPerUpdate is the tokens one update covers across the whole group.
-func (r *run) tokensPerUpdate() int { return r.parts.tokensPerStep * r.env.group.Size() }
+func (r *run) tokensPerUpdate() int { return r.parts.TokensPerStep * r.env.Group.Size() }
 
 // open prepares the run: the run folder, MLX's memory limit, the task
 // (fresh or resumed) and the metrics log; then it calls Hooks.OnStart.
 func (r *run) open() error {
 	if r.lead() { // rank 0 owns the run folder
-		if err := os.MkdirAll(r.env.runDir, 0o755); err != nil {
+		if err := os.MkdirAll(r.env.RunDir, 0o755); err != nil {
 			return fmt.Errorf("run folder: %w", err)
 		}
 	}
@@ -144,13 +154,13 @@ func (r *run) open() error {
 		return err
 	}
 	opened := time.Now()
-	if r.parts, err = r.task.open(r.env); err != nil {
+	if r.parts, err = r.task.Open(r.env); err != nil {
 		return err
 	}
 	r.startup.Open = time.Since(opened)
-	r.startup.Probe = time.Duration(r.parts.plan.ProbeSeconds * float64(time.Second))
-	r.startup.PlanCached = r.parts.plan.Cached
-	if rs := r.parts.resumed; rs != nil {
+	r.startup.Probe = time.Duration(r.parts.Plan.ProbeSeconds * float64(time.Second))
+	r.startup.PlanCached = r.parts.Plan.Cached
+	if rs := r.parts.Resumed; rs != nil {
 		r.step, r.samplerState, r.tokensSeen = rs.Step, rs.SamplerState, rs.TokensSeen
 		r.before = time.Duration(rs.ElapsedSeconds * float64(time.Second))
 		if rs.Best != nil {
@@ -158,20 +168,20 @@ func (r *run) open() error {
 			r.best = &b
 		}
 	}
-	if (r.cfg.KeepBest || r.cfg.Patience > 0) && (r.cfg.EvalEvery == 0 || !r.task.evaluates()) {
+	if (r.cfg.KeepBest || r.cfg.Patience > 0) && (r.cfg.EvalEvery == 0 || !r.task.Evaluates()) {
 		return fmt.Errorf("keep_best %v, patience %d: both follow the held-out loss; the run evaluates none (eval_every %d, held-out data %v)",
-			r.cfg.KeepBest, r.cfg.Patience, r.cfg.EvalEvery, r.task.evaluates())
+			r.cfg.KeepBest, r.cfg.Patience, r.cfg.EvalEvery, r.task.Evaluates())
 	}
-	r.sum.StartStep, r.sum.Step, r.sum.Plan = r.step, r.step, r.parts.plan
+	r.sum.StartStep, r.sum.Step, r.sum.Plan = r.step, r.step, r.parts.Plan
 	if !r.lead() {
 		return nil
 	}
-	if r.sink, err = openSinks(r.env.runDir, r.step, r.env.resumeFrom != "", r.parts.settings...); err != nil {
+	if r.sink, err = openSinks(r.env.RunDir, r.step, r.env.ResumeFrom != "", r.parts.Settings...); err != nil {
 		return err
 	}
 	if r.hooks.OnStart != nil {
-		s := r.parts.start
-		s.Step, s.Steps, s.TokensPerStep, s.Resumed, s.Plan = r.step, r.cfg.Steps, r.tokensPerUpdate(), r.env.resumeFrom, r.parts.plan
+		s := r.parts.Start
+		s.Step, s.Steps, s.TokensPerStep, s.Resumed, s.Plan = r.step, r.cfg.Steps, r.tokensPerUpdate(), r.env.ResumeFrom, r.parts.Plan
 		r.hooks.OnStart(s)
 	}
 	return nil
@@ -180,7 +190,7 @@ func (r *run) open() error {
 // close releases what open set up.
 func (r *run) close() {
 	r.sink.Close()
-	r.task.close()
+	r.task.Close()
 	if r.unlimit != nil {
 		r.unlimit()
 	}
@@ -194,7 +204,7 @@ func (r *run) train(ctx context.Context) error {
 	if err := r.initialEval(); err != nil {
 		return err
 	}
-	if r.cfg.EvalEvery > 0 && r.step == 0 && r.lead() && r.task.evaluates() {
+	if r.cfg.EvalEvery > 0 && r.step == 0 && r.lead() && r.task.Evaluates() {
 		r.startup.FirstEval = time.Since(evalStart)
 	}
 	r.start = time.Now()
@@ -220,7 +230,7 @@ func (r *run) train(ctx context.Context) error {
 			}
 		}
 		logNow, evalNow, ckptNow := r.cfg.due(r.step)
-		evalNow = evalNow && r.task.evaluates()
+		evalNow = evalNow && r.task.Evaluates()
 		if logNow || evalNow || ckptNow {
 			if err := r.log(lr, evalNow); err != nil {
 				return err
@@ -243,7 +253,7 @@ func (r *run) train(ctx context.Context) error {
 			break
 		}
 	}
-	r.sum.finish(r.step, r.parts.step.Traces(), r.start, r.tokensPerUpdate())
+	r.sum.finish(r.step, r.parts.Step.Traces(), r.start, r.tokensPerUpdate())
 	r.sum.noteBest(r.best)
 	return nil
 }
@@ -251,7 +261,7 @@ func (r *run) train(ctx context.Context) error {
 // ready waits for this process's first update and reports the run's
 // start (Hooks.OnReady): one wait, after which updates pipeline again.
 func (r *run) ready() error {
-	if err := r.parts.state.Eval(); err != nil {
+	if err := r.parts.State.Eval(); err != nil {
 		return err
 	}
 	r.startup.FirstUpdate = time.Since(r.start)
@@ -264,11 +274,11 @@ func (r *run) ready() error {
 // initialEval measures and logs the held-out loss of a fresh run's initial
 // parameters, as step 0.
 func (r *run) initialEval() error {
-	if r.cfg.EvalEvery == 0 || r.step != 0 || !r.lead() || !r.task.evaluates() {
+	if r.cfg.EvalEvery == 0 || r.step != 0 || !r.lead() || !r.task.Evaluates() {
 		return nil
 	}
-	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.parts.schedule.LR(0)}
-	v, err := r.task.evaluate(&m)
+	m := Metrics{Step: 0, Loss: math.NaN(), LR: r.parts.Schedule.LR(0)}
+	v, err := r.task.Evaluate(&m)
 	if err != nil {
 		return err
 	}
@@ -283,13 +293,13 @@ func (r *run) initialEval() error {
 // update schedules the next optimizer update on the task's next batch and
 // returns its learning rate; it does not wait for the device.
 func (r *run) update() (float64, error) {
-	b, err := r.task.next(r.step)
+	b, err := r.task.Next(r.step)
 	if err != nil {
 		return 0, feedError{err}
 	}
-	lr := r.parts.schedule.LR(r.step)
-	err = r.parts.state.UpdateAsync(lr, b)
-	r.samplerState = r.task.release(r.samplerState[:0])
+	lr := r.parts.Schedule.LR(r.step)
+	err = r.parts.State.UpdateAsync(lr, b)
+	r.samplerState = r.task.Release(r.samplerState[:0])
 	if err != nil {
 		return 0, err
 	}
@@ -340,11 +350,11 @@ func (c Config) due(step int) (log, eval, checkpoint bool) {
 // asked, and writes the metrics line. Every rank checks the values, so
 // every rank stops at the same step; rank 0 alone evaluates and writes.
 func (r *run) log(lr float64, eval bool) error {
-	st, err := r.parts.state.Stats()
+	st, err := r.parts.State.Stats()
 	if err != nil {
 		return err
 	}
-	mean, counted, _, err := r.parts.state.IntervalLoss()
+	mean, counted, _, err := r.parts.State.IntervalLoss()
 	if err != nil {
 		return err
 	}
@@ -360,15 +370,15 @@ func (r *run) log(lr float64, eval bool) error {
 	now := time.Now()
 	m := Metrics{Step: r.step, Loss: mean, LossLast: st.Loss, LR: lr, GradNorm: st.GradNorm,
 		ElapsedS:   (r.before + now.Sub(r.start)).Seconds(),
-		MicroBatch: r.parts.plan.MicroBatch, AccumSteps: r.parts.plan.Steps}
-	switch l := r.parts.step.Layout(); {
+		MicroBatch: r.parts.Plan.MicroBatch, AccumSteps: r.parts.Plan.Steps}
+	switch l := r.parts.Step.Layout(); {
 	case l.Inputs == step.RowInputs: // the loss averages the weighted rows
 		m.CountedRows = counted
-	case r.parts.step.Weighted(): // the loss averages the counted targets alone
+	case r.parts.Step.Weighted(): // the loss averages the counted targets alone
 		m.CountedTokens = counted
 	}
-	if names := r.parts.step.Layout().Aux; len(names) > 0 {
-		aux := r.parts.state.IntervalAux()
+	if names := r.parts.Step.Layout().Aux; len(names) > 0 {
+		aux := r.parts.State.IntervalAux()
 		m.Aux = make(map[string]float64, len(names))
 		for i, name := range names {
 			if i < len(aux) {
@@ -376,8 +386,8 @@ func (r *run) log(lr float64, eval bool) error {
 			}
 		}
 	}
-	if om, ok := r.task.(interface{ objectiveMetrics() map[string]float64 }); ok {
-		for k, v := range om.objectiveMetrics() {
+	if om, ok := r.task.(MetricsTask); ok {
+		for k, v := range om.TaskMetrics() {
 			if m.Aux == nil {
 				m.Aux = map[string]float64{}
 			}
@@ -395,7 +405,7 @@ func (r *run) log(lr float64, eval bool) error {
 		return nil
 	}
 	if eval {
-		v, err := r.task.evaluate(&m)
+		v, err := r.task.Evaluate(&m)
 		if err != nil {
 			return err
 		}
@@ -419,7 +429,7 @@ func (r *run) log(lr float64, eval bool) error {
 // overflowed shows only in the arrays about to be saved. Every rank
 // checks; rank 0 alone saves.
 func (r *run) checkpoint() error {
-	bad, err := nonFiniteArrays(r.parts.specs, r.parts.stateNames, r.parts.state.Params(), r.parts.state.OptState())
+	bad, err := nonFiniteArrays(r.parts.Specs, r.parts.StateNames, r.parts.State.Params(), r.parts.State.OptState())
 	if err != nil {
 		return err
 	}
@@ -431,8 +441,8 @@ func (r *run) checkpoint() error {
 	if !r.lead() {
 		return nil
 	}
-	root := checkpoint.Root(r.env.runDir)
-	dir, err := r.task.save(root, r.runState())
+	root := checkpoint.Root(r.env.RunDir)
+	dir, err := r.task.Save(root, r.runState())
 	if err != nil {
 		return err
 	}
@@ -451,8 +461,8 @@ func (r *run) lastGood() string {
 	switch {
 	case r.sum.LastCheckpoint != "":
 		return r.sum.LastCheckpoint
-	case r.env.resumeFrom != "":
-		return r.env.resumeFrom
+	case r.env.ResumeFrom != "":
+		return r.env.ResumeFrom
 	}
 	return "(none written yet)"
 }

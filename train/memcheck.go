@@ -40,10 +40,10 @@ type MemoryNeed struct {
 // Total is the sum of the parts.
 func (n MemoryNeed) Total() float64 { return n.Weights + n.Logits + n.Tokens }
 
-// forwardBatch is the sequences of one forward pass as far as the config
+// ForwardBatch is the sequences of one forward pass as far as the config
 // fixes it: MicroBatch when set, else the batch (an automatic plan may
 // choose more on a GPU; ProbePlan checks each choice itself).
-func (c Config) forwardBatch() int {
+func (c Config) ForwardBatch() int {
 	if c.MicroBatch > 0 {
 		return c.MicroBatch
 	}
@@ -59,7 +59,7 @@ func (c Config) MinMemory() MemoryNeed {
 	params := m.ParamCount()
 	paramBytes := float64(m.ParamDtype().Size())
 	perBatch := float64(c.Batch) * float64(m.Context)
-	perMicro := float64(c.forwardBatch()) * float64(m.Context)
+	perMicro := float64(c.ForwardBatch()) * float64(m.Context)
 	return MemoryNeed{
 		Params:  params,
 		Weights: params * (paramBytes + float64(mlx.Float32.Size())),
@@ -68,9 +68,9 @@ func (c Config) MinMemory() MemoryNeed {
 	}
 }
 
-// checkModelMemory refuses to build a model (for sampling) whose
+// CheckModelMemory refuses to build a model (for sampling) whose
 // parameters alone exceed this machine's memory.
-func checkModelMemory(m model.Config) error {
+func CheckModelMemory(m model.Config) error {
 	total := physicalMemory()
 	need := m.ParamCount() * float64(m.ParamDtype().Size())
 	if total == 0 || need <= float64(total) {
@@ -95,7 +95,7 @@ func (c Config) CheckMemory() error {
 		"%s for the logits of batch %d × context %d × vocab_size %d; %s for token buffers), more than the %s of this machine; "+
 		"use a smaller model, batch or context",
 		gib(need.Total()), gib(need.Weights), need.Params, c.Model.VocabSize, c.Model.DModel, c.Model.Layers,
-		gib(need.Logits), c.forwardBatch(), c.Model.Context, c.Model.VocabSize, gib(need.Tokens), gib(float64(total)))
+		gib(need.Logits), c.ForwardBatch(), c.Model.Context, c.Model.VocabSize, gib(need.Tokens), gib(float64(total)))
 }
 
 // gib writes a byte count in GiB, MiB or KiB.

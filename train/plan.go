@@ -129,33 +129,35 @@ func (p Plan) StepOptions(cfg Config) step.StepOptions {
 // cfg.PlanCache holds for the same step, device and build. It runs on the
 // MLX thread and selects cfg's device.
 func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
-	return choosePlan(cfg, modelProbe(m))
+	return ChooseStepPlan(cfg, modelProbe(m))
 }
 
-// planProbe measures the candidates of a probed plan for one kind of
-// step: lowerBound is the memory a run of c needs at least, without
-// running anything (a candidate over the budget is skipped), and peak
-// runs two updates of a throwaway state of c's step, as training runs
-// them, and returns the peak memory over them.
-type planProbe struct {
-	lowerBound func(c Config) float64
-	peak       func(c Config) (uint64, error)
-	// step names the kind of step measured, for the plan cache's key:
+// StepProbe measures the candidates of a probed plan for one kind of
+// step (ChooseStepPlan): LowerBound is the memory a run of c needs at
+// least, without running anything (a candidate over the budget is
+// skipped), and Peak runs two updates of a throwaway state of c's step,
+// as training runs them (ProbeUpdates), and returns the peak memory over
+// them.
+type StepProbe struct {
+	LowerBound func(c Config) float64
+	Peak       func(c Config) (uint64, error)
+	// Step names the kind of step measured, for the plan cache's key:
 	// "pretraining", or a fine-tune's settings.
-	step string
+	Step string
 }
 
 // modelProbe is the probe of the pretraining step of m (probeStep).
-func modelProbe(m *model.TinyGPT) planProbe {
-	return planProbe{
-		lowerBound: func(c Config) float64 { need := c.MinMemory(); return need.Weights + need.Logits },
-		peak:       func(c Config) (uint64, error) { return probeStep(c, m) },
-		step:       "pretraining",
+func modelProbe(m *model.TinyGPT) StepProbe {
+	return StepProbe{
+		LowerBound: func(c Config) float64 { need := c.MinMemory(); return need.Weights + need.Logits },
+		Peak:       func(c Config) (uint64, error) { return probeStep(c, m) },
+		Step:       "pretraining",
 	}
 }
 
-// choosePlan is ChoosePlan for the step that probe measures.
-func choosePlan(cfg Config, probe planProbe) (Plan, error) {
+// ChooseStepPlan is ChoosePlan for the step that probe measures: a
+// fine-tune's, say, whose task builds its own step.
+func ChooseStepPlan(cfg Config, probe StepProbe) (Plan, error) {
 	var p Plan
 	err := mlx.Do(func() error {
 		if err := mlx.UseDevice(cfg.Device); err != nil {
@@ -210,11 +212,12 @@ func choosePlan(cfg Config, probe planProbe) (Plan, error) {
 // the budget within the machine's memory. It runs on the MLX thread; call
 // it with nothing else of the run allocated.
 func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
-	return probePlan(cfg, budget, modelProbe(m))
+	return ProbeStepPlan(cfg, budget, modelProbe(m))
 }
 
-// probePlan is ProbePlan for the step that probe measures.
-func probePlan(cfg Config, budget uint64, probe planProbe) (Plan, error) {
+// ProbeStepPlan is ProbePlan for the step that probe measures (a
+// fine-tune's, say; ChooseStepPlan).
+func ProbeStepPlan(cfg Config, budget uint64, probe StepProbe) (Plan, error) {
 	seqs := cfg.Batch * cfg.Accum
 	p := Plan{How: PlanProbed, BudgetBytes: budget}
 	err := mlx.Do(func() error {
@@ -226,10 +229,10 @@ func probePlan(cfg Config, budget uint64, probe planProbe) (Plan, error) {
 			candidate := PlanProbe{MicroBatch: mb}
 			if mb > maxDim {
 				candidate.Skipped = fmt.Sprintf("over MLX's %d-sequence dimension limit", maxDim)
-			} else if need := probe.lowerBound(c); need > float64(budget) {
+			} else if need := probe.LowerBound(c); need > float64(budget) {
 				candidate.Skipped = fmt.Sprintf("needs at least %s", gib(need))
 			} else {
-				peak, err := probe.peak(c)
+				peak, err := probe.Peak(c)
 				if err != nil {
 					candidate.Skipped = err.Error()
 				} else {
@@ -283,15 +286,15 @@ func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
 		return 0, err
 	}
 	defer stream.Free()
-	return probeUpdates(st, b)
+	return ProbeUpdates(st, b)
 }
 
-// probeUpdates returns the peak memory of two updates of st on b, with
+// ProbeUpdates returns the peak memory of two updates of st on b, with
 // learning rate 0, scheduled as a training run schedules them
 // (State.UpdateAsync): the second's buffers are allocated while the first
 // still holds its own, and a run's peak is that overlap's. The state's
 // arrays are computed first and counted in the peak.
-func probeUpdates(st *step.State, b step.Batch) (uint64, error) {
+func ProbeUpdates(st *step.State, b step.Batch) (uint64, error) {
 	if err := st.Eval(); err != nil {
 		return 0, err
 	}

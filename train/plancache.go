@@ -36,7 +36,7 @@ type planKey struct {
 	planIdentity
 	Budget uint64 `json:"memory_budget_bytes"`
 	// Step names the step the probe measured: pretraining, or the
-	// fine-tune's settings (planProbe.step).
+	// fine-tune's settings (StepProbe.step).
 	Step   string `json:"step"`
 	Config Config `json:"config"` // stepSettings of the run's config
 }
@@ -126,20 +126,20 @@ func (k planKey) path(dir string) (string, error) {
 	return filepath.Join(dir, hex.EncodeToString(sum[:12])+".json"), nil
 }
 
-// probePlanCached is probePlan through the plan cache of cfg.PlanCache
+// probePlanCached is ProbeStepPlan through the plan cache of cfg.PlanCache
 // ("" probes every time), for a device of identity id: a plan cached for
 // the same key is returned without probing (Plan.Cached); otherwise the
 // probe runs and its plan is written to the cache. A cache that cannot be
 // read is a miss; one that cannot be written is reported in
 // Plan.CacheError, and the run goes on with the plan it probed.
-func probePlanCached(cfg Config, budget uint64, probe planProbe, id planIdentity) (Plan, error) {
+func probePlanCached(cfg Config, budget uint64, probe StepProbe, id planIdentity) (Plan, error) {
 	start := time.Now()
 	if cfg.PlanCache == "" {
-		p, err := probePlan(cfg, budget, probe)
+		p, err := ProbeStepPlan(cfg, budget, probe)
 		p.ProbeSeconds = time.Since(start).Seconds()
 		return p, err
 	}
-	key := planKey{planIdentity: id, Budget: budget, Step: probe.step, Config: stepSettings(cfg)}
+	key := planKey{planIdentity: id, Budget: budget, Step: probe.Step, Config: stepSettings(cfg)}
 	path, err := key.path(cfg.PlanCache)
 	if err != nil {
 		return Plan{}, err
@@ -148,7 +148,7 @@ func probePlanCached(cfg Config, budget uint64, probe planProbe, id planIdentity
 		p.Cached, p.ProbeSeconds, p.CacheError = true, 0, ""
 		return p, nil
 	}
-	p, err := probePlan(cfg, budget, probe)
+	p, err := ProbeStepPlan(cfg, budget, probe)
 	p.ProbeSeconds = time.Since(start).Seconds()
 	if err != nil {
 		return p, err

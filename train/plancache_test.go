@@ -13,14 +13,14 @@ import (
 
 // countingProbe is a plan probe whose step peaks at 100 bytes per
 // sequence of the micro-batch, counting the candidates it runs.
-func countingProbe(calls *int) planProbe {
-	return planProbe{
-		lowerBound: func(Config) float64 { return 0 },
-		peak: func(c Config) (uint64, error) {
+func countingProbe(calls *int) StepProbe {
+	return StepProbe{
+		LowerBound: func(Config) float64 { return 0 },
+		Peak: func(c Config) (uint64, error) {
 			*calls++
 			return uint64(c.Batch) * 100, nil
 		},
-		step: "pretraining",
+		Step: "pretraining",
 	}
 }
 
@@ -68,17 +68,17 @@ func TestPlanCacheSkipsTheProbeForTheSameStep(t *testing.T) {
 		t.Fatalf("another length, lr, seed, corpus: %+v, %v, %d probe runs; want the cached plan", p, err, calls)
 	}
 
-	for name, edit := range map[string]func(c *Config, id *planIdentity, b *uint64, p *planProbe){
-		"another build":          func(_ *Config, id *planIdentity, _ *uint64, _ *planProbe) { id.Build = "build 2" },
-		"another MLX":            func(_ *Config, id *planIdentity, _ *uint64, _ *planProbe) { id.MLX = "0.33.0" },
-		"another GPU":            func(_ *Config, id *planIdentity, _ *uint64, _ *planProbe) { id.Device = "NVIDIA H100 sm_90" },
-		"another memory size":    func(_ *Config, id *planIdentity, _ *uint64, _ *planProbe) { id.DeviceMemory = 80 << 30 },
-		"another budget":         func(_ *Config, _ *planIdentity, b *uint64, _ *planProbe) { *b = 500 },
-		"another step":           func(_ *Config, _ *planIdentity, _ *uint64, p *planProbe) { p.step = "fine-tune" },
-		"another batch × accum":  func(c *Config, _ *planIdentity, _ *uint64, _ *planProbe) { c.Batch, c.Accum = 4, 2 },
-		"another model width":    func(c *Config, _ *planIdentity, _ *uint64, _ *planProbe) { c.Model.DModel = 64 },
-		"another optimizer":      func(c *Config, _ *planIdentity, _ *uint64, _ *planProbe) { c.Optimizer = "lion" },
-		"gradient checkpointing": func(c *Config, _ *planIdentity, _ *uint64, _ *planProbe) { c.GradCheckpoint = true },
+	for name, edit := range map[string]func(c *Config, id *planIdentity, b *uint64, p *StepProbe){
+		"another build":          func(_ *Config, id *planIdentity, _ *uint64, _ *StepProbe) { id.Build = "build 2" },
+		"another MLX":            func(_ *Config, id *planIdentity, _ *uint64, _ *StepProbe) { id.MLX = "0.33.0" },
+		"another GPU":            func(_ *Config, id *planIdentity, _ *uint64, _ *StepProbe) { id.Device = "NVIDIA H100 sm_90" },
+		"another memory size":    func(_ *Config, id *planIdentity, _ *uint64, _ *StepProbe) { id.DeviceMemory = 80 << 30 },
+		"another budget":         func(_ *Config, _ *planIdentity, b *uint64, _ *StepProbe) { *b = 500 },
+		"another step":           func(_ *Config, _ *planIdentity, _ *uint64, p *StepProbe) { p.Step = "fine-tune" },
+		"another batch × accum":  func(c *Config, _ *planIdentity, _ *uint64, _ *StepProbe) { c.Batch, c.Accum = 4, 2 },
+		"another model width":    func(c *Config, _ *planIdentity, _ *uint64, _ *StepProbe) { c.Model.DModel = 64 },
+		"another optimizer":      func(c *Config, _ *planIdentity, _ *uint64, _ *StepProbe) { c.Optimizer = "lion" },
+		"gradient checkpointing": func(c *Config, _ *planIdentity, _ *uint64, _ *StepProbe) { c.GradCheckpoint = true },
 	} {
 		c, i, b, p := cfg, id, uint64(budget), probe
 		edit(&c, &i, &b, &p)

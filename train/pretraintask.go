@@ -25,22 +25,22 @@ type pretrainTask struct {
 	sophia   *SophiaEstimator  // nil unless the optimizer is sophia
 }
 
-// open builds the setup (fresh or resumed), the refreshers, the evaluator
+// Open builds the setup (fresh or resumed), the refreshers, the evaluator
 // and the prefetched, sharded stream of windows.
-func (p *pretrainTask) open(env taskEnv) (taskParts, error) {
-	t, cfg := p.t, env.cfg
+func (p *pretrainTask) Open(env TaskEnv) (TaskParts, error) {
+	t, cfg := p.t, env.Config
 	p.cfg = cfg
-	var parts taskParts
-	if env.lead() && env.resumeFrom != "" {
-		if err := copyTokenizerDir(checkpoint.RunDirOf(env.resumeFrom), env.runDir); err != nil {
+	var parts TaskParts
+	if env.Lead() && env.ResumeFrom != "" {
+		if err := CopyTokenizerDir(checkpoint.RunDirOf(env.ResumeFrom), env.RunDir); err != nil {
 			return parts, err
 		}
 	}
 	var err error
-	if p.setup, err = NewGroupSetup(cfg, t.Model, env.resumeFrom, env.group); err != nil {
+	if p.setup, err = NewGroupSetup(cfg, t.Model, env.ResumeFrom, env.Group); err != nil {
 		return parts, err
 	}
-	if g := env.group; g.Size() > 1 && (cfg.Optimizer == "galore" || cfg.Optimizer == "sophia") {
+	if g := env.Group; g.Size() > 1 && (cfg.Optimizer == "galore" || cfg.Optimizer == "sophia") {
 		return parts, fmt.Errorf("train: optimizer %q on %d data-parallel ranks: its refresh reads one rank's batch and the ranks would diverge; use it in one process", cfg.Optimizer, g.Size())
 	}
 	if p.galore, err = NewGaLoreRefresher(p.setup.Optimizer, t.Model); err != nil {
@@ -49,7 +49,7 @@ func (p *pretrainTask) open(env taskEnv) (taskParts, error) {
 	if p.sophia, err = NewSophiaEstimator(p.setup.Optimizer, t.Model, cfg.Seed, cfg.Compile); err != nil {
 		return parts, err
 	}
-	if env.lead() {
+	if env.Lead() {
 		p.eval, err = NewEvaluator(t.Model.LossTerms, t.Data.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, cfg.Compile)
 		if err != nil {
 			return parts, err
@@ -59,22 +59,22 @@ func (p *pretrainTask) open(env taskEnv) (taskParts, error) {
 		return parts, err
 	}
 	s := p.setup
-	return taskParts{step: s.Step, state: s.State, schedule: s.Schedule, plan: s.Plan,
-		specs: t.Model.Specs, stateNames: s.Optimizer.StateNames(), resumed: s.Resumed,
-		tokensPerStep: cfg.TokensPerStep(),
-		start:         Start{Params: cfg.Model.NumParams(), Windows: DescribeWindows(cfg, t.Data.Train.Len())},
-		settings:      []Setting{{"config", cfg}}}, nil
+	return TaskParts{Step: s.Step, State: s.State, Schedule: s.Schedule, Plan: s.Plan,
+		Specs: t.Model.Specs, StateNames: s.Optimizer.StateNames(), Resumed: s.Resumed,
+		TokensPerStep: cfg.TokensPerStep(),
+		Start:         Start{Params: cfg.Model.NumParams(), Windows: DescribeWindows(cfg, t.Data.Train.Len())},
+		Settings:      []Setting{{"config", cfg}}}, nil
 }
 
 // openWindows starts the prefetcher of the training windows: this rank's
 // shard of one seeded stream, from the resumed sampler state.
-func (p *pretrainTask) openWindows(env taskEnv) error {
-	cfg, train := env.cfg, p.t.Data.Train
+func (p *pretrainTask) openWindows(env TaskEnv) error {
+	cfg, train := env.Config, p.t.Data.Train
 	sampler, err := data.NewSampler(train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		return err
 	}
-	if g := env.group; g.Size() > 1 {
+	if g := env.Group; g.Size() > 1 {
 		if err := sampler.Shard(g.Rank(), g.Size(), cfg.Batch); err != nil {
 			return err
 		}
@@ -101,9 +101,9 @@ func (p *pretrainTask) openWindows(env taskEnv) error {
 	return err
 }
 
-// next takes the next prefetched batch, refreshing GaLore's projections
+// Next takes the next prefetched batch, refreshing GaLore's projections
 // and Sophia's Hessian estimate on it when due.
-func (p *pretrainTask) next(update int) (step.Batch, error) {
+func (p *pretrainTask) Next(update int) (step.Batch, error) {
 	batch, err := p.prefetch.Next()
 	if err != nil {
 		return step.Batch{}, err
@@ -125,9 +125,9 @@ func (p *pretrainTask) next(update int) (step.Batch, error) {
 	return step.BatchOf(batch), nil
 }
 
-// release appends the sampler state after the batch and hands the batch
+// Release appends the sampler state after the batch and hands the batch
 // back to the prefetcher.
-func (p *pretrainTask) release(b []byte) []byte {
+func (p *pretrainTask) Release(b []byte) []byte {
 	if p.batch == nil {
 		return b
 	}
@@ -137,16 +137,16 @@ func (p *pretrainTask) release(b []byte) []byte {
 	return b
 }
 
-// evaluates is true: the corpus always has validation windows.
-func (p *pretrainTask) evaluates() bool { return true }
+// Evaluates is true: the corpus always has validation windows.
+func (p *pretrainTask) Evaluates() bool { return true }
 
-// evaluate measures the held-out loss on the validation windows.
-func (p *pretrainTask) evaluate(m *Metrics) (float64, error) {
+// Evaluate measures the held-out loss on the validation windows.
+func (p *pretrainTask) Evaluate(m *Metrics) (float64, error) {
 	return p.eval.record(p.setup.State.Params(), p.cfg.Model.ZLoss, m)
 }
 
-// save writes a whole checkpoint: the model and the optimizer state.
-func (p *pretrainTask) save(root string, rs RunState) (string, error) {
+// Save writes a whole checkpoint: the model and the optimizer state.
+func (p *pretrainTask) Save(root string, rs RunState) (string, error) {
 	specs := p.t.Model.Specs
 	names := make([]string, len(specs))
 	for i, s := range specs {
@@ -156,8 +156,8 @@ func (p *pretrainTask) save(root string, rs RunState) (string, error) {
 	return SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
 }
 
-// close releases what open built.
-func (p *pretrainTask) close() {
+// Close releases what Open built.
+func (p *pretrainTask) Close() {
 	if p.prefetch != nil {
 		p.prefetch.Stop()
 	}

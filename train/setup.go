@@ -126,7 +126,7 @@ func (s *Setup) resume(dir string) (*step.State, *RunState, error) {
 		return nil, nil, fmt.Errorf("checkpoint %s is of another model shape (%+v), this run needs %+v",
 			dir, ck.State.Config.Model, s.Config.Model)
 	}
-	params, err := orderParams(filepath.Join(dir, checkpoint.ModelFile), ck.Params, s.Model)
+	params, err := OrderParams(filepath.Join(dir, checkpoint.ModelFile), ck.Params, s.Model)
 	if err != nil {
 		return nil, nil, err
 	}

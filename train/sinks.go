@@ -27,7 +27,7 @@ type MetricsSink interface {
 // `tensorboard --logdir RUN` (or a folder of runs) shows them.
 const TensorBoardDir = "tb"
 
-// Setting is a run's settings as a document (a Config, a FineTuneConfig)
+// Setting is a run's settings as a document (a Config, a finetune.Config)
 // that the TensorBoard sink writes as text when a run starts.
 type Setting struct {
 	Tag   string

@@ -12,7 +12,9 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
 )
 
@@ -142,9 +144,9 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 
 	// Generation, and generation from a checkpoint saved and loaded on
 	// fresh goroutines.
-	opts := SampleOptions{MaxTokens: 12, Temperature: 1, TopK: 8, Seed: 4}
+	opts := generate.Options{MaxTokens: 12, Temperature: 1, TopK: 8, Seed: 4}
 	prompt := []int32{10, 20, 30}
-	wantText, err := Generate(m, params, prompt, opts)
+	wantText, err := generateTokens(m, params, prompt, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 	}
 	if err := threads.fresh(n, func(i int) error {
 		if i%2 == 0 {
-			return sameTokens("Generate", wantText)(Generate(m, params, prompt, opts))
+			return sameTokens("Generate", wantText)(generateTokens(m, params, prompt, opts))
 		}
 		ck, err := LoadCheckpoint(dir)
 		if err != nil {
@@ -183,10 +185,20 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return sameTokens("Generate from the checkpoint", wantText)(Generate(m, loaded, prompt, opts))
+		return sameTokens("Generate from the checkpoint", wantText)(generateTokens(m, loaded, prompt, opts))
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// generateTokens extends prompt by opts.MaxTokens tokens and returns the
+// prompt and the tokens, as runfolder.Generate does.
+func generateTokens(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts generate.Options) ([]int32, error) {
+	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(prompt), out...), nil
 }
 
 // sameTokens checks a Generate result against want.

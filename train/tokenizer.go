@@ -60,9 +60,9 @@ func OpenTokenizer(open TokenizerOpener, name, runDir string) (data.Tokenizer, e
 	return tok, nil
 }
 
-// openRunTokenizer opens the tokenizer of cfg for run folder runDir and
+// OpenRunTokenizer opens the tokenizer of cfg for run folder runDir and
 // checks that its ids are ids of cfg's model.
-func openRunTokenizer(open TokenizerOpener, cfg Config, runDir string) (data.Tokenizer, error) {
+func OpenRunTokenizer(open TokenizerOpener, cfg Config, runDir string) (data.Tokenizer, error) {
 	tok, err := OpenTokenizer(open, cfg.Tokenizer, runDir)
 	if err != nil {
 		return nil, err
@@ -95,11 +95,11 @@ func tokenizerIs(tok data.Tokenizer, name string) bool {
 	return tok.Name() == name
 }
 
-// copyTokenizerDir copies the TokenizerDir of run folder from into run
+// CopyTokenizerDir copies the TokenizerDir of run folder from into run
 // folder to, when from has one and to does not, so that a run made from
 // another (a fine-tune, a fused or resumed-elsewhere run) keeps the
 // tokenizer files its config's HFTokenizer reads and export writes.
-func copyTokenizerDir(from, to string) error {
+func CopyTokenizerDir(from, to string) error {
 	src, dst := filepath.Join(from, TokenizerDir), filepath.Join(to, TokenizerDir)
 	if sameDir(src, dst) {
 		return nil

@@ -86,7 +86,7 @@ func TestCopyTokenizerDir(t *testing.T) {
 	if got := checkpoint.RunDirOf(filepath.Join(from, "checkpoints", "step-00000007")); got != from {
 		t.Fatalf("checkpoint.RunDirOf = %s, want %s", got, from)
 	}
-	if err := copyTokenizerDir(from, to); err != nil {
+	if err := CopyTokenizerDir(from, to); err != nil {
 		t.Fatalf("copying from a run without tokenizer files: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(to, TokenizerDir)); err == nil {
@@ -99,7 +99,7 @@ func TestCopyTokenizerDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		if err := copyTokenizerDir(from, to); err != nil {
+		if err := CopyTokenizerDir(from, to); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -129,6 +129,6 @@ func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
 // (mlx.Do), and so do the Hooks it calls: they may use MLX, but must not
 // wait for another goroutine that does.
 func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
-	env := taskEnv{cfg: t.Config, runDir: t.RunDir, resumeFrom: resumeFrom, group: t.Group}
-	return runLoop(ctx, &pretrainTask{t: t}, env, t.Hooks)
+	env := TaskEnv{Config: t.Config, RunDir: t.RunDir, ResumeFrom: resumeFrom, Group: t.Group}
+	return RunLoop(ctx, &pretrainTask{t: t}, env, t.Hooks)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/train"
 	"github.com/posttrainllm/posttrainllm/train/bench"
@@ -29,17 +30,17 @@ type finetuneBench struct {
 // and their ratios.
 func runFinetuneBench(out, status io.Writer, cfg train.Config, bo bench.Options, fb finetuneBench, compare, asJSON bool, rounds int) error {
 	for _, m := range fb.methods {
-		if !slices.Contains(train.FineTuneMethods(), m) {
-			return usageError("invalid --finetune %s: want methods among %s", m, strings.Join(train.FineTuneMethods(), ", "))
+		if !slices.Contains(finetune.Methods(), m) {
+			return usageError("invalid --finetune %s: want methods among %s", m, strings.Join(finetune.Methods(), ", "))
 		}
 	}
 	compiles := []bool{cfg.Compile}
 	if compare {
 		compiles = []bool{true, false}
 	}
-	objectives := []train.Preference{{}}
+	objectives := []finetune.Preference{{}}
 	if fb.objective != "" {
-		p := train.Preference{Objective: train.ObjectiveName(fb.objective), Beta: fb.beta}.WithDefaults()
+		p := finetune.Preference{Objective: finetune.ObjectiveName(fb.objective), Beta: fb.beta}.WithDefaults()
 		if err := p.Validate(); err != nil {
 			return usageError("invalid --objective %s --beta %g: %v", fb.objective, fb.beta, err)
 		}
@@ -163,7 +164,7 @@ func printFinetuneRatios(w io.Writer, results []bench.Result, compiles []bool) e
 	}
 	full := ""
 	for _, p := range presets {
-		if strings.HasSuffix(p, "/"+train.MethodFull) {
+		if strings.HasSuffix(p, "/"+finetune.MethodFull) {
 			full = p
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/presets"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -180,7 +181,7 @@ func TestFinetuneDefaultLearningRates(t *testing.T) {
 	base := filepath.Join(dir, "base")
 	mustRun(t, append([]string{"train", "--preset", "tiny", "--steps", "2", "--corpus", writeCorpus(t, dir, "corpus.txt", 20_000), "--out", base}, quick...)...)
 	records := writeRecords(t, dir, "train.jsonl", 8)
-	for method, want := range map[string]float64{"lora": train.DefaultAdapterLR, "dora": train.DefaultAdapterLR, "full": train.DefaultFullLR} {
+	for method, want := range map[string]float64{"lora": finetune.DefaultAdapterLR, "dora": finetune.DefaultAdapterLR, "full": finetune.DefaultFullLR} {
 		out := filepath.Join(dir, method)
 		r := mustRun(t, append([]string{"finetune", "--from", base, "--data", records, "--method", method, "--steps", "2", "--out", out}, quick...)...)
 		c := runState(t, out).Config
@@ -191,8 +192,8 @@ func TestFinetuneDefaultLearningRates(t *testing.T) {
 			t.Errorf("%s: the header does not name the default learning rate:\n%s", method, r.stdout)
 		}
 	}
-	if want := []float64{1e-4, 2e-5}; train.DefaultAdapterLR != want[0] || train.DefaultFullLR != want[1] {
-		t.Errorf("default rates %g and %g, want TRL's %g (LoRA) and %g (SFT)", train.DefaultAdapterLR, train.DefaultFullLR, want[0], want[1])
+	if want := []float64{1e-4, 2e-5}; finetune.DefaultAdapterLR != want[0] || finetune.DefaultFullLR != want[1] {
+		t.Errorf("default rates %g and %g, want TRL's %g (LoRA) and %g (SFT)", finetune.DefaultAdapterLR, finetune.DefaultFullLR, want[0], want[1])
 	}
 }
 
@@ -213,7 +214,7 @@ func TestFinetuneContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ft, err := train.ReadFineTuneConfig(ck); err != nil || ft.Context != 24 {
+	if ft, err := finetune.ReadConfig(ck); err != nil || ft.Context != 24 {
 		t.Errorf("finetune.json context %d (%v), want 24", ft.Context, err)
 	}
 	r = mustRun(t, append(start, "--resume", out, "--steps", "4")...)

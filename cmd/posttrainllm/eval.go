@@ -10,13 +10,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
 func newEvalCmd() *cobra.Command {
 	var (
 		from, device string
-		opts         train.EvalOptions
+		opts         runfolder.EvalOptions
 		seed         uint64
 		asJSON       bool
 	)
@@ -58,9 +58,9 @@ val_loss the run logged for that step.`,
 				return usageError("invalid --from %s: %v", from, err)
 			}
 			switch opts.Split {
-			case "", train.SplitVal, train.SplitTrain, train.SplitAll:
+			case "", runfolder.SplitVal, runfolder.SplitTrain, runfolder.SplitAll:
 			default:
-				return usageError("invalid --split %s: want %s, %s or %s", opts.Split, train.SplitVal, train.SplitTrain, train.SplitAll)
+				return usageError("invalid --split %s: want %s, %s or %s", opts.Split, runfolder.SplitVal, runfolder.SplitTrain, runfolder.SplitAll)
 			}
 			if cmd.Flags().Changed("batch") && opts.Batch < 1 {
 				return usageError("invalid --batch %d: want >= 1", opts.Batch)
@@ -86,7 +86,7 @@ val_loss the run logged for that step.`,
 			}
 			opts.Device = device
 			opts.Tokenizers = openTokenizer
-			res, err := train.EvaluateCheckpoint(from, opts)
+			res, err := runfolder.EvaluateCheckpoint(from, opts)
 			if err != nil {
 				return err
 			}
@@ -129,7 +129,7 @@ type evalJSON struct {
 	LSESquared  *float64 `json:"lse_squared,omitempty"` // mean logsumexp², for a model with z-loss
 }
 
-func printEvalJSON(w io.Writer, r train.CheckpointEval) error {
+func printEvalJSON(w io.Writer, r runfolder.CheckpointEval) error {
 	out := evalJSON{Checkpoint: r.Checkpoint, Step: r.Step, Corpus: r.Corpus, Tokenizer: r.Tokenizer, Split: r.Split,
 		SplitTokens: r.SplitLen, Tokens: r.Tokens, Windows: r.Windows, Context: r.Context, Sampled: r.Sampled,
 		Loss: r.Loss}
@@ -154,7 +154,7 @@ func printEvalJSON(w io.Writer, r train.CheckpointEval) error {
 	return err
 }
 
-func printEval(w io.Writer, r train.CheckpointEval) {
+func printEval(w io.Writer, r runfolder.CheckpointEval) {
 	corpus := r.Corpus
 	if corpus == "" {
 		corpus = "the default corpus (the Go standard library sources)"

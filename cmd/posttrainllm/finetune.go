@@ -14,6 +14,8 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -29,7 +31,7 @@ type finetuneOptions struct {
 	overwrite, noProgress     bool
 	context, nproc            int
 	epochs                    float64
-	// objective and its hyperparameters (train.Preference)
+	// objective and its hyperparameters (finetune.Preference)
 	objective                    string
 	beta, orpoLambda, simpoGamma float64
 	grpo                         grpoOptions
@@ -46,7 +48,7 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 
 // finetuneOwnFlags are the flags that define a fine-tune, which a resumed
 // one keeps, each with the finetune.json key of the setting it sets
-// (train.FineTuneConfig.ResumeConflict compares them).
+// (finetune.Config.ResumeConflict compares them).
 var finetuneOwnFlags = append([]struct{ flag, key string }{
 	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
 	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},
@@ -84,8 +86,8 @@ largest micro-batch whose fine-tune step a probe measured within
 
 Fine-tunes have settings of their own, not the base run's: 200 steps
 (--epochs N instead runs N passes over the training sequences), batch 4,
-AdamW on a cosine schedule from --lr, by default ` + fmt.Sprint(train.DefaultAdapterLR) + `
-for adapters and ` + fmt.Sprint(train.DefaultFullLR) + ` for a full fine-tune, down to a
+AdamW on a cosine schedule from --lr, by default ` + fmt.Sprint(finetune.DefaultAdapterLR) + `
+for adapters and ` + fmt.Sprint(finetune.DefaultFullLR) + ` for a full fine-tune, down to a
 tenth of it (--min-lr).
 
 The run folder --out is like train's: metrics.jsonl, tb/ (TensorBoard),
@@ -132,7 +134,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).
 	fs.StringVar(&opts.from, "from", "", "base checkpoint: a run folder (its newest checkpoint) or a checkpoint directory")
 	fs.StringVar(&opts.data, "data", "", "training records, a jsonl file")
 	fs.StringVar(&opts.valid, "valid", "", "held-out records, a jsonl file (optional)")
-	fs.StringVar(&opts.method, "method", train.MethodLoRA, "lora, dora or full")
+	fs.StringVar(&opts.method, "method", finetune.MethodLoRA, "lora, dora or full")
 	fs.IntVar(&opts.rank, "rank", 8, "adapter rank r")
 	fs.Float64Var(&opts.alpha, "alpha", 16, "adapter scale numerator: the update is alpha/r · B·A")
 	fs.StringSliceVar(&opts.targets, "targets", []string{"attn"}, "projections to adapt: attn, mlp, all, or names such as wq,wv")
@@ -148,7 +150,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).
 	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
 	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
-	fs.StringVar(&opts.objective, "objective", string(train.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (dpo, ipo, orpo, simpo: preference pairs; grpo: prompts and rewards)")
+	fs.StringVar(&opts.objective, "objective", string(finetune.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (dpo, ipo, orpo, simpo: preference pairs; grpo: prompts and rewards)")
 	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo); grpo's KL weight (0: no KL)")
 	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
 	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
@@ -161,7 +163,7 @@ pairs won, on training batches and on --valid (docs/finetuning.md).
 // finetunePlan is a validated finetune command.
 type finetunePlan struct {
 	cfg        train.Config
-	ft         train.FineTuneConfig
+	ft         finetune.Config
 	out        string
 	checkpoint string // resumed checkpoint, or ""
 }
@@ -192,7 +194,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
-		if p.ft, err = train.ReadFineTuneConfig(dir); err != nil {
+		if p.ft, err = finetune.ReadConfig(dir); err != nil {
 			return p, usageError("invalid --resume %s: %v", opts.resume, err)
 		}
 		if err := checkFinetuneResume(flags, opts, p.ft, dir, st.Config.Model.Context); err != nil {
@@ -224,29 +226,29 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 		if dir, err = filepath.Abs(dir); err != nil {
 			return p, usageError("invalid --from %s: %v", opts.from, err)
 		}
-		if opts.method == train.MethodFull || opts.quantize != 0 {
-			quant, err := train.CheckpointQuantization(dir)
+		if opts.method == finetune.MethodFull || opts.quantize != 0 {
+			quant, err := runfolder.CheckpointQuantization(dir)
 			if err != nil {
 				return p, usageError("invalid --from %s: %v", opts.from, err)
 			}
-			if quant != "" && opts.method == train.MethodFull {
+			if quant != "" && opts.method == finetune.MethodFull {
 				return p, usageError("invalid --method full: the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use --method lora or dora over it, or import float weights", opts.from, quant)
 			}
 			if quant != "" {
 				return p, usageError("invalid --quantize %d: the base %s is quantized already (%s); leave --quantize out to train the adapters over it as it is", opts.quantize, opts.from, quant)
 			}
 		}
-		p.ft = train.FineTuneConfig{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
+		p.ft = finetune.Config{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
 			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
 			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
-		if opts.objective != string(train.SFT) {
-			p.ft.Objective = train.ObjectiveName(opts.objective)
+		if opts.objective != string(finetune.SFT) {
+			p.ft.Objective = finetune.ObjectiveName(opts.objective)
 		}
 		if err := checkGRPOFlags(flags, opts.objective); err != nil {
 			return p, err
 		}
 		opts.grpo.set(&p.ft)
-		if opts.method != train.MethodFull {
+		if opts.method != finetune.MethodFull {
 			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
 		}
 		if p.ft.Train, err = absFile("data", opts.data); err != nil {
@@ -264,7 +266,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
 		}
 		p.ft.Context = opts.context
-		base = train.FineTuneDefaults(st.Config, opts.method)
+		base = finetune.Defaults(st.Config, opts.method)
 		if opts.out == "" {
 			opts.out = filepath.Join("runs", "finetune")
 		}
@@ -319,7 +321,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	out := rankOutput(group, cmd.OutOrStdout())
 	p.ft.Tokenizers = openTokenizer
 	p.cfg.PlanCache = train.PlanCacheFolder(opts.planCache)
-	f, err := train.NewFineTuner(p.cfg, p.ft, p.out)
+	f, err := finetune.New(p.cfg, p.ft, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -334,7 +336,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	if p.checkpoint == "" && !ov.isChanged("lr") {
 		notes = append(notes, fmt.Sprintf("lr %g: the default of %s fine-tunes (adapters %g, full %g), down to %g; --lr sets it",
-			f.Config.LR, p.ft.Method, train.DefaultAdapterLR, train.DefaultFullLR, f.Config.MinLR))
+			f.Config.LR, p.ft.Method, finetune.DefaultAdapterLR, finetune.DefaultFullLR, f.Config.MinLR))
 	}
 	cfg := f.Config
 	label := "finetune " + p.ft.Method
@@ -349,13 +351,13 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 		fmt.Fprintln(out, n)
 	}
 	fmt.Fprintf(out, "base: %s\n", p.ft.Base)
-	if p.ft.Method != train.MethodFull {
+	if p.ft.Method != finetune.MethodFull {
 		fmt.Fprintf(out, "adapters: rank %d, alpha %g, targets %s\n", p.ft.Rank, p.ft.Alpha, strings.Join(p.ft.Targets, ","))
 	}
 	switch {
-	case p.ft.Objective == train.GRPOName:
+	case p.ft.Objective == finetune.GRPOName:
 		fmt.Fprintln(out, describeGRPO(p.ft))
-		budget := f.Objective.(*train.GRPOObjective).Rollout.MaxCompletion
+		budget := f.Objective.(*finetune.GRPOObjective).Rollout.MaxCompletion
 		printPrompts(out, "train", p.ft.Train, f.Train, budget)
 		if f.Valid != nil {
 			printPrompts(out, "valid", p.ft.Valid, f.Valid, budget)
@@ -392,7 +394,7 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 // training sequences (train.EpochSteps), an update taking batch × accum
 // of them on each of ranks ranks, shrinking a warm-up the user did not
 // set to fit, and returns the header line that says so.
-func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int) (string, error) {
+func setEpochSteps(f *finetune.FineTuner, epochs float64, ov *overrides, ranks int) (string, error) {
 	steps, err := f.SetEpochs(epochs, ranks, ov.isChanged("warmup"))
 	if err != nil {
 		return "", usageError("invalid --epochs %g: %v", epochs, err)
@@ -408,20 +410,20 @@ func setEpochSteps(f *train.FineTuner, epochs float64, ov *overrides, ranks int)
 
 // describeObjective is the header line of a preference fine-tune: the
 // objective, its hyperparameters and where its reference comes from.
-func describeObjective(ft train.FineTuneConfig) string {
+func describeObjective(ft finetune.Config) string {
 	p := ft.Preference()
 	line := "objective: " + string(p.Objective)
 	switch p.Objective {
-	case train.DPO, train.IPO:
+	case finetune.DPO, finetune.IPO:
 		line += fmt.Sprintf(", beta %g, reference: ", p.Beta)
 		if ft.UsesAdapter() {
 			line += "the base (adapters off, in the step)"
 		} else {
-			line += "the base's log-probabilities, computed once (" + train.ReferenceFile + ")"
+			line += "the base's log-probabilities, computed once (" + finetune.ReferenceFile + ")"
 		}
-	case train.SimPO:
+	case finetune.SimPO:
 		line += fmt.Sprintf(", beta %g, gamma %g, no reference", p.Beta, p.Gamma)
-	case train.ORPO:
+	case finetune.ORPO:
 		line += fmt.Sprintf(", lambda %g, no reference", p.Lambda)
 	}
 	return line

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
 // writeRecords writes "continue this line" records, one per line of the
@@ -143,7 +143,7 @@ func TestFuseQuantizeMakesAQuantizedBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, err := train.CheckpointQuantization(ck); err != nil || q != "4-bit, groups of 32" {
+	if q, err := runfolder.CheckpointQuantization(ck); err != nil || q != "4-bit, groups of 32" {
 		t.Fatalf("fuse --quantize 4 --q-group-size 32 wrote quantization %q (%v)", q, err)
 	}
 	mustRun(t, "sample", "--from", fused, "--prompt", "the ", "--tokens", "5")

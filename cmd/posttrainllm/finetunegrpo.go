@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/posttrainllm/posttrainllm/data"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/finetune"
 )
 
 // grpoOptions are finetune's flags of the grpo objective.
@@ -82,7 +82,7 @@ func addGRPOFlags(fs *pflag.FlagSet, o *grpoOptions) {
 }
 
 // set copies the grpo flags into ft.
-func (o grpoOptions) set(ft *train.FineTuneConfig) {
+func (o grpoOptions) set(ft *finetune.Config) {
 	ft.GroupSize, ft.MaxCompletion, ft.Temperature, ft.TopP, ft.TopK = o.groupSize, o.maxCompletion, o.temperature, o.topP, o.topK
 	ft.Reward, ft.RewardCmd, ft.RewardTimeout = o.reward, o.rewardCmd, o.rewardTimeout
 	ft.AnswerField, ft.AnswerPattern, ft.FormatPattern = o.answerField, o.answerPattern, o.formatPattern
@@ -92,7 +92,7 @@ func (o grpoOptions) set(ft *train.FineTuneConfig) {
 
 // checkGRPOFlags refuses grpo flags given to another objective.
 func checkGRPOFlags(fs *pflag.FlagSet, objective string) error {
-	if objective == string(train.GRPOName) {
+	if objective == string(finetune.GRPOName) {
 		return nil
 	}
 	for _, f := range grpoOwnFlags {
@@ -104,8 +104,8 @@ func checkGRPOFlags(fs *pflag.FlagSet, objective string) error {
 }
 
 // describeGRPO is the header line of a GRPO fine-tune.
-func describeGRPO(ft train.FineTuneConfig) string {
-	g, err := train.GRPOFrom(ft)
+func describeGRPO(ft finetune.Config) string {
+	g, err := finetune.GRPOFrom(ft)
 	if err != nil {
 		return "objective: grpo (" + err.Error() + ")"
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/finetune"
 )
 
 // writePreferences writes n preference records whose chosen answer ends
@@ -61,10 +61,10 @@ func TestFinetuneDPO(t *testing.T) {
 	full := filepath.Join(dir, "full")
 	r = mustRun(t, "finetune", "--from", base, "--data", trainFile, "--valid", validFile, "--out", full, "--objective", "dpo",
 		"--method", "full", "--steps", "2", "--eval-every", "2", "--no-progress")
-	if !strings.Contains(r.stdout, train.ReferenceFile) {
+	if !strings.Contains(r.stdout, finetune.ReferenceFile) {
 		t.Errorf("full DPO header does not name its reference file:\n%s", r.stdout)
 	}
-	if _, err := os.Stat(filepath.Join(full, train.ReferenceFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(full, finetune.ReferenceFile)); err != nil {
 		t.Errorf("full DPO run folder: %v", err)
 	}
 }

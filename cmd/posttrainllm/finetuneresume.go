@@ -7,23 +7,23 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/finetune"
 )
 
 // checkFinetuneResume accepts the fine-tune's own flags beside --resume
 // when they equal the resumed fine-tune's settings (finetune.json), so the
 // command line that started it, with --resume added, continues it; it
-// names the first flag that differs (train.FineTuneConfig.ResumeConflict
+// names the first flag that differs (finetune.Config.ResumeConflict
 // decides). baseContext is the base model's context, what a fine-tune
 // without --context trained on.
-func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved train.FineTuneConfig, dir string, baseContext int) error {
+func checkFinetuneResume(flags *pflag.FlagSet, opts finetuneOptions, saved finetune.Config, dir string, baseContext int) error {
 	if flags.Changed("epochs") {
 		return usageError("--epochs with --resume: a resumed fine-tune keeps its steps; pass --steps N to run to step N")
 	}
-	given := train.FineTuneConfig{Base: resolvedCheckpoint(opts.from), Train: absPath(opts.data), Valid: absPath(opts.valid),
+	given := finetune.Config{Base: resolvedCheckpoint(opts.from), Train: absPath(opts.data), Valid: absPath(opts.valid),
 		Method: opts.method, Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt,
 		Pack: opts.pack, Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
-		Objective: train.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
+		Objective: finetune.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
 	opts.grpo.set(&given)
 	flagOf := map[string]string{}
 	var keys []string
@@ -65,10 +65,10 @@ func absPath(path string) string {
 	return path
 }
 
-// objectiveNames lists the built-in objectives (train.ObjectiveNames) for
+// objectiveNames lists the built-in objectives (finetune.ObjectiveNames) for
 // --objective's usage.
 func objectiveNames() string {
-	names := train.ObjectiveNames()
+	names := finetune.ObjectiveNames()
 	out := make([]string, len(names))
 	for i, n := range names {
 		out[i] = string(n)

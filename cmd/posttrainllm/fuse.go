@@ -4,14 +4,15 @@ import (
 	"fmt"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/spf13/cobra"
 )
 
 func newFuseCmd() *cobra.Command {
 	var adapter, from, out string
 	var overwrite bool
-	var fuseOpts train.FuseOptions
+	var fuseOpts runfolder.FuseOptions
 	cmd := &cobra.Command{
 		Use:   "fuse",
 		Short: "Merge a fine-tune's adapters into its base as an ordinary checkpoint",
@@ -43,7 +44,7 @@ fine-tunes read, and a full fine-tune refuses.`,
 			if err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}
-			if _, err := train.ReadFineTuneConfig(dir); err != nil {
+			if _, err := finetune.ReadConfig(dir); err != nil {
 				return usageError("invalid --adapter %s: %v", adapter, err)
 			}
 			if err := fuseOpts.Validate(); err != nil {
@@ -57,7 +58,7 @@ fine-tunes read, and a full fine-tune refuses.`,
 					return err
 				}
 			}
-			ck, err := train.Fuse(dir, from, out, fuseOpts)
+			ck, err := runfolder.Fuse(dir, from, out, fuseOpts)
 			if err != nil {
 				return err
 			}

@@ -4,10 +4,11 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/chattemplate"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
 // generationSource is what sample --chat, chat and serve generate from:
@@ -34,7 +35,7 @@ func (s generationSource) check(command string) error {
 		if err != nil {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}
-		if _, err := train.ReadFineTuneConfig(dir); err != nil {
+		if _, err := finetune.ReadConfig(dir); err != nil {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}
 	}
@@ -68,7 +69,7 @@ func (s generationSource) open(device string) (*generate.Model, error) {
 		}
 		return openGGUF(s.from)
 	}
-	return train.OpenGenerator(s.from, s.adapter, device, openTokenizer)
+	return runfolder.OpenGenerator(s.from, s.adapter, device, openTokenizer)
 }
 
 // openGGUF opens the model of a GGUF file with the tokenizer, chat

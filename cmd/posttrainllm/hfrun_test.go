@@ -11,6 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -121,12 +122,12 @@ func TestImportedRunUsesTokenizerJSON(t *testing.T) {
 
 	// finetune --from renders its records with the tokenizer.json.
 	records := writeRecords(t, tmp, "train.jsonl", 12)
-	ft := train.FineTuneConfig{Base: run, Method: train.MethodFull, Train: records, MaskPrompt: true, Tokenizers: openTokenizer}
-	f, err := train.NewFineTuner(st.Config, ft, filepath.Join(tmp, "unused"))
+	ft := finetune.Config{Base: run, Method: finetune.MethodFull, Train: records, MaskPrompt: true, Tokenizers: openTokenizer}
+	f, err := finetune.New(st.Config, ft, filepath.Join(tmp, "unused"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := train.LoadRows(records, tok, st.Config.Model.Context, true, false)
+	rows, err := finetune.LoadRows(records, tok, st.Config.Model.Context, true, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
 // folderTokenizer is the tokenizer of a Hugging Face folder: its
@@ -33,7 +33,7 @@ func folderTokenizer(dir, family string, vocab int) (data.Tokenizer, error) {
 
 // sampleFolder continues prompt with the model of a Hugging Face folder and
 // its own tokenizer.
-func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string, error) {
+func sampleFolder(dir, prompt, device string, opts runfolder.SampleOptions) (string, error) {
 	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 		return "", err
 	}
@@ -51,7 +51,7 @@ func sampleFolder(dir, prompt, device string, opts train.SampleOptions) (string,
 
 // sampleGGUF continues prompt with the model of a GGUF file and the
 // tokenizer made from its metadata.
-func sampleGGUF(path, prompt, device string, opts train.SampleOptions) (string, error) {
+func sampleGGUF(path, prompt, device string, opts runfolder.SampleOptions) (string, error) {
 	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 		return "", err
 	}
@@ -85,7 +85,7 @@ func withGGUFTokenizerFiles(path string, m *hf.GGUFModel, read func(dir string) 
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := train.WriteTokenizerFiles(dir, m.Tokenizer); err != nil {
+	if err := runfolder.WriteTokenizerFiles(dir, m.Tokenizer); err != nil {
 		return err
 	}
 	if err := read(dir); err != nil {
@@ -95,11 +95,11 @@ func withGGUFTokenizerFiles(path string, m *hf.GGUFModel, read func(dir string) 
 }
 
 // sampleModel continues prompt with an imported model and its tokenizer.
-func sampleModel(src string, m *hf.Model, tok data.Tokenizer, prompt string, opts train.SampleOptions) (string, error) {
+func sampleModel(src string, m *hf.Model, tok data.Tokenizer, prompt string, opts runfolder.SampleOptions) (string, error) {
 	if v := m.Model.Config.VocabSize; tok.VocabSize() > v {
 		return "", fmt.Errorf("%s: the tokenizer has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), v)
 	}
-	out, err := train.Generate(m.Model, m.Params, generate.PromptIDs(tok, prompt, opts.SpecialsAsText), opts)
+	out, err := runfolder.Generate(m.Model, m.Params, generate.PromptIDs(tok, prompt, opts.SpecialsAsText), opts)
 	if err != nil {
 		return "", err
 	}

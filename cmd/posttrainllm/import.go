@@ -13,13 +13,14 @@ import (
 	"github.com/posttrainllm/posttrainllm/data/hftokenizer"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 func newImportCmd() *cobra.Command {
 	var (
 		out, preset, tokenizer string
-		opts                   train.ImportOptions
+		opts                   runfolder.ImportOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "import HF_FOLDER|FILE.gguf",
@@ -108,9 +109,9 @@ trained on.`,
 					return usageError("invalid folder %s: tokenizer.json has %d ids, the model's vocab_size is %d", src, tok.VocabSize(), mc.VocabSize)
 				}
 			}
-			importer := train.ImportHF
+			importer := runfolder.ImportHF
 			if gguf {
-				importer = train.ImportGGUF
+				importer = runfolder.ImportGGUF
 			}
 			dir, family, err := importer(src, out, base, opts)
 			if err != nil {
@@ -165,7 +166,7 @@ HF_FOLDER must not exist or be empty.
 			if _, err := checkpoint.Resolve(args[0]); err != nil {
 				return usageError("invalid checkpoint %s: %v", args[0], err)
 			}
-			family, err := train.ExportHF(args[0], args[1])
+			family, err := runfolder.ExportHF(args[0], args[1])
 			if err != nil {
 				return err
 			}

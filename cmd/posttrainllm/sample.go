@@ -9,16 +9,17 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
 func newSampleCmd() *cobra.Command {
 	var (
 		from, adapter, prompt, device string
 		chat, system                  string
-		opts                          train.SampleOptions
+		opts                          runfolder.SampleOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "sample",
@@ -84,7 +85,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 				if err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}
-				if _, err := train.ReadFineTuneConfig(dir); err != nil {
+				if _, err := finetune.ReadConfig(dir); err != nil {
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}
 			}
@@ -99,13 +100,13 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			var text string
 			switch {
 			case adapter != "":
-				text, err = train.SampleAdapted(adapter, from, prompt, device, opts)
+				text, err = runfolder.SampleAdapted(adapter, from, prompt, device, opts)
 			case gguf:
 				text, err = sampleGGUF(from, prompt, device, opts)
 			case folder:
 				text, err = sampleFolder(from, prompt, device, opts)
 			default:
-				text, err = train.SampleCheckpoint(from, prompt, device, opts)
+				text, err = runfolder.SampleCheckpoint(from, prompt, device, opts)
 			}
 			if err != nil {
 				return err

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/generate"
-	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // servedAdapter is one --adapter NAME=RUN of serve: a LoRA or DoRA
@@ -41,7 +41,7 @@ func parseServeAdapters(values []string) (merged string, adapters []servedAdapte
 		if err != nil {
 			return "", nil, usageError("invalid --adapter %s: %v", v, err)
 		}
-		ft, err := train.ReadFineTuneConfig(dir)
+		ft, err := finetune.ReadConfig(dir)
 		if err != nil {
 			return "", nil, usageError("invalid --adapter %s: %v", v, err)
 		}
@@ -67,8 +67,8 @@ func parseServeAdapters(values []string) (merged string, adapters []servedAdapte
 // loadServeAdapters loads the adapters of each fine-tune for model m and
 // returns them in order with the function that frees them (after the
 // engine that uses them is closed).
-func loadServeAdapters(m *generate.Model, id string, adapters []servedAdapter) ([]*train.AdapterRun, func(), error) {
-	var runs []*train.AdapterRun
+func loadServeAdapters(m *generate.Model, id string, adapters []servedAdapter) ([]*finetune.AdapterRun, func(), error) {
+	var runs []*finetune.AdapterRun
 	free := func() {
 		for _, r := range runs {
 			r.Free()
@@ -79,7 +79,7 @@ func loadServeAdapters(m *generate.Model, id string, adapters []servedAdapter) (
 			free()
 			return nil, nil, usageError("--adapter %s=%s: the name %s is the base model's id (--model); give the adapter another", a.name, a.run, a.name)
 		}
-		r, err := train.LoadAdapterRun(a.run, m.Net.Specs)
+		r, err := finetune.LoadAdapterRun(a.run, m.Net.Specs)
 		if err != nil {
 			free()
 			return nil, nil, fmt.Errorf("--adapter %s=%s: %w", a.name, a.run, err)
@@ -91,7 +91,7 @@ func loadServeAdapters(m *generate.Model, id string, adapters []servedAdapter) (
 
 // setServeAdapters registers the loaded adapters on engine e under their
 // names and returns the names.
-func setServeAdapters(e *generate.Engine, adapters []servedAdapter, runs []*train.AdapterRun) ([]string, error) {
+func setServeAdapters(e *generate.Engine, adapters []servedAdapter, runs []*finetune.AdapterRun) ([]string, error) {
 	names := make([]string, len(adapters))
 	for i, a := range adapters {
 		if err := e.SetAdapter(a.name, generate.Adapter{Spec: runs[i].Adapter, Params: runs[i].Params}); err != nil {

@@ -30,6 +30,8 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
+	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -77,12 +79,12 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 		return err
 	}
 	fmt.Fprintf(w, "base unchanged: %v\n", bytes.Equal(before, after))
-	opts := train.SampleOptions{MaxTokens: 40}
-	plain, err := train.SampleCheckpoint(base, prompt, "cpu", opts)
+	opts := runfolder.SampleOptions{MaxTokens: 40}
+	plain, err := runfolder.SampleCheckpoint(base, prompt, "cpu", opts)
 	if err != nil {
 		return err
 	}
-	adapted, err := train.SampleAdapted(sum.LastCheckpoint, "", prompt, "cpu", opts)
+	adapted, err := runfolder.SampleAdapted(sum.LastCheckpoint, "", prompt, "cpu", opts)
 	if err != nil {
 		return err
 	}
@@ -136,9 +138,9 @@ func loraFineTune(base, trainFile, validFile, dir string, steps int) (train.Summ
 	cfg := train.Config{Steps: steps, Batch: 8, Accum: 1, Optimizer: "adamw", Schedule: "cosine",
 		LR: 3e-3, MinLR: 3e-4, Warmup: min(10, steps/2), GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 10, EvalEvery: steps}
-	ft := train.FineTuneConfig{Base: base, Method: train.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile, MaskPrompt: true}
-	f, err := train.NewFineTuner(cfg, ft, dir)
+	f, err := finetune.New(cfg, ft, dir)
 	if err != nil {
 		return train.Summary{}, err
 	}

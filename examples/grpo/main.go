@@ -23,6 +23,7 @@ import (
 	"unicode"
 
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -75,16 +76,16 @@ func run(w io.Writer, corpus, out string, pretrainSteps, updates int) error {
 	if err != nil {
 		return err
 	}
-	settings := train.GRPO{Rollout: rl.RolloutOptions{GroupSize: 8, MaxCompletion: 12, Temperature: 1}}
-	obj, err := train.NewGRPOObjective(settings, rl.Weighted{Weight: 1, Scorer: rl.FromFunc("vowels", vowelShare)})
+	settings := finetune.GRPO{Rollout: rl.RolloutOptions{GroupSize: 8, MaxCompletion: 12, Temperature: 1}}
+	obj, err := finetune.NewGRPOObjective(settings, rl.Weighted{Weight: 1, Scorer: rl.FromFunc("vowels", vowelShare)})
 	if err != nil {
 		return err
 	}
 	cfg := train.Config{Steps: updates, Batch: 32, Accum: 1, Optimizer: "adamw", Schedule: "constant",
 		LR: 3e-3, GradClip: 1, Compile: true, Device: "cpu", Seed: 1, LogEvery: 5, EvalEvery: updates}
-	ft := train.FineTuneConfig{Base: base, Method: train.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile}
-	f, err := train.NewObjectiveFineTuner(cfg, ft, obj, filepath.Join(out, "grpo"))
+	f, err := finetune.NewWithObjective(cfg, ft, obj, filepath.Join(out, "grpo"))
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,8 @@
 // Command objective shows a fine-tuning objective written outside package
-// train: label-smoothed supervised fine-tuning, (1−ε)·NLL + ε·(mean over
+// finetune: label-smoothed supervised fine-tuning, (1−ε)·NLL + ε·(mean over
 // the vocabulary of −log p) per counted target, with the plain NLL as a
 // named auxiliary metric of the compiled step. It implements
-// train.Objective (rows, layout, loss, run), borrowing SFT's rows, feed
+// finetune.Objective (rows, layout, loss, run), borrowing SFT's rows, feed
 // and held-out evaluation, and trains through the same loop as the
 // built-in objectives: it pretrains the tiny preset briefly, fine-tunes it
 // with LoRA on "continue this line" records, and reports the training
@@ -25,6 +25,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -45,7 +46,7 @@ func main() {
 // smoothed is label-smoothed SFT with smoothing Epsilon.
 type smoothed struct {
 	Epsilon float64
-	sft     train.SupervisedObjective
+	sft     finetune.SupervisedObjective
 }
 
 // Name is the objective's name in finetune.json.
@@ -55,10 +56,10 @@ func (smoothed) Name() string { return "sft-smoothed" }
 func (o smoothed) Check(cfg train.Config) error { return o.sft.Check(cfg) }
 
 // Rows are SFT's: chat or prompt/completion records.
-func (o smoothed) Rows(src train.RowSource) (*data.Rows, error) { return o.sft.Rows(src) }
+func (o smoothed) Rows(src finetune.RowSource) (*data.Rows, error) { return o.sft.Rows(src) }
 
 // Layout is SFT's weighted tokens, with the plain NLL as an auxiliary sum.
-func (o smoothed) Layout(p train.Policy) step.Layout {
+func (o smoothed) Layout(p finetune.Policy) step.Layout {
 	l := o.sft.Layout(p)
 	l.Aux = []string{"nll"}
 	return l
@@ -67,7 +68,7 @@ func (o smoothed) Layout(p train.Policy) step.Layout {
 // Loss is Σ w·((1−ε)·NLL + ε·uniform) over the microbatch, and Σ w·NLL.
 // The weights come normalised over the whole update, so the step's sums
 // are means per counted target.
-func (o smoothed) Loss(p train.Policy) step.Loss {
+func (o smoothed) Loss(p finetune.Policy) step.Loss {
 	eps := o.Epsilon
 	return func(trainable, frozen []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		logits := mlx.AsType(p.Logits(trainable, frozen, mb.X), mlx.Float32) // [B, T, V]
@@ -80,7 +81,9 @@ func (o smoothed) Loss(p train.Policy) step.Loss {
 }
 
 // Start is SFT's: its feed of rows and its held-out loss.
-func (o smoothed) Start(env train.ObjectiveEnv) (train.ObjectiveRun, error) { return o.sft.Start(env) }
+func (o smoothed) Start(env finetune.ObjectiveEnv) (finetune.ObjectiveRun, error) {
+	return o.sft.Start(env)
+}
 
 func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) error {
 	if pretrainSteps < 1 || finetuneSteps < 2 {
@@ -102,9 +105,9 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 	cfg := train.Config{Steps: finetuneSteps, Batch: 8, Accum: 1, Optimizer: "adamw", Schedule: "cosine",
 		LR: 3e-3, MinLR: 3e-4, Warmup: min(10, finetuneSteps/2), GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 10, EvalEvery: finetuneSteps}
-	ft := train.FineTuneConfig{Base: base, Method: train.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
 		Train: trainFile, Valid: validFile, MaskPrompt: true}
-	f, err := train.NewObjectiveFineTuner(cfg, ft, smoothed{Epsilon: 0.1}, filepath.Join(out, "smoothed"))
+	f, err := finetune.NewWithObjective(cfg, ft, smoothed{Epsilon: 0.1}, filepath.Join(out, "smoothed"))
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -120,9 +121,9 @@ func dpoFineTune(base, trainFile, validFile, dir string, steps int) (train.Summa
 	cfg := train.Config{Steps: steps, Batch: 16, Accum: 1, Optimizer: "adamw", Schedule: "cosine",
 		LR: 3e-3, MinLR: 3e-4, Warmup: min(10, steps/2), GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
 		LogEvery: 10, EvalEvery: steps}
-	ft := train.FineTuneConfig{Base: base, Method: train.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
-		Train: trainFile, Valid: validFile, MaskPrompt: true, Context: 64, Objective: train.DPO}
-	f, err := train.NewFineTuner(cfg, ft, dir)
+	ft := finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 8, Alpha: 16, Targets: []string{"all"},
+		Train: trainFile, Valid: validFile, MaskPrompt: true, Context: 64, Objective: finetune.DPO}
+	f, err := finetune.New(cfg, ft, dir)
 	if err != nil {
 		return train.Summary{}, err
 	}

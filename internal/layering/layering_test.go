@@ -22,6 +22,8 @@ var layers = [][]string{
 	{"generate", "checkpoint", "step"},
 	{"rl"},
 	{"train", "launch", "serve"},
+	{"finetune"},
+	{"runfolder"},
 	{"train/bench", "presets"},
 	{"cmd", "examples", "scripts"},
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -14,29 +15,29 @@ import (
 
 // FineTune says which fine-tune step RunFineTune measures.
 type FineTune struct {
-	// Method is train.MethodLoRA, MethodDoRA or MethodFull.
+	// Method is finetune.MethodLoRA, MethodDoRA or MethodFull.
 	Method string
 	// Adapter shapes the adapters of LoRA and DoRA (its Method is set
 	// from Method).
 	Adapter peft.Config
 	// Objective is a preference objective to time instead of the
-	// supervised loss (its zero value, or train.SFT): the row step of
-	// train.PreferenceLoss or train.AdapterPreferenceLoss on the same
+	// supervised loss (its zero value, or finetune.SFT): the row step of
+	// finetune.PreferenceLoss or finetune.AdapterPreferenceLoss on the same
 	// windows taken as pairs (rows 2i and 2i+1), so the batch must be
 	// even. A full fine-tune's DPO and IPO read reference log-probabilities
 	// as a row input, here constants: the one pass that computes them
 	// before training is not part of the step.
-	Objective train.Preference
+	Objective finetune.Preference
 }
 
 // prefers reports whether ft times a preference objective.
 func (ft FineTune) prefers() bool {
-	return ft.Objective.Objective != "" && ft.Objective.Objective != train.SFT
+	return ft.Objective.Objective != "" && ft.Objective.Objective != finetune.SFT
 }
 
 // RunFineTune times the fine-tune step of cfg's model, as Run times the
 // pretraining step: opts.Warmup untimed and opts.Steps timed updates of
-// the step of the fine-tune objective (train.Objective) on freshly initialised base
+// the step of the fine-tune objective (finetune.Objective) on freshly initialised base
 // weights, LoRA/DoRA adapters trainable and the base frozen, or every
 // weight trainable for a full fine-tune. The data are synthetic windows
 // whose first half of positions is masked out of the loss, as a prompt
@@ -100,34 +101,34 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State
 	}
 	var (
 		opt       optim.Optimizer
-		policy    train.Policy
+		policy    finetune.Policy
 		trainable []*mlx.Array
 		frozen    []*mlx.Array
 		count     int
 	)
 	opts := train.RunStepOptions(cfg)
 	switch ft.Method {
-	case train.MethodFull:
+	case finetune.MethodFull:
 		if opt, err = train.NewOptimizer(cfg, m.Specs); err == nil {
-			policy, trainable, count = train.Policy{Model: m}, base, cfg.Model.NumParams()
+			policy, trainable, count = finetune.Policy{Model: m}, base, cfg.Model.NumParams()
 		}
-	case train.MethodLoRA, train.MethodDoRA:
+	case finetune.MethodLoRA, finetune.MethodDoRA:
 		ac := ft.Adapter
 		ac.Method = peft.Method(ft.Method)
 		var a *peft.Adapter
-		if a, err = train.NewAdapter(cfg, ac, m.Specs); err == nil {
-			opt, err = train.NewOptimizerFor(cfg, train.AdapterOptimizerParams(a))
+		if a, err = finetune.NewAdapter(cfg, ac, m.Specs); err == nil {
+			opt, err = train.NewOptimizerFor(cfg, finetune.AdapterOptimizerParams(a))
 		}
 		if err == nil {
-			err = train.CastFrozenBase(cfg, base)
+			err = finetune.CastFrozenBase(cfg, base)
 		}
 		if err == nil {
 			trainable, err = a.Init(cfg.Seed+1, base)
 		}
 		if err == nil {
-			policy, frozen, count = train.Policy{Model: m, Adapter: a}, base, a.NumParams()
+			policy, frozen, count = finetune.Policy{Model: m, Adapter: a}, base, a.NumParams()
 		}
-		opts = train.AdapterStepOptions(opts, cfg.Model)
+		opts = finetune.AdapterStepOptions(opts, cfg.Model)
 	default:
 		err = fmt.Errorf("bench: fine-tune method %q, want lora, dora or full", ft.Method)
 	}
@@ -136,9 +137,9 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State
 		return nil, nil, 0, err
 	}
 	optState, err := opt.Init()
-	var obj train.Objective = train.SupervisedObjective{}
+	var obj finetune.Objective = finetune.SupervisedObjective{}
 	if ft.prefers() {
-		obj = train.PreferenceObjective{Preference: ft.Objective}
+		obj = finetune.PreferenceObjective{Preference: ft.Objective}
 	}
 	var update *step.Step
 	if err == nil {
@@ -154,7 +155,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State
 		update.Free()
 		mlx.Free(optState...)
 		mlx.Free(base...)
-		if ft.Method != train.MethodFull {
+		if ft.Method != finetune.MethodFull {
 			mlx.Free(trainable...)
 		}
 		return nil, nil, 0, err
@@ -166,7 +167,7 @@ func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State
 // ft's preference step takes: the reference log-probabilities of a full
 // fine-tune's DPO or IPO.
 func fullReference(ft FineTune) int {
-	if ft.Method == train.MethodFull && ft.Objective.NeedsReference() {
+	if ft.Method == finetune.MethodFull && ft.Objective.NeedsReference() {
 		return 1
 	}
 	return 0

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
-	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // The fine-tune bench traces a compiled step once and an interpreted one
@@ -18,11 +18,11 @@ func TestRunFineTuneLoRAAndFull(t *testing.T) {
 	cfg := benchConfig()
 	loraCfg := cfg
 	loraCfg.LR, loraCfg.MinLR = 3e-2, 3e-3 // adapters on a random base need a larger rate to move in 12 steps
-	lora, err := RunFineTune(loraCfg, FineTune{Method: train.MethodLoRA, Adapter: ad}, Options{Label: "unit", Warmup: 2, Steps: 10, Pipelined: true})
+	lora, err := RunFineTune(loraCfg, FineTune{Method: finetune.MethodLoRA, Adapter: ad}, Options{Label: "unit", Warmup: 2, Steps: 10, Pipelined: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	full, err := RunFineTune(cfg, FineTune{Method: train.MethodFull}, Options{Label: "unit", Warmup: 2, Steps: 10})
+	full, err := RunFineTune(cfg, FineTune{Method: finetune.MethodFull}, Options{Label: "unit", Warmup: 2, Steps: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestRunFineTuneLoRAAndFull(t *testing.T) {
 		}
 	}
 	cfg.Compile = false
-	interp, err := RunFineTune(cfg, FineTune{Method: train.MethodDoRA, Adapter: ad}, Options{Warmup: 1, Steps: 2})
+	interp, err := RunFineTune(cfg, FineTune{Method: finetune.MethodDoRA, Adapter: ad}, Options{Warmup: 1, Steps: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,20 +75,20 @@ func TestRunFineTunePreference(t *testing.T) {
 	cfg := benchConfig()
 	for _, c := range []struct {
 		method string
-		obj    train.ObjectiveName
-	}{{train.MethodLoRA, train.DPO}, {train.MethodFull, train.DPO}, {train.MethodLoRA, train.SimPO}, {train.MethodFull, train.ORPO}} {
+		obj    finetune.ObjectiveName
+	}{{finetune.MethodLoRA, finetune.DPO}, {finetune.MethodFull, finetune.DPO}, {finetune.MethodLoRA, finetune.SimPO}, {finetune.MethodFull, finetune.ORPO}} {
 		cc := cfg
-		if c.method != train.MethodFull {
+		if c.method != finetune.MethodFull {
 			cc.LR, cc.MinLR = 3e-2, 3e-3 // adapters on a random base need a larger rate to move
 		}
-		r, err := RunFineTune(cc, FineTune{Method: c.method, Adapter: ad, Objective: train.Preference{Objective: c.obj}}, Options{Label: "unit", Warmup: 2, Steps: 6})
+		r, err := RunFineTune(cc, FineTune{Method: c.method, Adapter: ad, Objective: finetune.Preference{Objective: c.obj}}, Options{Label: "unit", Warmup: 2, Steps: 6})
 		if err != nil {
 			t.Fatalf("%s %s: %v", c.method, c.obj, err)
 		}
 		if r.Traces != 1 || r.Preset != "unit/"+c.method+"/"+string(c.obj) {
 			t.Errorf("%s %s: %d traces, label %q", c.method, c.obj, r.Traces, r.Preset)
 		}
-		if c.obj == train.DPO && c.method == train.MethodLoRA && math.Abs(r.LossFirst-math.Ln2) > 1e-5 {
+		if c.obj == finetune.DPO && c.method == finetune.MethodLoRA && math.Abs(r.LossFirst-math.Ln2) > 1e-5 {
 			t.Errorf("fresh LoRA DPO: first loss %g, want ln 2", r.LossFirst)
 		}
 		if math.IsNaN(r.LossLast) || math.IsInf(r.LossLast, 0) || !(r.MsPerStepMedian > 0) || r.PeakMemoryBytes == 0 {
@@ -97,7 +97,7 @@ func TestRunFineTunePreference(t *testing.T) {
 	}
 	odd := cfg
 	odd.Batch = 3
-	if _, err := RunFineTune(odd, FineTune{Method: train.MethodLoRA, Adapter: ad, Objective: train.Preference{Objective: train.DPO}}, Options{Steps: 1}); err == nil || !strings.Contains(err.Error(), "even") {
+	if _, err := RunFineTune(odd, FineTune{Method: finetune.MethodLoRA, Adapter: ad, Objective: finetune.Preference{Objective: finetune.DPO}}, Options{Steps: 1}); err == nil || !strings.Contains(err.Error(), "even") {
 		t.Errorf("odd batch: %v", err)
 	}
 }

@@ -19,5 +19,5 @@
 //     tokens.
 //
 // A Model is opened from a Hugging Face folder with OpenFolder, and from
-// a run folder, checkpoint or fine-tune with train.OpenGenerator.
+// a run folder, checkpoint or fine-tune with runfolder.OpenGenerator.
 package generate

@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"fmt"
@@ -8,18 +8,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/step"
 )
-
-// setSophiaConfig applies the config's Sophia settings: the estimate is
-// taken over the tokens of one update, and the interval and ρ where set.
-func setSophiaConfig(sc *optim.SophiaConfig, cfg Config) {
-	sc.Tokens = max(1, cfg.TokensPerStep())
-	if cfg.SophiaEvery != 0 {
-		sc.HessianEvery = cfg.SophiaEvery
-	}
-	if cfg.SophiaRho != 0 {
-		sc.Rho = cfg.SophiaRho
-	}
-}
 
 // sophiaKeySalt mixes the update number into the run's seed for the
 // estimate's sampling key.

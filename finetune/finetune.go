@@ -29,7 +29,7 @@ type FineTuner struct {
 	// Objective is what the fine-tune minimises and measures; its name is
 	// FineTune.Objective.
 	Objective Objective
-	Model     *model.TinyGPT
+	Model     *model.Transformer
 	// Train and Valid are the rendered records; Valid may be nil.
 	Train, Valid *data.Rows
 	RunDir       string

@@ -23,7 +23,7 @@ type GaLoreRefresher struct {
 
 // NewGaLoreRefresher returns the refresher for opt over m's loss, or nil
 // when opt is not GaLore.
-func NewGaLoreRefresher(opt optim.Optimizer, m *model.TinyGPT) (*GaLoreRefresher, error) {
+func NewGaLoreRefresher(opt optim.Optimizer, m *model.Transformer) (*GaLoreRefresher, error) {
 	g, ok := opt.(*optim.GaLore)
 	if !ok {
 		return nil, nil

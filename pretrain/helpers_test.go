@@ -63,7 +63,7 @@ func tinyConfig() train.Config {
 
 // preparedSetup prepares cfg and returns a fresh setup of it, its model
 // and the prepared config; the setup is freed when the test ends.
-func preparedSetup(t testing.TB, cfg train.Config) (*train.Setup, *model.TinyGPT, train.Config) {
+func preparedSetup(t testing.TB, cfg train.Config) (*train.Setup, *model.Transformer, train.Config) {
 	t.Helper()
 	cfg, m, err := train.Prepare(cfg)
 	if err != nil {

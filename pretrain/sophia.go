@@ -30,7 +30,7 @@ type SophiaEstimator struct {
 	opt      *optim.Sophia
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
-	m        *model.TinyGPT
+	m        *model.Transformer
 	seed     uint64
 	n, ns    int
 	traces   int
@@ -38,7 +38,7 @@ type SophiaEstimator struct {
 
 // NewSophiaEstimator returns the estimator for opt over m, or nil when opt
 // is not Sophia.
-func NewSophiaEstimator(opt optim.Optimizer, m *model.TinyGPT, seed uint64, compile bool) (*SophiaEstimator, error) {
+func NewSophiaEstimator(opt optim.Optimizer, m *model.Transformer, seed uint64, compile bool) (*SophiaEstimator, error) {
 	so, ok := opt.(*optim.Sophia)
 	if !ok {
 		return nil, nil

@@ -194,7 +194,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 
 // generateTokens extends prompt by opts.MaxTokens tokens and returns the
 // prompt and the tokens, as runfolder.Generate does.
-func generateTokens(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts generate.Options) ([]int32, error) {
+func generateTokens(m *model.Transformer, params []*mlx.Array, prompt []int32, opts generate.Options) ([]int32, error) {
 	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts, nil)
 	if err != nil {
 		return nil, err

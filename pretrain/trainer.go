@@ -9,11 +9,11 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints
+// Trainer trains a Transformer on a Dataset, writing metrics and checkpoints
 // into a run folder.
 type Trainer struct {
 	Config train.Config
-	Model  *model.TinyGPT
+	Model  *model.Transformer
 	Data   *Dataset
 	RunDir string
 	Hooks  train.Hooks

@@ -13,7 +13,7 @@ import (
 // TokenLossFunc gives the per-position loss terms of parameters and one
 // batch of tokens x and targets y ([B, T] int32): the cross-entropy and
 // the logsumexp of the logits, both [B, T] float32.
-// (*model.TinyGPT).LossTerms is one.
+// (*model.Transformer).LossTerms is one.
 type TokenLossFunc func(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array)
 
 // EvalResult is a loss measured over a set of tokens.
@@ -166,7 +166,7 @@ func (f *EvalFunc) Run(params []*mlx.Array, batch, context, batches int, fill Ba
 // only the tokens before it. The loss's logits are computed in chunks of
 // positions where a batch's float32 logits would exceed 1 GiB
 // (Config.ModelMemory's automatic rule); m.Memory is put back after.
-func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
+func EvaluateView(m *model.Transformer, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
 	if batch < 1 {
 		return EvalResult{}, fmt.Errorf("eval: batch %d, want >= 1", batch)
 	}

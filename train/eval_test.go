@@ -13,7 +13,7 @@ import (
 // evalModel is a small model with z-loss and its parameters, trained for
 // nothing: its losses differ from token to token, which is all the
 // evaluation tests need.
-func evalModel(t *testing.T, context int) (*model.TinyGPT, []*mlx.Array) {
+func evalModel(t *testing.T, context int) (*model.Transformer, []*mlx.Array) {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 1, Heads: 2, Context: context, ZLoss: 1e-3})
 	if err != nil {
@@ -30,7 +30,7 @@ func evalModel(t *testing.T, context int) (*model.TinyGPT, []*mlx.Array) {
 // directSums evaluates windows (x, y pairs of equal length) one at a time,
 // each as a [1, len] batch through LossTerms, and returns the summed
 // cross-entropy and logsumexp² with the number of positions.
-func directSums(t *testing.T, m *model.TinyGPT, params []*mlx.Array, xs, ys [][]int32) (ce, sq float64, n int) {
+func directSums(t *testing.T, m *model.Transformer, params []*mlx.Array, xs, ys [][]int32) (ce, sq float64, n int) {
 	t.Helper()
 	for i := range xs {
 		x := mlx.FromSlice(xs[i], 1, len(xs[i]))

@@ -100,7 +100,7 @@ func runUpdates(t testing.TB, s *Setup, sampler *data.Sampler) []float64 {
 
 // preparedSetup prepares cfg and returns a fresh setup of it, its model
 // and the prepared config; the setup is freed when the test ends.
-func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.TinyGPT, Config) {
+func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.Transformer, Config) {
 	t.Helper()
 	cfg, m, err := Prepare(cfg)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 const copiesAccum, copiesB, copiesT, copiesSeed = 2, 4, 16, 5
 
 // mixedModel is a tiny model computing in bfloat16 on float32 masters.
-func mixedModel(t testing.TB) *model.TinyGPT {
+func mixedModel(t testing.TB) *model.Transformer {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: copiesT,
 		Dtype: "bfloat16", MasterFP32: true})
@@ -50,7 +50,7 @@ type copiesRun struct {
 	losses []float64
 }
 
-func newCopiesRun(t testing.TB, m *model.TinyGPT, opts step.StepOptions) *copiesRun {
+func newCopiesRun(t testing.TB, m *model.Transformer, opts step.StepOptions) *copiesRun {
 	t.Helper()
 	opt, err := optim.New("adamw", OptimizerParams(m.Specs), optim.DefaultConfig())
 	if err != nil {

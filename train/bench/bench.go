@@ -151,7 +151,7 @@ const syntheticTokens = 1 << 18
 // prepare checks opts and prepares cfg for a bench of opts.Warmup +
 // opts.Steps updates: the run is that long, its learning-rate warm-up at
 // most half of it.
-func prepare(cfg train.Config, opts Options) (train.Config, *model.TinyGPT, error) {
+func prepare(cfg train.Config, opts Options) (train.Config, *model.Transformer, error) {
 	if err := opts.Validate(); err != nil {
 		return cfg, nil, err
 	}

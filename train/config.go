@@ -24,7 +24,7 @@ type Config struct {
 	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
 	// Data names llm.c token shards to train on instead of Corpus: a
-	// directory of .bin files or a glob (OpenShardDataset); ValData the
+	// directory of .bin files or a glob (pretrain.OpenShardDataset); ValData the
 	// held-out shards, by default the last shard of Data.
 	Data    string `json:"data,omitempty"`
 	ValData string `json:"val_data,omitempty"`

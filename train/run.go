@@ -16,7 +16,7 @@ var ErrInterrupted = errors.New("training interrupted")
 var ErrNonFinite = errors.New("values are not finite")
 
 // Hooks let a caller observe a run (progress bars, logs, plots). Each may
-// be nil. They are called on the MLX thread, inside Run: they may use MLX,
+// be nil. They are called on the MLX thread, inside RunLoop: they may use MLX,
 // but must not wait for another goroutine that does, and the run waits for
 // them.
 type Hooks struct {
@@ -49,10 +49,10 @@ type Start struct {
 	TokensPerStep int
 	Resumed       string // checkpoint directory, "" for a fresh run
 	Plan          Plan   // how each update runs its sequences
-	Windows       string // where the training windows come from (DescribeWindows)
+	Windows       string // where the training windows come from (pretrain.DescribeWindows)
 }
 
-// Summary is the outcome of Run.
+// Summary is the outcome of a run (RunLoop).
 type Summary struct {
 	StartStep, Step int // first update run, updates completed
 	// FirstLoss and Loss are the first and the last logged loss: each the

@@ -42,8 +42,8 @@ func Prepare(cfg Config) (Config, *model.Transformer, error) {
 
 // Setup is what a training run starts from: its model, optimizer,
 // learning-rate schedule, plan, compiled step and state, fresh or loaded
-// from a checkpoint. The Trainer and the benchmark harness both start with
-// NewSetup.
+// from a checkpoint. pretrain.Trainer and the benchmark harness both
+// start with NewSetup.
 type Setup struct {
 	Config    Config
 	Model     *model.Transformer

@@ -18,7 +18,7 @@ type Rows struct {
 	// Seg, for packed rows only, numbers the example each input position
 	// belongs to within its row (0, 1, …; padding after the last example
 	// gets a number of its own): the segments of document masking
-	// (model.TinyGPT.PackedLossTerms). nil for rows of one example each.
+	// (model.Transformer.PackedLossTerms). nil for rows of one example each.
 	Seg []int32
 	// Truncated counts examples longer than the context, cut to its
 	// length (their tail is not trained on); NoTargets counts rows in

@@ -9,7 +9,7 @@ import (
 
 // AdapterTerms is m.LossTerms of the model with adapter a's arrays
 // adapter applied unmerged to the frozen base.
-func AdapterTerms(m *model.TinyGPT, a *peft.Adapter, adapter, base []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
+func AdapterTerms(m *model.Transformer, a *peft.Adapter, adapter, base []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
 	lin, params, err := a.Linears(base, adapter)
 	if err != nil {
 		return mlx.ErrorArray(err), mlx.ErrorArray(err)
@@ -18,7 +18,7 @@ func AdapterTerms(m *model.TinyGPT, a *peft.Adapter, adapter, base []*mlx.Array,
 }
 
 // weightedTerms is Σ w·(CE + ZLoss·lse²) of LossTerms' outputs.
-func weightedTerms(m *model.TinyGPT, ce, lse, w *mlx.Array) *mlx.Array {
+func weightedTerms(m *model.Transformer, ce, lse, w *mlx.Array) *mlx.Array {
 	per := ce
 	if z := m.Config.ZLoss; z > 0 {
 		per = mlx.Add(ce, mlx.MulScalar(mlx.Square(lse), z))

@@ -16,7 +16,7 @@ import (
 )
 
 // FineTuner fine-tunes a checkpoint on jsonl records. It runs the
-// train.Trainer's loop (the same logging, metrics, hooks, signals, divergence
+// pretrain.Trainer's loop (the same logging, metrics, hooks, signals, divergence
 // checks, micro-batch plan and data parallelism) with the step of its
 // Objective over the base weights: with adapters the base weights are
 // frozen inputs and the optimizer holds state for the adapters alone. Its
@@ -29,13 +29,13 @@ type FineTuner struct {
 	// Objective is what the fine-tune minimises and measures; its name is
 	// FineTune.Objective.
 	Objective Objective
-	Model     *model.TinyGPT
+	Model     *model.Transformer
 	// Train and Valid are the rendered records; Valid may be nil.
 	Train, Valid *data.Rows
 	RunDir       string
 	Hooks        train.Hooks
 	// Group is the data-parallel group this process is a rank of; nil (or
-	// size 1) fine-tunes alone. As with a train.Trainer's Group, every rank
+	// size 1) fine-tunes alone. As with a pretrain.Trainer's Group, every rank
 	// starts from the same base and adapters and trains on its shard of
 	// each update's rows (data.RowSampler.Shard with Config.Batch rows), so
 	// an update covers Size() × Batch × Accum rows, and its loss is the

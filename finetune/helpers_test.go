@@ -21,15 +21,15 @@ import (
 )
 
 // fullLoss is SFT's loss of a full fine-tune of m.
-func fullLoss(m *model.TinyGPT) step.Loss { return SupervisedObjective{}.Loss(Policy{Model: m}) }
+func fullLoss(m *model.Transformer) step.Loss { return SupervisedObjective{}.Loss(Policy{Model: m}) }
 
 // adapterLoss is SFT's loss of fine-tuning m through adapter a.
-func adapterLoss(m *model.TinyGPT, a *peft.Adapter) step.Loss {
+func adapterLoss(m *model.Transformer, a *peft.Adapter) step.Loss {
 	return SupervisedObjective{}.Loss(Policy{Model: m, Adapter: a})
 }
 
 // packedFullLoss is SFT's loss of a full fine-tune of m over packed rows.
-func packedFullLoss(m *model.TinyGPT) step.Loss {
+func packedFullLoss(m *model.Transformer) step.Loss {
 	return SupervisedObjective{Pack: true}.Loss(Policy{Model: m})
 }
 
@@ -80,7 +80,7 @@ func tinyConfig() train.Config {
 
 // plainSGD updates p ← p − lr·g, so a step's parameter change is −lr × the
 // averaged gradient.
-func plainSGD(t testing.TB, m *model.TinyGPT) optim.Optimizer {
+func plainSGD(t testing.TB, m *model.Transformer) optim.Optimizer {
 	t.Helper()
 	oc := optim.DefaultConfig()
 	oc.SGD.Momentum, oc.SGD.WeightDecay = 0, 0

@@ -133,12 +133,12 @@ func (e ObjectiveEnv) Lead() bool { return e.Group.Rank() == 0 }
 // (peft.Adapter.Linears), else over the model's parameters alone (a full
 // fine-tune: all trainable, nothing frozen).
 type Policy struct {
-	Model   *model.TinyGPT
+	Model   *model.Transformer
 	Adapter *peft.Adapter
 }
 
 // Terms returns the policy's per-target cross-entropy and logsumexp
-// ([B, T] each) of one microbatch (model.TinyGPT.LossTerms).
+// ([B, T] each) of one microbatch (model.Transformer.LossTerms).
 func (p Policy) Terms(trainable, frozen []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
 	if p.Adapter == nil {
 		return p.Model.LossTerms(trainable, x, y)

@@ -363,10 +363,10 @@ func (o *GRPOObjective) Loss(p Policy) step.Loss {
 // targets at positions at [B, C] (completionSpan's) under params and lin.
 // A microbatch of whole groups (its rows a multiple of GroupSize: the
 // rows of an update come group by group) runs each group's prompt once
-// and its completions after it (model.TinyGPT.PrefixLossTerms), which
+// and its completions after it (model.Transformer.PrefixLossTerms), which
 // spares the prompt's positions GroupSize − 1 times; any other scores row
 // by row, the output head over the completions only (LossTermsAt).
-func (o *GRPOObjective) completionTerms(m *model.TinyGPT, params []*mlx.Array, lin model.Linears, mb step.Microbatch, at *mlx.Array) *mlx.Array {
+func (o *GRPOObjective) completionTerms(m *model.Transformer, params []*mlx.Array, lin model.Linears, mb step.Microbatch, at *mlx.Array) *mlx.Array {
 	B, T, C, K := mb.X.Dim(0), mb.X.Dim(1), at.Dim(1), o.Rollout.GroupSize
 	if B%K != 0 || T <= C {
 		ce, _ := m.LossTermsAt(params, lin, mb.X, mb.Y, at)

@@ -175,7 +175,7 @@ func (p Preference) PairLoss(logp, count, ref, w *mlx.Array) (*mlx.Array, []*mlx
 // trainable, nothing frozen; for DPO and IPO the reference
 // log-probabilities come precomputed as the row input after the row
 // weights (ReferenceLogProbs), else there is no row input.
-func PreferenceLoss(m *model.TinyGPT, p Preference) step.Loss {
+func PreferenceLoss(m *model.Transformer, p Preference) step.Loss {
 	return func(params, _ []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		ce, _ := m.LossTerms(params, mb.X, mb.Y)
 		logp, count := SequenceLogProbs(ce, mb.W)
@@ -195,7 +195,7 @@ func PreferenceLoss(m *model.TinyGPT, p Preference) step.Loss {
 // StopGradient from the frozen base the step already holds, so it needs
 // no second model in memory and no precomputation, only a forward pass
 // per microbatch.
-func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) step.Loss {
+func AdapterPreferenceLoss(m *model.Transformer, a *peft.Adapter, p Preference) step.Loss {
 	return func(adapter, base []*mlx.Array, mb step.Microbatch) (*mlx.Array, []*mlx.Array) {
 		ce, _ := AdapterTerms(m, a, adapter, base, mb.X, mb.Y)
 		logp, count := SequenceLogProbs(ce, mb.W)
@@ -210,7 +210,7 @@ func AdapterPreferenceLoss(m *model.TinyGPT, a *peft.Adapter, p Preference) step
 // AdapterReferenceLogProbs is the per-row sequence log-probability
 // (SequenceLogProbs) of the base model under adapter a's frozen arrays
 // base: the adapted model with the adapters' contribution switched off.
-func AdapterReferenceLogProbs(m *model.TinyGPT, a *peft.Adapter, base []*mlx.Array, x, y, mask *mlx.Array) *mlx.Array {
+func AdapterReferenceLogProbs(m *model.Transformer, a *peft.Adapter, base []*mlx.Array, x, y, mask *mlx.Array) *mlx.Array {
 	lin, params, err := a.BaseLinears(base)
 	if err != nil {
 		return mlx.ErrorArray(err)

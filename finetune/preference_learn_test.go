@@ -57,7 +57,7 @@ func renderPairs(t testing.TB, tok data.Tokenizer, recs []data.PreferenceRecord,
 // answer of each pair: the chosen one for every fourth pair, the rejected
 // one for the others, so the model completes a prompt with its letters
 // and mostly " no": a pretrained starting point that breaks the rule.
-func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int) []*mlx.Array {
+func pretrainAgainst(t testing.TB, m *model.Transformer, pairs *data.Rows, steps int) []*mlx.Array {
 	t.Helper()
 	T := pairs.T
 	rows := &data.Rows{T: T}
@@ -107,7 +107,7 @@ func pretrainAgainst(t testing.TB, m *model.TinyGPT, pairs *data.Rows, steps int
 
 // greedyEnding generates greedily after each prompt with params and
 // returns the share of completions that end their line with " ok".
-func greedyEnding(t testing.TB, m *model.TinyGPT, params []*mlx.Array, tok data.Tokenizer, recs []data.PreferenceRecord) (float64, []string) {
+func greedyEnding(t testing.TB, m *model.Transformer, params []*mlx.Array, tok data.Tokenizer, recs []data.PreferenceRecord) (float64, []string) {
 	t.Helper()
 	ok := 0
 	var samples []string

@@ -73,7 +73,7 @@ func TestAdapterReferenceIsBaseModel(t *testing.T) {
 // adapterDPOState is the compiled adapter DPO row step of these tests (β
 // 0.5, accumulation 2, clipping at 1, AdamW) over base with adapters ad,
 // and its state; both are freed when the test ends.
-func adapterDPOState(t testing.TB, m *model.TinyGPT, a *peft.Adapter, base, ad []*mlx.Array) (*step.Step, *step.State) {
+func adapterDPOState(t testing.TB, m *model.Transformer, a *peft.Adapter, base, ad []*mlx.Array) (*step.Step, *step.State) {
 	t.Helper()
 	opt, err := optim.New("adamw", AdapterOptimizerParams(a), optim.DefaultConfig())
 	if err != nil {
@@ -155,7 +155,7 @@ func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 
 // fullDPOStep is a full fine-tune's DPO row step with plain SGD and
 // precomputed reference log-probabilities as its row input.
-func fullDPOStep(t testing.TB, m *model.TinyGPT, accum int, clip float64) (*step.Step, []*mlx.Array) {
+func fullDPOStep(t testing.TB, m *model.Transformer, accum int, clip float64) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()

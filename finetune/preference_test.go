@@ -113,7 +113,7 @@ func TestPairLossMatchesHost(t *testing.T) {
 // prefFixture is a tiny model and two microbatches' worth of pairs:
 // 8 rows of 6 tokens, rows 2i and 2i+1 sharing a prompt and differing in
 // their answers, whose masks count 1 to 4 targets.
-func prefFixture(t testing.TB) (m *model.TinyGPT, xs, ys []int32, mask []float32) {
+func prefFixture(t testing.TB) (m *model.Transformer, xs, ys []int32, mask []float32) {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6})
 	if err != nil {

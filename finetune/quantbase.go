@@ -23,7 +23,7 @@ import (
 // model its layout and frozen list (peft.QuantizedFromNamed), which
 // adapters train over. A full fine-tune, or --quantize, over a quantized
 // base is refused by name. The arrays are named's own.
-func orderBase(file string, named map[string]*mlx.Array, m *model.TinyGPT, ft Config) ([]*mlx.Array, *peft.Quantized, error) {
+func orderBase(file string, named map[string]*mlx.Array, m *model.Transformer, ft Config) ([]*mlx.Array, *peft.Quantized, error) {
 	q, frozen, err := peft.QuantizedFromNamed(file, m.Specs, named)
 	if err != nil {
 		return nil, nil, err

@@ -13,7 +13,7 @@ import (
 // (peft.QuantizeBase), sets a's Quant, frees the float weights the
 // quantized ones replace and returns the frozen list, which the caller
 // owns in base's place.
-func QuantizeBase(a *peft.Adapter, m *model.TinyGPT, base []*mlx.Array, ft Config) ([]*mlx.Array, error) {
+func QuantizeBase(a *peft.Adapter, m *model.Transformer, base []*mlx.Array, ft Config) ([]*mlx.Array, error) {
 	q, frozen, err := peft.QuantizeBase(m.Specs, base, ft.QuantGroupSize(), ft.Quantize)
 	if err != nil {
 		return nil, fmt.Errorf("quantizing the base: %w", err)

@@ -15,7 +15,7 @@ import (
 
 // weightedFixture is a tiny model with 4 sequences of 6 tokens and a mask
 // that counts a different number of targets in each sequence (0 in one).
-func weightedFixture(t testing.TB) (m *model.TinyGPT, xs, ys []int32, ws []float32) {
+func weightedFixture(t testing.TB) (m *model.Transformer, xs, ys []int32, ws []float32) {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 32, DModel: 16, Layers: 1, Heads: 2, Context: 6})
 	if err != nil {
@@ -37,7 +37,7 @@ func weightedFixture(t testing.TB) (m *model.TinyGPT, xs, ys []int32, ws []float
 
 // handLoss computes Σ mask·CE / Σ mask from the model's logits on the
 // host, in float64.
-func handLoss(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, ws []float32, b, T int) float64 {
+func handLoss(t testing.TB, m *model.Transformer, params []*mlx.Array, xs, ys []int32, ws []float32, b, T int) float64 {
 	t.Helper()
 	logits, err := mlx.AsType(m.Logits(params, mlx.FromSlice(xs, b, T)), mlx.Float32).Float32s()
 	if err != nil {
@@ -62,7 +62,7 @@ func handLoss(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int3
 	return sum / count
 }
 
-func zeroLRStep(t testing.TB, m *model.TinyGPT, accum int) (*step.Step, []*mlx.Array) {
+func zeroLRStep(t testing.TB, m *model.Transformer, accum int) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()
@@ -168,7 +168,7 @@ func TestAllMaskedUpdateIsZeroNotNaN(t *testing.T) {
 // loraSetup is a rank-2 LoRA on the attention projections of the fixture's
 // model, trained with AdamW over a cosine schedule: its step, state and
 // copies of the base weights and initial adapters to compare with.
-func loraSetup(t testing.TB, m *model.TinyGPT, accum int) (*step.Step, *step.State, *peft.Adapter, [][]float32) {
+func loraSetup(t testing.TB, m *model.Transformer, accum int) (*step.Step, *step.State, *peft.Adapter, [][]float32) {
 	t.Helper()
 	a, err := peft.New(peft.Config{Method: peft.LoRA, Rank: 2, Alpha: 4, Targets: []string{"attn"}}, m.Specs)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // testAdapter returns an adapter of cfg over net with arrays that change
 // the model: B drawn at random (Init leaves it zero) and, for DoRA, the
 // magnitudes moved off the base's row norms.
-func testAdapter(t testing.TB, net *model.TinyGPT, params []*mlx.Array, cfg peft.Config, seed uint64) Adapter {
+func testAdapter(t testing.TB, net *model.Transformer, params []*mlx.Array, cfg peft.Config, seed uint64) Adapter {
 	t.Helper()
 	spec, err := peft.New(cfg, net.Specs)
 	if err != nil {
@@ -74,7 +74,7 @@ var testAdapterConfigs = map[string]peft.Config{
 
 // greedy returns the greedy completion of seq on an engine of one row
 // over params.
-func greedyAlone(t *testing.T, net *model.TinyGPT, params []*mlx.Array, seq Sequence) Completion {
+func greedyAlone(t *testing.T, net *model.Transformer, params []*mlx.Array, seq Sequence) Completion {
 	t.Helper()
 	e := newEngine(t, net, params, EngineOptions{MaxBatch: 1})
 	out, err := e.Generate(context.Background(), seq)

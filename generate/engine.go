@@ -48,7 +48,7 @@ type EngineOptions struct {
 // adapter, the tokens those of the adapter merged into the weights. A
 // step with adapter rows is a compiled function of its own.
 type Engine struct {
-	net  *model.TinyGPT
+	net  *model.Transformer
 	opts EngineOptions
 
 	mu      sync.Mutex
@@ -73,7 +73,7 @@ const DefaultPrefillChunk = 512
 
 // NewEngine starts an engine over net with params (which it does not own
 // or free). Close it when done.
-func NewEngine(net *model.TinyGPT, params []*mlx.Array, opts EngineOptions) (*Engine, error) {
+func NewEngine(net *model.Transformer, params []*mlx.Array, opts EngineOptions) (*Engine, error) {
 	if len(params) != len(net.Specs) {
 		return nil, fmt.Errorf("generate: engine: %d parameter arrays, the model has %d", len(params), len(net.Specs))
 	}

@@ -37,7 +37,7 @@ var engineFamilies = map[string]model.Config{
 		RoPEHighFreqFactor: 4, RoPEOriginalContext: 64, InitStd: 0.4},
 }
 
-func engineNet(t testing.TB, cfg model.Config) (*model.TinyGPT, []*mlx.Array) {
+func engineNet(t testing.TB, cfg model.Config) (*model.Transformer, []*mlx.Array) {
 	t.Helper()
 	net, err := model.New(cfg)
 	if err != nil {
@@ -51,7 +51,7 @@ func engineNet(t testing.TB, cfg model.Config) (*model.TinyGPT, []*mlx.Array) {
 	return net, params
 }
 
-func newEngine(t testing.TB, net *model.TinyGPT, params []*mlx.Array, opts EngineOptions) *Engine {
+func newEngine(t testing.TB, net *model.Transformer, params []*mlx.Array, opts EngineOptions) *Engine {
 	t.Helper()
 	e, err := NewEngine(net, params, opts)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 // that end its replies. Its methods may be called from any goroutine;
 // generation runs on the MLX thread, one request at a time.
 type Model struct {
-	Net       *model.TinyGPT
+	Net       *model.Transformer
 	Params    []*mlx.Array
 	Tokenizer data.Tokenizer
 	// Template is the model's own chat template; nil for a model without
@@ -29,7 +29,7 @@ type Model struct {
 
 // NewModel bundles a network with what generation needs; close, when not
 // nil, releases the parameters (Model.Close calls it once).
-func NewModel(net *model.TinyGPT, params []*mlx.Array, tok data.Tokenizer, tmpl *chattemplate.Template, ends []int32, close func()) *Model {
+func NewModel(net *model.Transformer, params []*mlx.Array, tok data.Tokenizer, tmpl *chattemplate.Template, ends []int32, close func()) *Model {
 	return &Model{Net: net, Params: params, Tokenizer: tok, Template: tmpl, EndTokens: ends, close: close}
 }
 

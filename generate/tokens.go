@@ -94,7 +94,7 @@ var ErrStop = errors.New("generate: stop")
 // token is predicted from the last context's worth of tokens, recomputed.
 // emit, when not nil, receives each token as it is made; ctx cancels
 // between tokens.
-func Tokens(ctx context.Context, m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts Options, emit Emit) ([]int32, FinishReason, error) {
+func Tokens(ctx context.Context, m *model.Transformer, params []*mlx.Array, prompt []int32, opts Options, emit Emit) ([]int32, FinishReason, error) {
 	var out []int32
 	var reason FinishReason
 	err := mlx.Do(func() error {
@@ -111,7 +111,7 @@ func Tokens(ctx context.Context, m *model.TinyGPT, params []*mlx.Array, prompt [
 // key/value cache of the tokens it has read, which a Session keeps from
 // one turn to the next.
 type decoder struct {
-	m      *model.TinyGPT
+	m      *model.Transformer
 	params []*mlx.Array
 	cache  *model.KVCache
 	seen   []int32 // the tokens the cache holds, cache.Offset of them
@@ -121,7 +121,7 @@ type decoder struct {
 }
 
 // newDecoder returns a decoder with an empty cache. Call on the MLX thread.
-func newDecoder(m *model.TinyGPT, params []*mlx.Array) *decoder {
+func newDecoder(m *model.Transformer, params []*mlx.Array) *decoder {
 	return &decoder{m: m, params: params, cache: m.NewKVCache()}
 }
 

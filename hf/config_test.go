@@ -86,7 +86,7 @@ func TestParseConfigMapsFamilies(t *testing.T) {
 	}
 	tiny := model.Config{VocabSize: 256, DModel: 32, Layers: 1, Heads: 4, Context: 16}
 	if _, err := Family(tiny); err == nil || !strings.Contains(err.Error(), "neither GPT-2") {
-		t.Fatalf("Family of a TinyGPT: %v, want an error saying it is neither family", err)
+		t.Fatalf("Family of a TinyGPT-family model: %v, want an error saying it is neither family", err)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 // written into a temporary folder beside it that is renamed into place,
 // so a failure leaves nothing half-written. The files named by extra (a
 // tokenizer's, say) are copied into the folder too. It returns the family.
-func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (string, error) {
+func Save(dir string, m *model.Transformer, params []*mlx.Array, extra ...string) (string, error) {
 	return save(dir, m, params, nil, extra)
 }
 
@@ -30,7 +30,7 @@ func Save(dir string, m *model.TinyGPT, params []*mlx.Array, extra ...string) (s
 // projection the family stores fused or transposed (Phi-3's qkv_proj and
 // gate_up_proj) is written dequantized, which mlx-lm loads as a float
 // layer.
-func SaveQuantized(dir string, m *model.TinyGPT, params []*mlx.Array, quant *QuantizedParams, extra ...string) (string, error) {
+func SaveQuantized(dir string, m *model.Transformer, params []*mlx.Array, quant *QuantizedParams, extra ...string) (string, error) {
 	if quant == nil || len(quant.Scales) != len(quant.Indices) || len(quant.Biases) != len(quant.Indices) {
 		return "", fmt.Errorf("export: the quantized projections need a scales and a biases array each")
 	}
@@ -41,7 +41,7 @@ func SaveQuantized(dir string, m *model.TinyGPT, params []*mlx.Array, quant *Qua
 }
 
 // save is Save, or SaveQuantized when quant is not nil.
-func save(dir string, m *model.TinyGPT, params []*mlx.Array, quant *QuantizedParams, extra []string) (string, error) {
+func save(dir string, m *model.Transformer, params []*mlx.Array, quant *QuantizedParams, extra []string) (string, error) {
 	family, err := Family(m.Config)
 	if err != nil {
 		return "", fmt.Errorf("export: %w", err)

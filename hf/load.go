@@ -25,7 +25,7 @@ const (
 // The caller frees Params.
 type Model struct {
 	Family string
-	Model  *model.TinyGPT
+	Model  *model.Transformer
 	Params []*mlx.Array
 	// Quant, set by LoadQuantized for an MLX-quantized folder, says which
 	// Params are packed quantized weights and holds their scales and
@@ -118,7 +118,7 @@ func loadFolder(dir, dtype string, keepQuant bool) (*Model, error) {
 // their shapes, in m's parameter dtype; gains says that norm tensors hold
 // the norms' gains where the family stores them otherwise (toParams). It
 // runs on the MLX thread.
-func assemble(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]*mlx.Array, error) {
+func assemble(src, family string, m *model.Transformer, t tensors, gains bool) ([]*mlx.Array, error) {
 	named, err := mapTensors(src, family, m, t, gains)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ func assemble(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]*m
 
 // mapTensors maps the tensors of src onto m's parameters in its Specs
 // order (toParams), checking their shapes.
-func mapTensors(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]*mlx.Array, error) {
+func mapTensors(src, family string, m *model.Transformer, t tensors, gains bool) ([]*mlx.Array, error) {
 	byName, err := toParams(family, m.Config, t, gains)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", src, err)
@@ -147,7 +147,7 @@ func mapTensors(src, family string, m *model.TinyGPT, t tensors, gains bool) ([]
 // castParams returns the mapped arrays as contiguous arrays of their own
 // in m's parameter dtype, evaluated; the packed weights of quant's slots
 // (nil for none) are kept as they are.
-func castParams(src string, m *model.TinyGPT, named []*mlx.Array, quant *QuantizedParams) ([]*mlx.Array, error) {
+func castParams(src string, m *model.Transformer, named []*mlx.Array, quant *QuantizedParams) ([]*mlx.Array, error) {
 	params := make([]*mlx.Array, len(named))
 	for i, a := range named {
 		if quant != nil && slices.Contains(quant.Indices, i) {

@@ -183,7 +183,7 @@ func dequantizeTensors(src string, t tensors, q Quantization) (map[*mlx.Array]qu
 // mapped arrays in Specs order; the picked ones are replaced there by
 // their packed weights, and returned with their scales and biases cast to
 // the parameter dtype; nil when none is picked.
-func keepQuantized(m *model.TinyGPT, named []*mlx.Array, groups map[*mlx.Array]quantGroup, q Quantization) *QuantizedParams {
+func keepQuantized(m *model.Transformer, named []*mlx.Array, groups map[*mlx.Array]quantGroup, q Quantization) *QuantizedParams {
 	out := &QuantizedParams{Quantization: q}
 	for i, spec := range m.Specs {
 		g, ok := groups[named[i]]

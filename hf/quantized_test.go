@@ -66,7 +66,7 @@ func readFile(t *testing.T, path string) []byte {
 
 // floatFolder saves a freshly initialised model of the config.json text
 // cfgJSON as a float folder.
-func floatFolder(t *testing.T, cfgJSON string) (string, *model.TinyGPT) {
+func floatFolder(t *testing.T, cfgJSON string) (string, *model.Transformer) {
 	t.Helper()
 	cfg, _, err := ParseConfig([]byte(cfgJSON), "")
 	if err != nil {

@@ -35,7 +35,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Pass group to the training step (train.Trainer.Group) so that the
+	// Pass group to the training step (pretrain.Trainer.Group) so that the
 	// ranks average their gradients and apply the same update.
 	fmt.Printf("rank %d of %d\n", group.Rank(), group.Size())
 }

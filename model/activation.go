@@ -10,7 +10,7 @@ import (
 // The values of Config.GELU.
 const (
 	// GELUExact is x·Φ(x) with Φ(x) = ½(1 + erf(x/√2)), the standard normal
-	// CDF: TinyGPT's activation since its first checkpoints.
+	// CDF: the TinyGPT family's activation since its first checkpoints.
 	GELUExact = "exact"
 	// GELUTanh is GPT-2's approximation, ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
 	// It differs from the exact GELU by at most about 5e-4 and costs fewer

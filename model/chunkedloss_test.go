@@ -24,7 +24,7 @@ func wideVocabConfig(vocab int) Config {
 // cross-entropy weighted per position (zero on the first quarter of each
 // row, as a prompt mask) plus a z-loss on the logsumexp, so that both
 // terms' cotangents arrive per row.
-func weightedObjective(m *TinyGPT, w *mlx.Array) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func weightedObjective(m *Transformer, w *mlx.Array) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	return adapterObjective(m, w, false)
 }
 
@@ -32,7 +32,7 @@ func weightedObjective(m *TinyGPT, w *mlx.Array) func(p []*mlx.Array, x, y *mlx.
 // LossTermsWith as an adapter fine-tune computes it: the first block
 // projection by a Linear (that multiplies by the parameter itself, so the
 // loss and gradients stay those of the model).
-func adapterObjective(m *TinyGPT, w *mlx.Array, adapted bool) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func adapterObjective(m *Transformer, w *mlx.Array, adapted bool) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	return func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		var ce, lse *mlx.Array
 		if adapted {
@@ -72,7 +72,7 @@ func compiledStep(t testing.TB, loss func(p []*mlx.Array, x, y *mlx.Array) *mlx.
 // trainable returns the indices of m's parameters a step differentiates:
 // all of them, or with frozenHead all but the token embedding and the
 // output projection, which adapter fine-tunes leave frozen.
-func trainable(m *TinyGPT, frozenHead bool) []int {
+func trainable(m *Transformer, frozenHead bool) []int {
 	var out []int
 	for i, s := range m.Specs {
 		if !frozenHead || (s.Kind != Embedding && s.Kind != Head) {

@@ -1,14 +1,16 @@
-// Package model defines TinyGPT: a decoder-only transformer with pre-norm
-// RMSNorm blocks, rotary causal attention through MLX's fused kernel and a
-// GELU MLP, written as pure functions of a flat, named parameter list so a
-// whole training step can be traced and compiled. Config fields turn the
-// same code path into the GPT-2 family (LayerNorm with biases, learned
-// positions, tanh GELU) or the Llama family (SwiGLU, grouped-query
-// attention, scaled RoPE) and its relatives: Llama 3's scaled frequencies,
-// Qwen2's q/k/v biases, Qwen3's per-head q/k norms and head widths other
-// than d_model/heads, Mistral's sliding window, and Gemma 3's sliding
-// layers between global ones, post-norms, GeGLU MLP and scaled
-// embeddings. A KVCache lets generation feed each token once.
+// Package model defines Transformer, the one decoder-only transformer every
+// family is built as. Its defaults, the project's own TinyGPT family (the
+// presets' shape), are pre-norm RMSNorm blocks, rotary causal attention
+// through MLX's fused kernel and a GELU MLP, written as pure functions of
+// a flat, named parameter list so a whole training step can be traced and
+// compiled. Config fields turn the same code path into the GPT-2 family
+// (LayerNorm with biases, learned positions, tanh GELU) or the Llama
+// family (SwiGLU, grouped-query attention, scaled RoPE) and its
+// relatives: Llama 3's scaled frequencies, Qwen2's q/k/v biases, Qwen3's
+// per-head q/k norms and head widths other than d_model/heads, Mistral's
+// sliding window, and Gemma 3's sliding layers between global ones,
+// post-norms, GeGLU MLP and scaled embeddings. A KVCache lets generation
+// feed each token once.
 package model
 
 import (
@@ -18,7 +20,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// Config is the whole shape of a TinyGPT, in one struct (as nanoGPT's
+// Config is the whole shape of a Transformer, in one struct (as nanoGPT's
 // GPTConfig). Its JSON form is stored in checkpoints.
 type Config struct {
 	VocabSize int     `json:"vocab_size"`
@@ -50,8 +52,9 @@ type Config struct {
 	// cuBLAS falls back to slow kernels; 64 (50,304, as in nanoGPT) fixes it.
 	PadVocabTo int `json:"pad_vocab_to,omitempty"`
 
-	// Family-level choices (GPT-2, Llama, …); each zero value is TinyGPT's,
-	// so configurations and checkpoints written without them mean the same.
+	// Family-level choices (GPT-2, Llama, …); each zero value is the
+	// default, TinyGPT family's (the presets' shape), so
+	// configurations and checkpoints written without them mean the same.
 
 	// Norm is "rms" (RMSNorm, the default) or "layer" (LayerNorm).
 	Norm string `json:"norm,omitempty"`
@@ -147,7 +150,7 @@ func (c Config) PaddedVocab() int {
 	return (c.VocabSize + c.PadVocabTo - 1) / c.PadVocabTo * c.PadVocabTo
 }
 
-// WithDefaults fills zero-valued optional fields with TinyGPT's defaults:
+// WithDefaults fills zero-valued optional fields with the defaults:
 // MLP ratio 4, exact GELU, float32, RoPE base 10000, norm eps 1e-5, init
 // std 0.02.
 func (c Config) WithDefaults() Config {
@@ -172,7 +175,7 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports the first field that cannot describe a TinyGPT.
+// Validate reports the first field that cannot describe a Transformer.
 func (c Config) Validate() error {
 	positive := []struct {
 		name string

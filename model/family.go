@@ -7,7 +7,7 @@ import (
 )
 
 // Values of the family-level Config fields. The empty string is always the
-// first (TinyGPT's) choice.
+// first choice, the default TinyGPT family's.
 const (
 	NormRMS          = "rms"
 	NormLayer        = "layer"

@@ -9,7 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// familyConfigs are small models of each family: TinyGPT, GPT-2 (LayerNorm
+// familyConfigs are small models of each family: TinyGPT (the defaults), GPT-2 (LayerNorm
 // with biases, learned positions, tanh GELU, tied head), Llama (RMSNorm,
 // linearly scaled RoPE, SwiGLU, grouped-query attention, untied head),
 // Llama 3 (its scaled frequencies, a head width other than d_model/heads,

@@ -80,7 +80,7 @@ func formulationFor(d mlx.Device, c Config) formulation {
 
 // formulation is formulationFor the default device. It reads MLX state, so
 // it runs on the MLX thread (inside mlx.Do).
-func (m *TinyGPT) formulation() formulation {
+func (m *Transformer) formulation() formulation {
 	return formulationFor(mlx.DefaultDevice(), m.Config)
 }
 
@@ -92,7 +92,7 @@ func (m *TinyGPT) formulation() formulation {
 // stacked weight would only add a concatenation of their gradients.
 // Like Loss it reads MLX state on the MLX thread and may be called from
 // any goroutine.
-func (m *TinyGPT) StackedQKV() [][]int {
+func (m *Transformer) StackedQKV() [][]int {
 	var stacked bool
 	mlx.Do(func() error { stacked = m.formulation().stackedProjections; return nil })
 	if !stacked {

@@ -47,7 +47,7 @@ func ProjectionGroups(specs []ParamSpec) [][]int {
 }
 
 // checkGroup refuses a Linear's Group that is none of ProjectionGroups.
-func (m *TinyGPT) checkGroup(g []int) error {
+func (m *Transformer) checkGroup(g []int) error {
 	for _, want := range ProjectionGroups(m.Specs) {
 		if slices.Equal(g, want) {
 			return nil

@@ -239,7 +239,7 @@ func (c Config) kernelUse(B, T int) kernelUse {
 // newKernels builds the kernels formulation f uses for a forward pass of
 // B×T positions; the zero kernels when f uses none or the pass continues a
 // KV cache (the kernels place positions from 0).
-func (m *TinyGPT) newKernels(f formulation, B, T int, cached bool) (kernels, error) {
+func (m *Transformer) newKernels(f formulation, B, T int, cached bool) (kernels, error) {
 	c := m.Config
 	k := kernels{rows: B * T, dim: c.DModel}
 	if !f.cudaKernels || cached {

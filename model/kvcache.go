@@ -22,7 +22,7 @@ type KVCache struct {
 }
 
 // NewKVCache returns an empty cache for m.
-func (m *TinyGPT) NewKVCache() *KVCache {
+func (m *Transformer) NewKVCache() *KVCache {
 	c := &KVCache{keys: make([]*mlx.Array, m.Config.Layers), values: make([]*mlx.Array, m.Config.Layers),
 		windows: make([]int, m.Config.Layers)}
 	for l := range c.windows {
@@ -35,7 +35,7 @@ func (m *TinyGPT) NewKVCache() *KVCache {
 // in cache: they attend to the cached keys and values and to each other
 // causally, and the cache takes theirs (its Offset grows by T). Its arrays
 // replace the old ones, which it frees.
-func (m *TinyGPT) LogitsCached(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
+func (m *Transformer) LogitsCached(params []*mlx.Array, tokens *mlx.Array, cache *KVCache) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
 		logits := m.forward(params, tokens, cache, m.formulation())

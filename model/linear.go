@@ -57,7 +57,7 @@ type Linears map[int]Linear
 
 // LossTermsWith is LossTerms with the projections of lin computed by
 // their Linears.
-func (m *TinyGPT) LossTermsWith(params []*mlx.Array, lin Linears, x, y *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) LossTermsWith(params []*mlx.Array, lin Linears, x, y *mlx.Array) (ce, lse *mlx.Array) {
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err), mlx.ErrorArray(err)
 	}
@@ -75,7 +75,7 @@ func (m *TinyGPT) LossTermsWith(params []*mlx.Array, lin Linears, x, y *mlx.Arra
 
 // LogitsWith is Logits with the projections of lin computed by their
 // Linears.
-func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array) *mlx.Array {
+func (m *Transformer) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
 		f := m.formulation()
@@ -96,7 +96,7 @@ func (m *TinyGPT) LogitsWith(params []*mlx.Array, lin Linears, tokens *mlx.Array
 // whose q, k or v weight has a Linear of its own projects them one by one
 // (the stacked formulation would concatenate weights it no longer has);
 // one whose three share a grouped Linear keeps the stacked formulation.
-func (m *TinyGPT) setLinears(f *formulation, lin Linears) error {
+func (m *Transformer) setLinears(f *formulation, lin Linears) error {
 	for i, l := range lin {
 		if err := m.checkLinear(i, l); err != nil {
 			return err

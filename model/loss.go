@@ -16,7 +16,7 @@ import (
 // without z-loss it uses MLX's fused cross-entropy kernel, which reads the
 // compute-dtype logits and works in float32 inside: no float32 copy of the
 // [B, T, V] logits, and three kernels fewer per microbatch.
-func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func (m *Transformer) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
 		out = m.loss(params, x, y, m.formulation())
@@ -26,7 +26,7 @@ func (m *TinyGPT) Loss(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 }
 
 // loss is Loss written in formulation f.
-func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx.Array {
+func (m *Transformer) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx.Array {
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err)
 	}
@@ -47,7 +47,7 @@ func (m *TinyGPT) loss(params []*mlx.Array, x, y *mlx.Array, f formulation) *mlx
 // −log softmax(logits)[target], computed in float32 from the logits on
 // every device. Its mean is Loss without the z-loss term. It is what
 // held-out evaluation averages.
-func (m *TinyGPT) TokenLosses(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func (m *Transformer) TokenLosses(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	ce, _ := m.LossTerms(params, x, y)
 	return ce
 }
@@ -57,7 +57,7 @@ func (m *TinyGPT) TokenLosses(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 // logsumexp of the logits, whose mean square is the z-loss penalty that
 // Loss weights by ZLoss. Summing them under a mask is how evaluation
 // leaves padding positions out.
-func (m *TinyGPT) LossTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) LossTerms(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array) {
 	if err := checkTargets(x, y); err != nil {
 		return mlx.ErrorArray(err), mlx.ErrorArray(err)
 	}
@@ -83,7 +83,7 @@ func checkTargets(x, y *mlx.Array) error {
 
 // rowTerms is LossTerms over the flattened positions, [B·T] each: the
 // float32 path that Loss, TokenLosses and evaluation share.
-func (m *TinyGPT) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+func (m *Transformer) rowTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
 	if m.Memory.LossChunk > 0 {
 		return m.chunkedTerms(params, x, y, f)
 	}

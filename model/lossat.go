@@ -17,7 +17,7 @@ import (
 // pays for the [·, V] head on that span alone: the head is the largest
 // single product of a small model, and its float32 logits the largest
 // arrays of the step. lin may be nil (no Linears of their own).
-func (m *TinyGPT) LossTermsAt(params []*mlx.Array, lin Linears, x, y, at *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) LossTermsAt(params []*mlx.Array, lin Linears, x, y, at *mlx.Array) (ce, lse *mlx.Array) {
 	fail := func(err error) (*mlx.Array, *mlx.Array) { return mlx.ErrorArray(err), mlx.ErrorArray(err) }
 	if err := checkTargets(x, y); err != nil {
 		return fail(err)
@@ -39,7 +39,7 @@ func (m *TinyGPT) LossTermsAt(params []*mlx.Array, lin Linears, x, y, at *mlx.Ar
 	rowStart := mlx.MulScalar(mlx.Reshape(mlx.Arange(0, float64(B), 1, mlx.Int32), B, 1), float64(T))
 	pick := mlx.Reshape(mlx.Add(mlx.AsType(at, mlx.Int32), mlx.AsType(rowStart, mlx.Int32)), B*C)
 	yAt := mlx.Take(mlx.Reshape(y, B*T), pick, 0)
-	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
+	out := m.forwardTo(params, x, nil, f, func(m *Transformer, f formulation, h, head *mlx.Array) []*mlx.Array {
 		ce, lse := m.headTerms(f, mlx.Take(h, pick, 0), head, yAt)
 		return []*mlx.Array{ce, lse}
 	})
@@ -53,7 +53,7 @@ func (m *TinyGPT) LossTermsAt(params []*mlx.Array, lin Linears, x, y, at *mlx.Ar
 // final-norm rows h [R, D] against targets y [R] through the output
 // projection head: chunk by chunk under Memory.LossChunk (chunkedLoss),
 // else from the whole float32 logits.
-func (m *TinyGPT) headTerms(f formulation, h, head, y *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) headTerms(f formulation, h, head, y *mlx.Array) (ce, lse *mlx.Array) {
 	if m.Memory.LossChunk > 0 {
 		c := chunkedLoss{chunk: m.Memory.LossChunk, vocab: m.Config.VocabSize, pv: m.Config.PaddedVocab(),
 			trainedHead: len(f.linears) == 0}

@@ -109,7 +109,7 @@ func TestLossTermsAtChecksPositions(t *testing.T) {
 // sameLossAndGradients checks that two losses of the same parameters,
 // compiled with their gradients, agree to tol (relative, or absolute below
 // 1) on the value and gradTol on every gradient; got and want name them.
-func sameLossAndGradients(t *testing.T, m *TinyGPT, params []*mlx.Array, got, want func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
+func sameLossAndGradients(t *testing.T, m *Transformer, params []*mlx.Array, got, want func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array,
 	x, y *mlx.Array, tol, gradTol float64, gotName, wantName string) {
 	t.Helper()
 	argnums := trainable(m, false)

@@ -59,7 +59,7 @@ func (b *block) fields() []**mlx.Array {
 // so their gradients flow as
 // without the checkpoint, and MLX keeps only those inputs for the
 // backward pass, where it runs the block again.
-func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, l int) *mlx.Array {
+func (m *Transformer) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, l int) *mlx.Array {
 	fields := b.fields()
 	in := []*mlx.Array{x}
 	for _, p := range fields {
@@ -125,9 +125,9 @@ func (m *TinyGPT) checkpointedBlock(f formulation, b block, x *mlx.Array, B, T, 
 // the float32 upcast, the logsumexp and the target's logit run per chunk
 // of rows, forward and backward, one chunk after another (chunkedLoss), so
 // that only one chunk's logits exist at a time.
-func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
+func (m *Transformer) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulation) (ce, lse *mlx.Array) {
 	y = mlx.Reshape(y, y.Size())
-	out := m.forwardTo(params, x, nil, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
+	out := m.forwardTo(params, x, nil, f, func(m *Transformer, f formulation, h, head *mlx.Array) []*mlx.Array {
 		ce, lse := m.headTerms(f, h, head, y)
 		return []*mlx.Array{ce, lse}
 	})
@@ -139,7 +139,7 @@ func (m *TinyGPT) chunkedTerms(params []*mlx.Array, x, y *mlx.Array, f formulati
 // function that MLX calls again after forwardTo has returned and freed
 // its own (a checkpoint's recomputation in the backward pass). free
 // releases them.
-func (m *TinyGPT) freshParts(f formulation, B, T int) (formulation, activation, kernels, func(), error) {
+func (m *Transformer) freshParts(f formulation, B, T int) (formulation, activation, kernels, func(), error) {
 	var gelu activation
 	var err error
 	if !m.Config.swiGLU() {

@@ -11,7 +11,7 @@ import (
 
 // sameLossAndGrads fails unless loss and grads equal want's within
 // float32 rounding.
-func sameLossAndGrads(t testing.TB, label string, m *TinyGPT, loss, wantLoss float64, grads, wantGrads [][]float64) {
+func sameLossAndGrads(t testing.TB, label string, m *Transformer, loss, wantLoss float64, grads, wantGrads [][]float64) {
 	t.Helper()
 	if math.Abs(loss-wantLoss) > 1e-5*wantLoss {
 		t.Fatalf("%s: loss %.7f, want %.7f", label, loss, wantLoss)
@@ -31,7 +31,7 @@ func sameLossAndGrads(t testing.TB, label string, m *TinyGPT, loss, wantLoss flo
 
 // meanTerms is the loss through LossTerms: mean cross-entropy plus a
 // z-loss-like term, so both outputs carry gradients.
-func meanTerms(m *TinyGPT) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func meanTerms(m *Transformer) func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	return func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		ce, lse := m.LossTerms(p, x, y)
 		return mlx.Add(mlx.Mean(ce), mlx.MulScalar(mlx.Mean(mlx.Square(lse)), 1e-2))

@@ -7,9 +7,9 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// TinyGPT is a validated Config with its parameter layout. Its methods are
+// Transformer is a validated Config with its parameter layout. Its methods are
 // pure functions of the parameter list, so they trace into compiled steps.
-type TinyGPT struct {
+type Transformer struct {
 	Config Config
 	Specs  []ParamSpec
 	// Memory trades compute for memory in Loss, LossTerms and their
@@ -19,12 +19,12 @@ type TinyGPT struct {
 }
 
 // New fills defaults into cfg, validates it and lays out the parameters.
-func New(cfg Config) (*TinyGPT, error) {
+func New(cfg Config) (*Transformer, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &TinyGPT{Config: cfg, Specs: cfg.Specs()}, nil
+	return &Transformer{Config: cfg, Specs: cfg.Specs()}, nil
 }
 
 // block is one transformer block's weights; biases and w3 are nil where
@@ -54,7 +54,7 @@ type weights struct {
 	flat []*mlx.Array
 }
 
-func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
+func (m *Transformer) unpack(params []*mlx.Array) (weights, error) {
 	if len(params) != len(m.Specs) {
 		return weights{}, fmt.Errorf("model: got %d parameter arrays, the config needs %d", len(params), len(m.Specs))
 	}
@@ -145,7 +145,7 @@ func (m *TinyGPT) unpack(params []*mlx.Array) (weights, error) {
 // norm is the family's normalisation of the last axis: RMSNorm with gain g,
 // or LayerNorm with gain g and bias b (nil for none). RMSNorm runs through
 // k's kernel where k has one for rows like x.
-func (m *TinyGPT) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
+func (m *Transformer) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
 	eps := float32(m.Config.NormEps)
 	if m.Config.layerNorm() {
 		return mlx.LayerNorm(x, g, b, eps)
@@ -160,7 +160,7 @@ func (m *TinyGPT) norm(k kernels, x, g, b *mlx.Array) *mlx.Array {
 // the norm feeds. Where k's norm kernel takes x, x comes back through the
 // kernel's operation, whose backward pass adds the residual's gradient to
 // the norm's (kernels.applyNormRes); otherwise it is x as it was.
-func (m *TinyGPT) normRes(k kernels, x, g, b *mlx.Array) (normed, res *mlx.Array) {
+func (m *Transformer) normRes(k kernels, x, g, b *mlx.Array) (normed, res *mlx.Array) {
 	if k.useNorm(x) { // the kernels hold a norm only for RMSNorm
 		return k.applyNormRes(x, g)
 	}
@@ -171,7 +171,7 @@ func (m *TinyGPT) normRes(k kernels, x, g, b *mlx.Array) (normed, res *mlx.Array
 // compute dtype, V being PaddedVocab; logits of the padding rows are −∞.
 // Like Loss and Init it builds its graph on the MLX thread (mlx.Do), so it
 // may be called from any goroutine.
-func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
+func (m *Transformer) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 	var out *mlx.Array
 	mlx.Do(func() error {
 		logits := m.rowLogits(params, tokens, m.formulation())
@@ -191,21 +191,21 @@ func (m *TinyGPT) Logits(params []*mlx.Array, tokens *mlx.Array) *mlx.Array {
 // heads. A batch axis would add reshapes around every projection, forward
 // and backward, and each graph node is host work in every step
 // (docs/performance/gpu.md).
-func (m *TinyGPT) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulation) *mlx.Array {
+func (m *Transformer) rowLogits(params []*mlx.Array, tokens *mlx.Array, f formulation) *mlx.Array {
 	return m.forward(params, tokens, nil, f)
 }
 
 // forward is rowLogits continuing the positions held in cache (nil for
 // none): the tokens sit at positions cache.Offset…, attend to the cached
 // keys and values as well as their own, and cache takes theirs.
-func (m *TinyGPT) forward(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation) *mlx.Array {
+func (m *Transformer) forward(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation) *mlx.Array {
 	return m.forwardTo(params, tokens, cache, f, logitsHead)[0]
 }
 
 // forwardTo runs the model up to its final norm and hands the rows
 // [B·T, D], with the output projection's weight, to head, whose outputs it
 // returns (one array carrying the error on failure).
-func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation, head headFunc) []*mlx.Array {
+func (m *Transformer) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStore, f formulation, head headFunc) []*mlx.Array {
 	fail := func(err error) []*mlx.Array { return []*mlx.Array{mlx.ErrorArray(err), mlx.ErrorArray(err)} }
 	if err := tokens.Err(); err != nil {
 		return fail(err)
@@ -282,10 +282,10 @@ func (m *TinyGPT) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kvStor
 
 // headFunc is what forwardTo does with the final rows x and the output
 // projection's weight: logitsHead, or the chunked loss's terms.
-type headFunc func(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array
+type headFunc func(m *Transformer, f formulation, x, head *mlx.Array) []*mlx.Array
 
 // logitsHead is the output projection: the logits [B·T, V] of rows x.
-func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
+func logitsHead(m *Transformer, f formulation, x, head *mlx.Array) []*mlx.Array {
 	c := m.Config
 	if pv := c.PaddedVocab(); pv > c.VocabSize {
 		// The −∞ of the padding rows is a bias of the GEMM (its epilogue on a GPU).
@@ -295,7 +295,7 @@ func logitsHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
 }
 
 // block is transformer block l applied to the residual stream x [B·T, D].
-func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
+func (m *Transformer) block(f formulation, ks kernels, rot rotary, gelu activation, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
 	h, res := m.normRes(ks, x, b.attnNorm, b.attnNormB)
 	x = m.joinResidual(f, ks, res, m.attention(f, ks, rot.forLayer(m.Config, l), b, h, B, T, cache, l), b.wo, b.bo, b.attnPost)
 	h, res = m.normRes(ks, x, b.mlpNorm, b.mlpNormB)
@@ -304,7 +304,7 @@ func (m *TinyGPT) block(f formulation, ks kernels, rot rotary, gelu activation, 
 
 // joinResidual is res + h·wᵀ + bias, or with a post-norm gain post
 // (Config.PostNorms) res + RMSNorm(h·wᵀ + bias)·post.
-func (m *TinyGPT) joinResidual(f formulation, ks kernels, res, h, w, bias, post *mlx.Array) *mlx.Array {
+func (m *Transformer) joinResidual(f formulation, ks kernels, res, h, w, bias, post *mlx.Array) *mlx.Array {
 	if post == nil {
 		return f.residualBias(res, h, w, bias)
 	}
@@ -350,7 +350,7 @@ func paddingBias(v, pv int, dtype mlx.Dtype) *mlx.Array {
 // checkpoints are unchanged. On a CUDA GPU, without a cache, one kernel of
 // ks splits the stacked projection into heads and rotates q and k
 // (kernels.go) in place of the split, the head views and MLX's RoPE.
-func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
+func (m *Transformer) attention(f formulation, ks kernels, rot rotary, b block, x *mlx.Array, B, T int, cache kvStore, l int) *mlx.Array {
 	c := m.Config
 	hd, kvh := c.HeadDim(), c.KVHeadCount()
 	heads := func(t *mlx.Array, h int) *mlx.Array { // [B·T, h·hd] -> [B, h, T, hd]
@@ -391,7 +391,7 @@ func (m *TinyGPT) attention(f formulation, ks kernels, rot rotary, b block, x *m
 // GELU in place of SiLU), the two projections run as one matmul where the
 // formulation stacks projections (or as one grouped Linear). The caller applies the down projection w2 together
 // with the residual add. gelu is the family's GELU (unused by SwiGLU).
-func (m *TinyGPT) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
+func (m *Transformer) mlp(f formulation, gelu activation, b block, x *mlx.Array) *mlx.Array {
 	if !m.Config.gated() {
 		return gelu.apply(f.proj.linear(x, b.w1, b.b1))
 	}
@@ -427,7 +427,7 @@ func silu(x *mlx.Array) *mlx.Array { return mlx.Multiply(x, mlx.Sigmoid(x)) }
 // Init returns freshly initialised parameters in Specs order: norms at one,
 // biases at zero, everything else N(0, InitStd²), residual projections scaled by 1/√(2·layers).
 // The same seed gives the same parameters.
-func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
+func (m *Transformer) Init(seed uint64) ([]*mlx.Array, error) {
 	var params []*mlx.Array
 	err := mlx.Do(func() error {
 		var err error
@@ -438,7 +438,7 @@ func (m *TinyGPT) Init(seed uint64) ([]*mlx.Array, error) {
 }
 
 // init is Init on the MLX thread.
-func (m *TinyGPT) init(seed uint64) ([]*mlx.Array, error) {
+func (m *Transformer) init(seed uint64) ([]*mlx.Array, error) {
 	c := m.Config
 	s := mlx.NewScope()
 	defer s.Close()

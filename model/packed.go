@@ -16,7 +16,7 @@ import (
 // attention scores of rotated queries and keys depend only on their
 // distance, which the mask keeps within one example. A nil seg is
 // LossTermsWith.
-func (m *TinyGPT) PackedLossTerms(params []*mlx.Array, lin Linears, x, y, seg *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) PackedLossTerms(params []*mlx.Array, lin Linears, x, y, seg *mlx.Array) (ce, lse *mlx.Array) {
 	if seg == nil {
 		return m.LossTermsWith(params, lin, x, y)
 	}

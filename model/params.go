@@ -111,7 +111,7 @@ func (c Config) Specs() []ParamSpec {
 // so a flat copy of the parameters holds them that way). Loss, Logits
 // and the other pure functions accept that array in wq's slot with nil
 // in wk's and wv's. Families with q/k/v biases (not adjacent to their
-// weights in Specs) return nil. TinyGPT.StackedQKV says whether to.
+// weights in Specs) return nil. Transformer.StackedQKV says whether to.
 func (c Config) QKVRuns() [][]int {
 	if c.qkvBias() {
 		return nil

@@ -25,7 +25,7 @@ import (
 //
 // The prompt pass and the continuation pass run without the output head
 // on the prompts; neither is recomputed under Memory.Checkpoint.
-func (m *TinyGPT) PrefixLossTerms(params []*mlx.Array, lin Linears, prompts, x, y, start, group *mlx.Array) (ce, lse *mlx.Array) {
+func (m *Transformer) PrefixLossTerms(params []*mlx.Array, lin Linears, prompts, x, y, start, group *mlx.Array) (ce, lse *mlx.Array) {
 	fail := func(err error) (*mlx.Array, *mlx.Array) { return mlx.ErrorArray(err), mlx.ErrorArray(err) }
 	if err := checkTargets(x, y); err != nil {
 		return fail(err)
@@ -51,13 +51,13 @@ func (m *TinyGPT) PrefixLossTerms(params []*mlx.Array, lin Linears, prompts, x, 
 		}
 	}
 	rec := &promptStore{}
-	m.forwardTo(params, prompts, rec, f, func(*TinyGPT, formulation, *mlx.Array, *mlx.Array) []*mlx.Array { return nil })
+	m.forwardTo(params, prompts, rec, f, func(*Transformer, formulation, *mlx.Array, *mlx.Array) []*mlx.Array { return nil })
 	if rec.err != nil {
 		return fail(rec.err)
 	}
 	cont := &continuationStore{prompts: rec, from: mlx.AsType(start, mlx.Int32), group: mlx.AsType(group, mlx.Int32)}
 	yRows := mlx.Reshape(y, B*C)
-	out := m.forwardTo(params, x, cont, f, func(m *TinyGPT, f formulation, h, head *mlx.Array) []*mlx.Array {
+	out := m.forwardTo(params, x, cont, f, func(m *Transformer, f formulation, h, head *mlx.Array) []*mlx.Array {
 		ce, lse := m.headTerms(f, h, head, yRows)
 		return []*mlx.Array{ce, lse}
 	})

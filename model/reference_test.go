@@ -9,14 +9,14 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
-// referenceLoss is TinyGPT's loss written the plain way, op by op: separate
+// referenceLoss is Transformer's loss written the plain way, op by op: separate
 // q, k and v projections, GELU (exact or tanh, as configured) differentiated
 // through its ops, residual additions after the projections, and the
 // float32 cross-entropy. Every formulation of the model (one qkv matmul,
 // GELU's written-out derivative, residuals as multiply-adds, the fused
 // cross-entropy, in every combination) must give the same loss and
 // gradients.
-func referenceLoss(m *TinyGPT, params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
+func referenceLoss(m *Transformer, params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 	w, err := m.unpack(params)
 	if err != nil {
 		return mlx.ErrorArray(err)

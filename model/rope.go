@@ -25,7 +25,7 @@ type rotary struct {
 
 // newRotary returns the rotation of m's config for positions from offset,
 // or from rows' positions, one per batch row, when rows is not nil.
-func (m *TinyGPT) newRotary(offset int, rows *mlx.Array) rotary {
+func (m *Transformer) newRotary(offset int, rows *mlx.Array) rotary {
 	c := m.Config
 	if c.learnedPositions() {
 		return rotary{}

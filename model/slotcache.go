@@ -24,7 +24,7 @@ type SlotCache struct {
 
 // NewSlotCache returns a cache of zeros with slots rows of capacity
 // positions each. Call on the MLX thread.
-func (m *TinyGPT) NewSlotCache(slots, capacity int) (*SlotCache, error) {
+func (m *Transformer) NewSlotCache(slots, capacity int) (*SlotCache, error) {
 	c := m.Config
 	if slots < 1 || capacity < 1 {
 		return nil, fmt.Errorf("model: a slot cache of %d slots × %d positions; want at least 1 of each", slots, capacity)
@@ -157,14 +157,14 @@ func (c *SlotCache) update(l int, k, v *mlx.Array, write func(old, src *mlx.Arra
 // (parameters, cache arrays, tokens, positions, span) when the cache's
 // arrays are inputs, so it traces into a compiled function; call on the
 // MLX thread.
-func (m *TinyGPT) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
+func (m *Transformer) DecodeSlots(params []*mlx.Array, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
 	return m.DecodeSlotsWith(params, nil, c, tokens, positions, span)
 }
 
 // DecodeSlotsWith is DecodeSlots with the projections of lin computed by
 // their Linears, which see the slots as rows [S, in] in slot order: the
 // batched engine applies each slot's own adapter this way.
-func (m *TinyGPT) DecodeSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
+func (m *Transformer) DecodeSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache, tokens, positions, span *mlx.Array) *mlx.Array {
 	S := tokens.Dim(0)
 	f := m.formulation()
 	if err := m.setLinears(&f, lin); err != nil {
@@ -181,13 +181,13 @@ func (m *TinyGPT) DecodeSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache
 // else of the last one alone, [1, V] (the output projection of the other
 // rows is skipped). Call on the MLX thread, where the cache's arrays are
 // kept.
-func (m *TinyGPT) PrefillSlot(params []*mlx.Array, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
+func (m *Transformer) PrefillSlot(params []*mlx.Array, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
 	return m.PrefillSlotWith(params, nil, c, slot, start, tokens, all)
 }
 
 // PrefillSlotWith is PrefillSlot with the projections of lin computed by
 // their Linears, which see the chunk's positions as rows [T, in].
-func (m *TinyGPT) PrefillSlotWith(params []*mlx.Array, lin Linears, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
+func (m *Transformer) PrefillSlotWith(params []*mlx.Array, lin Linears, c *SlotCache, slot, start int, tokens *mlx.Array, all bool) *mlx.Array {
 	head := logitsHead
 	if !all {
 		head = lastRowHead
@@ -201,7 +201,7 @@ func (m *TinyGPT) PrefillSlotWith(params []*mlx.Array, lin Linears, c *SlotCache
 }
 
 // lastRowHead is logitsHead of the last row of x alone.
-func lastRowHead(m *TinyGPT, f formulation, x, head *mlx.Array) []*mlx.Array {
+func lastRowHead(m *Transformer, f formulation, x, head *mlx.Array) []*mlx.Array {
 	n, d := x.Dim(0), x.Dim(1)
 	return logitsHead(m, f, mlx.Slice(x, []int{n - 1, 0}, []int{n, d}), head)
 }

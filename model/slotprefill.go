@@ -15,14 +15,14 @@ import (
 // logits [R, V] of each row's last real token. Every starts[r]+C must fit
 // the cache's capacity. Call on the MLX thread, where the cache's arrays
 // are kept.
-func (m *TinyGPT) PrefillSlots(params []*mlx.Array, c *SlotCache, slots, starts, lengths []int, tokens *mlx.Array) *mlx.Array {
+func (m *Transformer) PrefillSlots(params []*mlx.Array, c *SlotCache, slots, starts, lengths []int, tokens *mlx.Array) *mlx.Array {
 	return m.PrefillSlotsWith(params, nil, c, slots, starts, lengths, tokens)
 }
 
 // PrefillSlotsWith is PrefillSlots with the projections of lin computed
 // by their Linears, which see the chunks as rows [R·C, in], row r's C
 // positions at rows r·C…r·C+C−1.
-func (m *TinyGPT) PrefillSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache, slots, starts, lengths []int, tokens *mlx.Array) *mlx.Array {
+func (m *Transformer) PrefillSlotsWith(params []*mlx.Array, lin Linears, c *SlotCache, slots, starts, lengths []int, tokens *mlx.Array) *mlx.Array {
 	R, C := tokens.Dim(0), tokens.Dim(1)
 	if len(slots) != R || len(starts) != R || len(lengths) != R {
 		return mlx.ErrorArray(fmt.Errorf("model: prefill of %d rows with %d slots, %d starts and %d lengths", R, len(slots), len(starts), len(lengths)))
@@ -35,7 +35,7 @@ func (m *TinyGPT) PrefillSlotsWith(params []*mlx.Array, lin Linears, c *SlotCach
 		}
 		last[r] = int32(r*C + n - 1)
 	}
-	head := func(m *TinyGPT, f formulation, x, w *mlx.Array) []*mlx.Array {
+	head := func(m *Transformer, f formulation, x, w *mlx.Array) []*mlx.Array {
 		return logitsHead(m, f, mlx.Take(x, mlx.FromSlice(last, R), 0), w)
 	}
 	f := m.formulation()

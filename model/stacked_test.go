@@ -113,7 +113,7 @@ func TestStackedQKVRefusals(t *testing.T) {
 
 // initModel builds the model of c and its parameters initialised with
 // seed; the caller frees the parameters.
-func initModel(t testing.TB, c Config, seed uint64) (*TinyGPT, []*mlx.Array) {
+func initModel(t testing.TB, c Config, seed uint64) (*Transformer, []*mlx.Array) {
 	t.Helper()
 	m, err := New(c)
 	if err != nil {

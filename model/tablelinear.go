@@ -36,7 +36,7 @@ func (p ParamSpec) Quantizable() bool {
 // checkLinear refuses a Linear for parameter i that the model cannot use:
 // one for a parameter that is not Quantizable, a token embedding's without
 // Rows (or, tied, without Apply), a projection's or head's without Apply.
-func (m *TinyGPT) checkLinear(i int, l Linear) error {
+func (m *Transformer) checkLinear(i int, l Linear) error {
 	if i < 0 || i >= len(m.Specs) || !m.Specs[i].Quantizable() {
 		return fmt.Errorf("model: a Linear for parameter %d, want the index of a block projection's weight, the token embedding or the output head", i)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-func tinyModel(t testing.TB) *model.TinyGPT {
+func tinyModel(t testing.TB) *model.Transformer {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 61, DModel: 16, Layers: 2, Heads: 2, Context: 8})
 	if err != nil {

@@ -14,14 +14,14 @@ import (
 // groupModels are the layouts the grouped Linears must handle: SwiGLU with
 // grouped-query attention (w1/w3 and q/k/v groups, KV heads < heads), q/k/v
 // biases (Qwen2), and per-head QK-norm (Qwen3).
-func groupModels(t testing.TB) map[string]*model.TinyGPT {
+func groupModels(t testing.TB) map[string]*model.Transformer {
 	t.Helper()
 	base := model.Config{VocabSize: 61, DModel: 64, Layers: 2, Heads: 4, KVHeads: 2, Context: 8,
 		MLPHidden: 128, Norm: model.NormRMS, MLP: model.MLPSwiGLU}
 	bias, qkNorm := base, base
 	bias.QKVBias = true
 	qkNorm.QKNorm = true
-	out := map[string]*model.TinyGPT{}
+	out := map[string]*model.Transformer{}
 	for name, c := range map[string]model.Config{"swiglu-gqa": base, "qkv-bias": bias, "qk-norm": qkNorm} {
 		m, err := model.New(c)
 		if err != nil {
@@ -131,7 +131,7 @@ func TestGroupedStepHasFewerOps(t *testing.T) {
 // first nAd inputs (the adapter arrays; the frozen base follows them), of
 // the mean next-token loss of m over x through the Linears that linears
 // builds.
-func adapterValueAndGrad(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
+func adapterValueAndGrad(t testing.TB, m *model.Transformer, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
 	nAd int, x *mlx.Array) *mlx.ValueAndGradFunc {
 	t.Helper()
 	vg, err := mlx.ValueAndGrad(func(in []*mlx.Array) ([]*mlx.Array, error) {
@@ -150,7 +150,7 @@ func adapterValueAndGrad(t testing.TB, m *model.TinyGPT, linears func(b, ad []*m
 
 // groupSetup returns an adapter on m's targets, its frozen base (quantized
 // to bits when not 0) and small random adapter arrays.
-func groupSetup(t testing.TB, m *model.TinyGPT, method Method, bits int, targets []string) (*Adapter, []*mlx.Array, []*mlx.Array) {
+func groupSetup(t testing.TB, m *model.Transformer, method Method, bits int, targets []string) (*Adapter, []*mlx.Array, []*mlx.Array) {
 	t.Helper()
 	a, err := New(Config{Method: method, Rank: 4, Alpha: 8, Targets: targets}, m.Specs)
 	if err != nil {
@@ -265,7 +265,7 @@ func TestGroupedStepKeepsNoStackedBase(t *testing.T) {
 // traces and compiles) of a compiled value and gradient of m's mean
 // cross-entropy on x with respect to the adapter arrays ad, through the
 // Linears that linears builds over the frozen list.
-func compiledStepPeak(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
+func compiledStepPeak(t testing.TB, m *model.Transformer, linears func(b, ad []*mlx.Array) (model.Linears, []*mlx.Array, error),
 	frozen, ad []*mlx.Array, x *mlx.Array) uint64 {
 	t.Helper()
 	vg := adapterValueAndGrad(t, m, linears, len(ad), x)
@@ -295,4 +295,4 @@ func compiledStepPeak(t testing.TB, m *model.TinyGPT, linears func(b, ad []*mlx.
 
 // weightHeavyModel is a SwiGLU model with grouped-query attention whose
 // frozen weights are most of a step's memory, for the peak-memory tests.
-func weightHeavyModel(t testing.TB) *model.TinyGPT { return swigluModel(t, 4, 256, 1024) }
+func weightHeavyModel(t testing.TB) *model.Transformer { return swigluModel(t, 4, 256, 1024) }

@@ -12,11 +12,11 @@ import (
 
 // quantModel is a model whose projections' input sides (64 and 128) are
 // multiples of every group size.
-func quantModel(t testing.TB) *model.TinyGPT { return swigluModel(t, 2, 64, 128) }
+func quantModel(t testing.TB) *model.Transformer { return swigluModel(t, 2, 64, 128) }
 
 // swigluModel is a SwiGLU model with grouped-query attention (4 heads, 2
 // KV heads) of the given layers, width d and MLP hidden size.
-func swigluModel(t testing.TB, layers, d, hidden int) *model.TinyGPT {
+func swigluModel(t testing.TB, layers, d, hidden int) *model.Transformer {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 61, DModel: d, Layers: layers, Heads: 4, KVHeads: 2, Context: 8,
 		MLPHidden: hidden, Norm: model.NormRMS, MLP: model.MLPSwiGLU})
@@ -216,7 +216,7 @@ func TestQuantizeBaseRefusesBadSettings(t *testing.T) {
 	})
 }
 
-func mustInit(t testing.TB, m *model.TinyGPT) []*mlx.Array {
+func mustInit(t testing.TB, m *model.Transformer) []*mlx.Array {
 	t.Helper()
 	p, err := m.Init(1)
 	if err != nil {

@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 )
 
 // Training the tiny preset on the default corpus (the Go standard library's
@@ -17,12 +17,12 @@ func TestTinyPresetLearnsDefaultCorpus(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Steps, cfg.EvalEvery, cfg.CheckpointEvery = 300, 300, 0
-	ds, err := train.OpenDataset("", cfg.Tokenizer, t.TempDir(), cfg.Model.Context, cfg.ValFraction)
+	ds, err := pretrain.OpenDataset("", cfg.Tokenizer, t.TempDir(), cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ds.Close()
-	tr, err := train.New(cfg, ds, t.TempDir())
+	tr, err := pretrain.New(cfg, ds, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

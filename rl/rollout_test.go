@@ -11,7 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-func rolloutEngine(t *testing.T) (*model.TinyGPT, []*mlx.Array, *generate.Engine) {
+func rolloutEngine(t *testing.T) (*model.Transformer, []*mlx.Array, *generate.Engine) {
 	t.Helper()
 	net, err := model.New(model.Config{VocabSize: 64, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: 64, MLP: "swiglu", InitStd: 0.5})
 	if err != nil {

@@ -19,7 +19,7 @@ type Adapted struct {
 	Dir      string // the fine-tune checkpoint
 	State    train.RunState
 	FineTune finetune.Config
-	Model    *model.TinyGPT
+	Model    *model.Transformer
 	Adapter  *peft.Adapter // nil for a full fine-tune
 	// Base and Adapters are the arrays loaded; Params the effective
 	// parameters computed from them, evaluated.

@@ -7,6 +7,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -71,7 +72,7 @@ func (c CheckpointEval) ZLossTerm() float64 { return c.ZLoss * c.LSESquared }
 // a run folder or a checkpoint directory (checkpoint.Resolve), on a split of
 // its run's corpus or of another corpus. By default it evaluates every
 // token of the split once (train.EvaluateView); with opts.EvalTokens it draws
-// random windows as training's evaluations do (train.Evaluator).
+// random windows as training's evaluations do (pretrain.Evaluator).
 func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	var out CheckpointEval
 	if opts.Batch < 0 || opts.EvalTokens < 0 {
@@ -108,7 +109,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 	}
 	var view data.View
 	if opts.Corpus == "" && cfg.Data != "" {
-		ds, err := train.OpenConfigDatasetWith(cfg, tok, "")
+		ds, err := pretrain.OpenConfigDatasetWith(cfg, tok, "")
 		if err != nil {
 			return out, fmt.Errorf("the run's token shards %s: %w", cfg.Data, err)
 		}
@@ -129,19 +130,19 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 			return out, fmt.Errorf("eval: split %s of token shards: the training and held-out shards are separate files; want %s or %s", split, SplitVal, SplitTrain)
 		}
 	} else {
-		_, tokens, err := train.OpenTokens(corpus, tok, opts.TokenCache)
+		_, tokens, err := pretrain.OpenTokens(corpus, tok, opts.TokenCache)
 		if err != nil {
 			if opts.Corpus == "" {
-				return out, fmt.Errorf("the run's corpus %s: %w", train.CorpusName(corpus), err)
+				return out, fmt.Errorf("the run's corpus %s: %w", pretrain.CorpusName(corpus), err)
 			}
-			return out, fmt.Errorf("corpus %s: %w", train.CorpusName(corpus), err)
+			return out, fmt.Errorf("corpus %s: %w", pretrain.CorpusName(corpus), err)
 		}
 		defer tokens.Close()
 		view = tokens.All()
 		if split != SplitAll {
 			trainView, valView, err := data.Split(tokens, cfg.ValFraction, cfg.Model.Context)
 			if err != nil {
-				return out, fmt.Errorf("corpus %s: %w", train.CorpusName(corpus), err)
+				return out, fmt.Errorf("corpus %s: %w", pretrain.CorpusName(corpus), err)
 			}
 			view = valView
 			if split == SplitTrain {
@@ -172,7 +173,7 @@ func EvaluateCheckpoint(path string, opts EvalOptions) (CheckpointEval, error) {
 		if opts.Seed != nil {
 			out.Seed = *opts.Seed
 		}
-		e, err := train.NewEvaluator(m.LossTerms, view, batch, m.Config.Context, opts.EvalTokens, out.Seed, true)
+		e, err := pretrain.NewEvaluator(m.LossTerms, view, batch, m.Config.Context, opts.EvalTokens, out.Seed, true)
 		if err != nil {
 			return err
 		}

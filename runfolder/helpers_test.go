@@ -115,17 +115,17 @@ func tinyConfig() train.Config {
 }
 
 // fullLoss is SFT's loss of a full fine-tune of m.
-func fullLoss(m *model.TinyGPT) step.Loss {
+func fullLoss(m *model.Transformer) step.Loss {
 	return finetune.SupervisedObjective{}.Loss(finetune.Policy{Model: m})
 }
 
 // adapterLoss is SFT's loss of fine-tuning m through adapter a.
-func adapterLoss(m *model.TinyGPT, a *peft.Adapter) step.Loss {
+func adapterLoss(m *model.Transformer, a *peft.Adapter) step.Loss {
 	return finetune.SupervisedObjective{}.Loss(finetune.Policy{Model: m, Adapter: a})
 }
 
 // familyConfigs are small models of each family: every family-level
-// choice away from TinyGPT's defaults. GPT-2; Llama with linearly scaled
+// choice away from the defaults (the TinyGPT family's). GPT-2; Llama with linearly scaled
 // RoPE; Llama 3 with its scaled frequencies, a head width other than
 // d_model/heads and attention biases; Qwen2 with q/k/v biases; Qwen3 with
 // per-head q/k norms and its own head width; Gemma 3 with sliding layers

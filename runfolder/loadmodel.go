@@ -45,7 +45,7 @@ func CheckpointQuantization(dir string) (string, error) {
 // loadModel reads the run state and the parameters of checkpoint directory
 // dir, in the model's order; free releases the parameters. A quantized
 // model (loadModelQuant) is dequantized.
-func loadModel(dir string) (st train.RunState, m *model.TinyGPT, params []*mlx.Array, free func(), err error) {
+func loadModel(dir string) (st train.RunState, m *model.Transformer, params []*mlx.Array, free func(), err error) {
 	st, m, params, q, free, err := loadModelQuant(dir)
 	if err != nil || q == nil {
 		return st, m, params, free, err
@@ -61,7 +61,7 @@ func loadModel(dir string) (st train.RunState, m *model.TinyGPT, params []*mlx.A
 // loadModelQuant is loadModel for a checkpoint that may hold a quantized
 // model: params is the frozen list of q's layout where q is not nil (the
 // float parameters otherwise); free releases them.
-func loadModelQuant(dir string) (st train.RunState, m *model.TinyGPT, params []*mlx.Array, q *peft.Quantized, free func(), err error) {
+func loadModelQuant(dir string) (st train.RunState, m *model.Transformer, params []*mlx.Array, q *peft.Quantized, free func(), err error) {
 	st, err = train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
 	if err != nil {
 		return st, nil, nil, nil, nil, fmt.Errorf("checkpoint %s: %w", dir, err)

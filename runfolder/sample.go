@@ -47,7 +47,7 @@ func (o SampleOptions) Validate() error { return o.Generation().Validate() }
 
 // Generate extends prompt by exactly opts.MaxTokens tokens, stopping at
 // no token, and returns the prompt and the tokens (generate.Tokens).
-func Generate(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
+func Generate(m *model.Transformer, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

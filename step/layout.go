@@ -111,7 +111,7 @@ type Microbatch struct {
 type Loss func(trainable, frozen []*mlx.Array, mb Microbatch) (loss *mlx.Array, aux []*mlx.Array)
 
 // MeanLoss is the Loss of a TokenInputs step from a mean loss of
-// parameters and one microbatch's x and y, such as model.TinyGPT.Loss.
+// parameters and one microbatch's x and y, such as model.Transformer.Loss.
 func MeanLoss(f func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array) Loss {
 	return func(params, _ []*mlx.Array, mb Microbatch) (*mlx.Array, []*mlx.Array) {
 		return f(params, mb.X, mb.Y), nil
@@ -155,7 +155,7 @@ func NewStep(loss Loss, opt optim.Optimizer, l Layout, opts StepOptions) (*Step,
 // where the model's formulation wants them so and the layout allows
 // (StepOptions.StackedParams from m.StackedQKV: on a GPU): the step a
 // pretraining run uses.
-func NewModelStep(m *model.TinyGPT, opt optim.Optimizer, opts StepOptions) (*Step, error) {
+func NewModelStep(m *model.Transformer, opt optim.Optimizer, opts StepOptions) (*Step, error) {
 	opts.StackedParams = m.StackedQKV()
 	return NewStep(MeanLoss(m.Loss), opt, Layout{Trainable: len(m.Specs), State: len(opt.StateNames())}, opts)
 }

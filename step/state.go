@@ -133,9 +133,9 @@ func firstErr(lists ...[]*mlx.Array) error {
 }
 
 // InitState returns a fresh state for step: m's parameters initialised
-// with seed (model.TinyGPT.Init) and the initial state of the optimizer
+// with seed (model.Transformer.Init) and the initial state of the optimizer
 // step was built with.
-func InitState(step *Step, m *model.TinyGPT, seed uint64) (*State, error) {
+func InitState(step *Step, m *model.Transformer, seed uint64) (*State, error) {
 	var s *State
 	err := mlx.Do(func() error {
 		params, err := m.Init(seed)

@@ -45,7 +45,7 @@ type StepOptions struct {
 	// StackedParams lists runs of consecutive parameter indices whose
 	// arrays the loss also accepts stacked along axis 0 into one array,
 	// passed in the run's first slot with nil in the others
-	// (model.Config.QKVRuns gives TinyGPT's q/k/v weights; its loss
+	// (model.Config.QKVRuns gives Transformer's q/k/v weights; its loss
 	// functions accept them so). With a flat layout, a run that lies
 	// contiguous in one group is passed as that one view and
 	// differentiated as one array: no concatenation of the weights in each

@@ -59,7 +59,7 @@ func (c *Checkpoint) Free() {
 // Specs), checking that each is there with m's shape and parameter dtype:
 // a parameter list ready for m.Logits, Generate or NewState. The checkpoint
 // still owns the arrays; they stay valid until Free.
-func (c *Checkpoint) OrderedParams(m *model.TinyGPT) ([]*mlx.Array, error) {
+func (c *Checkpoint) OrderedParams(m *model.Transformer) ([]*mlx.Array, error) {
 	var params []*mlx.Array
 	err := mlx.Do(func() error {
 		var err error
@@ -71,7 +71,7 @@ func (c *Checkpoint) OrderedParams(m *model.TinyGPT) ([]*mlx.Array, error) {
 
 // OrderParams picks m's parameters by name from the arrays of file,
 // checking their shapes and dtype.
-func OrderParams(file string, named map[string]*mlx.Array, m *model.TinyGPT) ([]*mlx.Array, error) {
+func OrderParams(file string, named map[string]*mlx.Array, m *model.Transformer) ([]*mlx.Array, error) {
 	if peft.IsQuantizedNamed(m.Specs, named) {
 		q, _, err := peft.QuantizedFromNamed(file, m.Specs, named)
 		if err != nil {

@@ -24,7 +24,7 @@ type Config struct {
 	Corpus      string  `json:"corpus"`       // file or directory; "" means the default corpus
 	ValFraction float64 `json:"val_fraction"` // tail of the token stream held out for evaluation
 	// Data names llm.c token shards to train on instead of Corpus: a
-	// directory of .bin files or a glob (OpenShardDataset); ValData the
+	// directory of .bin files or a glob (pretrain.OpenShardDataset); ValData the
 	// held-out shards, by default the last shard of Data.
 	Data    string `json:"data,omitempty"`
 	ValData string `json:"val_data,omitempty"`
@@ -244,7 +244,7 @@ func (c Config) validatePlan() error {
 func (c Config) validateNames() error {
 	if c.Tokenizer == HFTokenizer {
 		// The run's tokenizer.json: its ids are checked against the
-		// model's when it is opened (checkTokenizer).
+		// model's when it is opened (CheckTokenizer).
 	} else if v, err := data.TokenizerVocabSize(c.Tokenizer); err != nil {
 		return err
 	} else if c.Model.VocabSize < v {
@@ -323,4 +323,20 @@ func (c *Config) UnmarshalJSON(b []byte) error {
 	}
 	*c = cfg
 	return nil
+}
+
+// validateData checks that a config names one source of training text,
+// the BPE-dropout applied to it, and the GaLore settings.
+func (c Config) validateData() error {
+	switch {
+	case c.Data != "" && c.Corpus != "":
+		return fmt.Errorf("data = %q and corpus = %q: want one source of training text, token shards (data) or a text corpus (corpus)", c.Data, c.Corpus)
+	case c.ValData != "" && c.Data == "":
+		return fmt.Errorf("val_data = %q without data: held-out shards go with training shards (data)", c.ValData)
+	case !(c.BPEDropout >= 0 && c.BPEDropout < 1):
+		return fmt.Errorf("bpe_dropout = %g, want a probability in [0, 1)", c.BPEDropout)
+	case c.BPEDropout > 0 && c.Tokenizer != "gpt2":
+		return fmt.Errorf("bpe_dropout = %g with tokenizer %q: BPE-dropout drops GPT-2 merges; want tokenizer gpt2", c.BPEDropout, c.Tokenizer)
+	}
+	return c.validateGaLore()
 }

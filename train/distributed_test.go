@@ -37,7 +37,7 @@ func dataParallelConfig() Config {
 // (a nil group is one process) on its shard of ds's windows, and returns
 // the losses the step reports and the final parameters, flattened in the
 // model's order.
-func groupRun(t testing.TB, cfg Config, ds *Dataset, g *mlx.Group) (losses []float64, traces int, params []float32) {
+func groupRun(t testing.TB, cfg Config, ds *testData, g *mlx.Group) (losses []float64, traces int, params []float32) {
 	t.Helper()
 	cfg, m, err := Prepare(cfg)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // TokenLossFunc gives the per-position loss terms of parameters and one
 // batch of tokens x and targets y ([B, T] int32): the cross-entropy and
 // the logsumexp of the logits, both [B, T] float32.
-// (*model.TinyGPT).LossTerms is one.
+// (*model.Transformer).LossTerms is one.
 type TokenLossFunc func(params []*mlx.Array, x, y *mlx.Array) (ce, lse *mlx.Array)
 
 // EvalResult is a loss measured over a set of tokens.
@@ -70,15 +70,15 @@ func (f *EvalFunc) body(in []*mlx.Array) ([]*mlx.Array, error) {
 // Free releases the compiled function.
 func (f *EvalFunc) Free() { f.fn.Free() }
 
-// batchFill writes batch i into x, y and mask ([B·T] each, row-major) and
+// BatchFill writes batch i into x, y and mask ([B·T] each, row-major) and
 // returns how many positions it keeps (mask 1).
-type batchFill func(i int, x, y []int32, mask []float32) int
+type BatchFill func(i int, x, y []int32, mask []float32) int
 
-// run evaluates batches batches of [batch, context] positions that fill
+// Run evaluates batches batches of [batch, context] positions that fill
 // writes and returns the means over the kept positions. The next batch is
 // prepared and scheduled while the device works on the one before; at most
 // two are in flight. It must run on the MLX thread.
-func (f *EvalFunc) run(params []*mlx.Array, batch, context, batches int, fill batchFill) (EvalResult, error) {
+func (f *EvalFunc) Run(params []*mlx.Array, batch, context, batches int, fill BatchFill) (EvalResult, error) {
 	type pending struct{ ce, sq *mlx.Array }
 	var (
 		res       EvalResult
@@ -150,98 +150,6 @@ func (f *EvalFunc) run(params []*mlx.Array, batch, context, batches int, fill ba
 	return res, nil
 }
 
-// Evaluator measures the held-out loss during training on a fixed sample
-// of the validation tokens: windows drawn at random starts by a sampler
-// with a fixed seed, the same windows every time, so successive values
-// compare. It has its own compiled function, traced once.
-type Evaluator struct {
-	view                    data.View
-	batch, context, batches int
-	seed                    uint64
-	fn                      *EvalFunc
-}
-
-// NewEvaluator prepares evaluations over at least tokens tokens of view:
-// ceil(tokens / (batch·context)) batches of batch windows of context
-// tokens, drawn by a data.Sampler seeded with seed. terms gives the
-// per-position losses; compile traces them into one MLX function.
-func NewEvaluator(terms TokenLossFunc, view data.View, batch, context, tokens int, seed uint64, compile bool) (*Evaluator, error) {
-	if batch < 1 || context < 1 || tokens < 1 {
-		return nil, fmt.Errorf("eval: batch %d, context %d, tokens %d; want each >= 1", batch, context, tokens)
-	}
-	if _, err := data.NewSampler(view, context, seed); err != nil {
-		return nil, fmt.Errorf("validation data: %w", err)
-	}
-	e := &Evaluator{view: view, batch: batch, context: context, batches: evalBatches(tokens, batch, context),
-		seed: seed}
-	err := mlx.Do(func() (err error) {
-		e.fn, err = NewEvalFunc(terms, compile)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return e, nil
-}
-
-// Tokens is the number of tokens each evaluation covers:
-// batches × batch × context.
-func (e *Evaluator) Tokens() int { return e.batches * e.batch * e.context }
-
-// Evaluate returns the mean loss terms of params over the evaluator's
-// windows. It runs on the MLX thread, on its default device.
-func (e *Evaluator) Evaluate(params []*mlx.Array) (EvalResult, error) {
-	// The parameters may still be computing on the caller's stream; the
-	// evaluation reads them finished.
-	if err := mlx.Eval(params...); err != nil {
-		return EvalResult{}, fmt.Errorf("eval: %w", err)
-	}
-	s, err := data.NewSampler(e.view, e.context, e.seed)
-	if err != nil {
-		return EvalResult{}, fmt.Errorf("validation data: %w", err)
-	}
-	var res EvalResult
-	err = mlx.Do(func() error {
-		sc := mlx.NewScope()
-		defer sc.Close()
-		res, err = e.fn.run(params, e.batch, e.context, e.batches, func(_ int, x, y []int32, mask []float32) int {
-			s.Fill(x, y)
-			for i := range mask {
-				mask[i] = 1
-			}
-			return len(mask)
-		})
-		return err
-	})
-	return res, err
-}
-
-// record evaluates params and writes the held-out figures into m:
-// val_loss (the cross-entropy), val_tokens and, when the model has z-loss
-// (zLoss > 0), val_z_loss, the term zLoss × mean(logsumexp²) that
-// training adds. It returns the cross-entropy.
-func (e *Evaluator) record(params []*mlx.Array, zLoss float64, m *Metrics) (float64, error) {
-	r, err := e.Evaluate(params)
-	if err != nil {
-		return math.NaN(), err
-	}
-	ce := r.Loss
-	m.ValLoss, m.ValTokens = &ce, r.Tokens
-	if zLoss > 0 {
-		z := zLoss * r.LSESquared
-		m.ValZLoss = &z
-	}
-	return ce, nil
-}
-
-// Free releases the compiled function. A nil Evaluator is a no-op, so a
-// run that failed before making one can free what it holds.
-func (e *Evaluator) Free() {
-	if e != nil && e.fn != nil {
-		_ = mlx.Do(func() error { e.fn.Free(); return nil })
-	}
-}
-
 // EvaluateView measures the loss of params on every token of view once:
 // the view is cut into consecutive, non-overlapping windows of the model's
 // context (inputs view[s:s+T], targets view[s+1:s+T+1]), so each token
@@ -258,7 +166,7 @@ func (e *Evaluator) Free() {
 // only the tokens before it. The loss's logits are computed in chunks of
 // positions where a batch's float32 logits would exceed 1 GiB
 // (Config.ModelMemory's automatic rule); m.Memory is put back after.
-func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
+func EvaluateView(m *model.Transformer, params []*mlx.Array, view data.View, batch int) (EvalResult, error) {
 	if batch < 1 {
 		return EvalResult{}, fmt.Errorf("eval: batch %d, want >= 1", batch)
 	}
@@ -306,7 +214,7 @@ func EvaluateView(m *model.TinyGPT, params []*mlx.Array, view data.View, batch i
 		defer f.Free()
 		sc := mlx.NewScope()
 		defer sc.Close()
-		res, err = f.run(params, batch, T, batches, fill)
+		res, err = f.Run(params, batch, T, batches, fill)
 		return err
 	})
 	return res, err
@@ -332,7 +240,7 @@ func EvaluateRows(fn *EvalFunc, params []*mlx.Array, rows *data.Rows, batch, tok
 	batches := (n + batch - 1) / batch
 	sc := mlx.NewScope()
 	defer sc.Close()
-	return fn.run(params, batch, T, batches, func(i int, x, y []int32, w []float32) int {
+	return fn.Run(params, batch, T, batches, func(i int, x, y []int32, w []float32) int {
 		clear(x)
 		clear(y)
 		clear(w)

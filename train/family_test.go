@@ -8,7 +8,7 @@ import (
 )
 
 // familyConfigs are small models of each family: every family-level
-// choice away from TinyGPT's defaults. GPT-2; Llama with linearly scaled
+// choice away from the defaults (the TinyGPT family's). GPT-2; Llama with linearly scaled
 // RoPE; Llama 3 with its scaled frequencies, a head width other than
 // d_model/heads and attention biases; Qwen2 with q/k/v biases; Qwen3 with
 // per-head q/k norms and its own head width; Gemma 3 with sliding layers

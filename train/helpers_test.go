@@ -26,14 +26,22 @@ func syntheticText(n int) string {
 	return b.String()
 }
 
+// testData is a tokenised text split into training and held-out views:
+// what pretrain.Dataset holds, for the tests of the loop's parts.
+type testData struct {
+	Tokenizer  data.Tokenizer
+	Tokens     *data.Tokens
+	Train, Val data.View
+}
+
 // memoryDataset tokenises text with the byte tokenizer, in memory.
-func memoryDataset(t testing.TB, text string, context int) *Dataset {
+func memoryDataset(t testing.TB, text string, context int) *testData {
 	t.Helper()
 	return tokenizedDataset(t, "byte", text, context)
 }
 
 // tokenizedDataset tokenises text with the named tokenizer, in memory.
-func tokenizedDataset(t testing.TB, tokenizer, text string, context int) *Dataset {
+func tokenizedDataset(t testing.TB, tokenizer, text string, context int) *testData {
 	t.Helper()
 	tok, err := data.NewTokenizer(tokenizer)
 	if err != nil {
@@ -44,7 +52,7 @@ func tokenizedDataset(t testing.TB, tokenizer, text string, context int) *Datase
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Dataset{Tokenizer: tok, Tokens: tokens, Train: tr, Val: val}
+	return &testData{Tokenizer: tok, Tokens: tokens, Train: tr, Val: val}
 }
 
 // tinyConfig is a run small enough for unit tests on two CPU cores.
@@ -62,7 +70,7 @@ func tinyConfig() Config {
 // setupLosses runs cfg.Steps updates of a fresh setup of cfg on windows of
 // ds drawn with cfg.Seed, following cfg's schedule, and returns their
 // losses and how often the step was traced.
-func setupLosses(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int) {
+func setupLosses(t testing.TB, cfg Config, ds *testData) (losses []float64, traces int) {
 	t.Helper()
 	losses, traces, _ = setupRun(t, cfg, ds)
 	return losses, traces
@@ -92,7 +100,7 @@ func runUpdates(t testing.TB, s *Setup, sampler *data.Sampler) []float64 {
 
 // preparedSetup prepares cfg and returns a fresh setup of it, its model
 // and the prepared config; the setup is freed when the test ends.
-func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.TinyGPT, Config) {
+func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.Transformer, Config) {
 	t.Helper()
 	cfg, m, err := Prepare(cfg)
 	if err != nil {
@@ -108,7 +116,7 @@ func preparedSetup(t testing.TB, cfg Config) (*Setup, *model.TinyGPT, Config) {
 
 // setupRun is setupLosses that also returns the final parameters,
 // flattened and concatenated in the model's order.
-func setupRun(t testing.TB, cfg Config, ds *Dataset) (losses []float64, traces int, params []float32) {
+func setupRun(t testing.TB, cfg Config, ds *testData) (losses []float64, traces int, params []float32) {
 	t.Helper()
 	s, _, cfg := preparedSetup(t, cfg)
 	defer s.Free() // now, not when the test ends (freeing twice is a no-op)

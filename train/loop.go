@@ -16,9 +16,9 @@ import (
 )
 
 // Task is one kind of run: what it trains, what it feeds the step, what
-// it evaluates and what its checkpoints hold. Pretraining (the Trainer's
-// task) feeds windows of a token corpus to the model's step and saves
-// whole checkpoints; a fine-tune (package finetune) feeds weighted rows to
+// it evaluates and what its checkpoints hold. Pretraining (package
+// pretrain, its Trainer's task) feeds windows of a token corpus to the
+// model's step and saves whole checkpoints; a fine-tune (package finetune) feeds weighted rows to
 // a step over frozen base weights and saves its trainable arrays with
 // finetune.json. Everything else, the same for every kind, is the loop's
 // (RunLoop): counting updates, cancellation, logging, metrics sinks,
@@ -93,7 +93,7 @@ type TaskParts struct {
 // RunLoop runs tk under env.Config into env.RunDir until Config.Steps
 // updates are done or ctx is cancelled (then it writes a checkpoint and
 // returns ErrInterrupted), on the MLX thread (mlx.Do), and so are the
-// hooks. The Trainer's and the fine-tuner's Run are this loop.
+// hooks. pretrain.Trainer.Run and finetune.FineTuner.Run are this loop.
 func RunLoop(ctx context.Context, tk Task, env TaskEnv, hooks Hooks) (Summary, error) {
 	sum := Summary{InitialValLoss: math.NaN(), ValLoss: math.NaN(), FirstLoss: math.NaN(), Loss: math.NaN()}
 	env.Context = ctx

@@ -1,6 +1,8 @@
 package train
 
 import (
+	"fmt"
+
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
 )
@@ -39,4 +41,63 @@ func NewOptimizerFor(cfg Config, params []optim.Param) (optim.Optimizer, error) 
 	setGaLoreConfig(&oc.GaLore, cfg)
 	setSophiaConfig(&oc.Sophia, cfg)
 	return optim.New(cfg.Optimizer, params, oc)
+}
+
+// setGaLoreConfig applies the config's GaLore settings where they are set.
+func setGaLoreConfig(gc *optim.GaLoreConfig, cfg Config) {
+	if cfg.GaLoreRank != 0 {
+		gc.Rank = cfg.GaLoreRank
+	}
+	if cfg.GaLoreGap != 0 {
+		gc.UpdateGap = cfg.GaLoreGap
+	}
+	if cfg.GaLoreScale != 0 {
+		gc.Scale = cfg.GaLoreScale
+	}
+}
+
+// validateGaLore checks the GaLore settings, building the optimizer when
+// it is galore so that a rank no matrix can take fails before the run.
+func (c Config) validateGaLore() error {
+	if c.SophiaEvery < 0 || !(c.SophiaRho >= 0) {
+		return fmt.Errorf("sophia_every = %d, sophia_rho = %g; want values >= 0 (0 for the default)", c.SophiaEvery, c.SophiaRho)
+	}
+	if c.GaLoreRank < 0 || c.GaLoreGap < 0 || !(c.GaLoreScale >= 0) {
+		return fmt.Errorf("galore_rank = %d, galore_gap = %d, galore_scale = %g; want values >= 0 (0 for the default)",
+			c.GaLoreRank, c.GaLoreGap, c.GaLoreScale)
+	}
+	if c.Optimizer != "galore" {
+		return nil
+	}
+	m, err := model.New(c.Model)
+	if err != nil {
+		return err
+	}
+	opt, err := NewOptimizer(c, m.Specs)
+	if err != nil {
+		return err
+	}
+	if g := opt.(*optim.GaLore); len(g.Projected()) == 0 {
+		largest := 0
+		for _, s := range m.Specs {
+			if s.Kind == model.Matrix && len(s.Shape) == 2 {
+				largest = max(largest, min(s.Shape[0], s.Shape[1]))
+			}
+		}
+		return fmt.Errorf("galore_rank = %d is above the smaller side of every hidden matrix (at most %d), so GaLore would be plain AdamW; want a rank <= %d",
+			g.Config().Rank, largest, largest)
+	}
+	return nil
+}
+
+// setSophiaConfig applies the config's Sophia settings: the estimate is
+// taken over the tokens of one update, and the interval and ρ where set.
+func setSophiaConfig(sc *optim.SophiaConfig, cfg Config) {
+	sc.Tokens = max(1, cfg.TokensPerStep())
+	if cfg.SophiaEvery != 0 {
+		sc.HessianEvery = cfg.SophiaEvery
+	}
+	if cfg.SophiaRho != 0 {
+		sc.Rho = cfg.SophiaRho
+	}
 }

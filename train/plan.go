@@ -128,7 +128,7 @@ func (p Plan) StepOptions(cfg Config) step.StepOptions {
 // plan ProbePlan finds within cfg's memory budget, or the plan cache of
 // cfg.PlanCache holds for the same step, device and build. It runs on the
 // MLX thread and selects cfg's device.
-func ChoosePlan(cfg Config, m *model.TinyGPT) (Plan, error) {
+func ChoosePlan(cfg Config, m *model.Transformer) (Plan, error) {
 	return ChooseStepPlan(cfg, modelProbe(m))
 }
 
@@ -147,7 +147,7 @@ type StepProbe struct {
 }
 
 // modelProbe is the probe of the pretraining step of m (probeStep).
-func modelProbe(m *model.TinyGPT) StepProbe {
+func modelProbe(m *model.Transformer) StepProbe {
 	return StepProbe{
 		LowerBound: func(c Config) float64 { need := c.MinMemory(); return need.Weights + need.Logits },
 		Peak:       func(c Config) (uint64, error) { return probeStep(c, m) },
@@ -211,7 +211,7 @@ func ChooseStepPlan(cfg Config, probe StepProbe) (Plan, error) {
 // on the CPU, where MLX 0.32 does not survive a failed allocation, keep
 // the budget within the machine's memory. It runs on the MLX thread; call
 // it with nothing else of the run allocated.
-func ProbePlan(cfg Config, m *model.TinyGPT, budget uint64) (Plan, error) {
+func ProbePlan(cfg Config, m *model.Transformer, budget uint64) (Plan, error) {
 	return ProbeStepPlan(cfg, budget, modelProbe(m))
 }
 
@@ -263,7 +263,7 @@ func describeProbe(p PlanProbe) string {
 // probeStep runs two updates of a throwaway state of cfg's step, one
 // scheduled while the other runs as in training, and returns the peak
 // memory over them.
-func probeStep(cfg Config, m *model.TinyGPT) (uint64, error) {
+func probeStep(cfg Config, m *model.Transformer) (uint64, error) {
 	o, err := NewOptimizer(cfg, m.Specs)
 	if err != nil {
 		return 0, err

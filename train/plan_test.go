@@ -4,8 +4,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/posttrainllm/posttrainllm/checkpoint"
 )
 
 func TestParseMemoryBudget(t *testing.T) {
@@ -130,44 +128,6 @@ func TestPlansGiveTheSameUpdates(t *testing.T) {
 				t.Errorf("batch %d × accum %d, update %d: loss %.7f as planned, %.7f as micro-batch %d",
 					c.batch, c.accum, i+1, wantLosses[i], gotLosses[i], c.micro)
 			}
-		}
-	}
-}
-
-// A run checkpointed under one plan resumes under another and continues
-// where it stopped: the same windows (the sampler's state does not depend
-// on the plan) and, to float rounding, the same losses as without the
-// interruption; the metrics say which plan each update ran.
-func TestResumeUnderAnotherPlan(t *testing.T) {
-	cfg := tinyConfig()
-	cfg.Steps, cfg.Batch, cfg.Accum = 8, 2, 4
-	_, full := runTrainer(t, cfg, t.TempDir(), "")
-
-	dir := t.TempDir()
-	interruptAt(t, cfg, dir, 4)
-	ck, err := checkpoint.Latest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	folded := cfg
-	folded.MicroBatch = 8
-	sum, resumed := runTrainer(t, folded, dir, ck)
-	if sum.Plan.MicroBatch != 8 || sum.Plan.Steps != 1 {
-		t.Fatalf("resumed under plan %+v, want micro-batch 8 × 1", sum.Plan)
-	}
-	if len(resumed) != 8 {
-		t.Fatalf("%d metrics lines, want 8", len(resumed))
-	}
-	for i, m := range resumed {
-		wantMB, wantSteps := 2, 4
-		if i >= 4 {
-			wantMB, wantSteps = 8, 1
-		}
-		if m.MicroBatch != wantMB || m.AccumSteps != wantSteps {
-			t.Errorf("step %d ran micro-batch %d × %d, want %d × %d", m.Step, m.MicroBatch, m.AccumSteps, wantMB, wantSteps)
-		}
-		if d := math.Abs(m.Loss - full[i].Loss); d > 1e-5*full[i].Loss {
-			t.Errorf("step %d: loss %.7f resumed under micro-batch 8, %.7f uninterrupted", m.Step, m.Loss, full[i].Loss)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package train
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -179,34 +178,6 @@ func TestCurrentPlanIdentity(t *testing.T) {
 	}
 	if a != b || a.MLX != v || a.Build == "" {
 		t.Fatalf("identities %+v and %+v; want equal ones naming MLX %s and a build", a, b, v)
-	}
-}
-
-// A run reports its start once, after its first update: the set-up, a
-// first evaluation when the run evaluates, the first update, and no probe
-// for the CPU's static plan.
-func TestRunReportsItsStartup(t *testing.T) {
-	cfg := tinyConfig()
-	cfg.Steps, cfg.Warmup, cfg.EvalEvery = 3, 1, 2
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
-	tr, err := New(cfg, ds, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []Startup
-	var logsBefore int
-	logs := 0
-	tr.Hooks.OnLog = func(Metrics) { logs++ }
-	tr.Hooks.OnReady = func(s Startup) { got = append(got, s); logsBefore = logs }
-	if _, err := tr.Run(context.Background(), ""); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 1 {
-		t.Fatalf("OnReady called %d times, want once", len(got))
-	}
-	s := got[0]
-	if s.Open <= 0 || s.FirstEval <= 0 || s.FirstUpdate <= 0 || s.Probe != 0 || s.PlanCached || logsBefore != 0 {
-		t.Fatalf("startup %+v (after %d log lines); want set-up, first evaluation and update measured, no probe, before any log line", s, logsBefore)
 	}
 }
 

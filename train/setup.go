@@ -16,7 +16,7 @@ import (
 // unset), validates it, checks it against this machine's memory and builds
 // its model: the checks every run passes before it allocates anything. The
 // returned config carries the model's filled-in settings.
-func Prepare(cfg Config) (Config, *model.TinyGPT, error) {
+func Prepare(cfg Config) (Config, *model.Transformer, error) {
 	cfg = cfg.WithDefaults()
 	if cfg.Model.VocabSize == 0 {
 		v, err := data.TokenizerVocabSize(cfg.Tokenizer)
@@ -42,11 +42,11 @@ func Prepare(cfg Config) (Config, *model.TinyGPT, error) {
 
 // Setup is what a training run starts from: its model, optimizer,
 // learning-rate schedule, plan, compiled step and state, fresh or loaded
-// from a checkpoint. The Trainer and the benchmark harness both start with
-// NewSetup.
+// from a checkpoint. pretrain.Trainer and the benchmark harness both
+// start with NewSetup.
 type Setup struct {
 	Config    Config
-	Model     *model.TinyGPT
+	Model     *model.Transformer
 	Optimizer optim.Optimizer
 	Schedule  optim.Schedule
 	// Plan is how the step runs an update's Batch × Accum sequences; its
@@ -66,7 +66,7 @@ type Setup struct {
 // cfg.Seed, or loads it from the checkpoint directory resumeFrom ("" for
 // a fresh run), checking that the checkpoint belongs to this model and
 // optimizer. The plan is no part of a checkpoint: any plan resumes it.
-func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
+func NewSetup(cfg Config, m *model.Transformer, resumeFrom string) (*Setup, error) {
 	return NewGroupSetup(cfg, m, resumeFrom, nil)
 }
 
@@ -76,7 +76,7 @@ func NewSetup(cfg Config, m *model.TinyGPT, resumeFrom string) (*Setup, error) {
 // ranks stay in step. The plan probe runs without the group: each rank
 // plans its own micro-batch, which changes how its share runs, not what
 // the update computes. A nil group is NewSetup.
-func NewGroupSetup(cfg Config, m *model.TinyGPT, resumeFrom string, g *mlx.Group) (*Setup, error) {
+func NewGroupSetup(cfg Config, m *model.Transformer, resumeFrom string, g *mlx.Group) (*Setup, error) {
 	s := &Setup{Config: cfg, Model: m}
 	err := mlx.Do(func() error {
 		if err := mlx.UseDevice(cfg.Device); err != nil {

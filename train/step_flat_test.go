@@ -17,7 +17,7 @@ type perParameter struct{ optim.Optimizer }
 
 // flatRun is a State of a compiled step of an elementwise optimizer over
 // m (accum 2, clipping, compute-dtype copies where m computes in bf16).
-func flatRun(t testing.TB, m *model.TinyGPT, name string, flat bool) (*step.Step, *step.State) {
+func flatRun(t testing.TB, m *model.Transformer, name string, flat bool) (*step.Step, *step.State) {
 	t.Helper()
 	oc := optim.DefaultConfig()
 	oc.SGD.Momentum, oc.SGD.WeightDecay = 0.9, 0.01

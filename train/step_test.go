@@ -14,7 +14,7 @@ import (
 
 // plainSGD updates p ← p − lr·g, so a step's parameter change is −lr × the
 // averaged gradient.
-func plainSGD(t testing.TB, m *model.TinyGPT) optim.Optimizer {
+func plainSGD(t testing.TB, m *model.Transformer) optim.Optimizer {
 	t.Helper()
 	oc := optim.DefaultConfig()
 	oc.SGD.Momentum, oc.SGD.WeightDecay = 0, 0
@@ -25,7 +25,7 @@ func plainSGD(t testing.TB, m *model.TinyGPT) optim.Optimizer {
 	return o
 }
 
-func stepSetup(t testing.TB) (*model.TinyGPT, []*mlx.Array, []int32, []int32) {
+func stepSetup(t testing.TB) (*model.Transformer, []*mlx.Array, []int32, []int32) {
 	t.Helper()
 	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 16})
 	if err != nil {
@@ -46,7 +46,7 @@ func stepSetup(t testing.TB) (*model.TinyGPT, []*mlx.Array, []int32, []int32) {
 
 // sgdStep builds a plain SGD step over m's parameters and its optimizer
 // state.
-func sgdStep(t testing.TB, m *model.TinyGPT, opts step.StepOptions) (*step.Step, []*mlx.Array) {
+func sgdStep(t testing.TB, m *model.Transformer, opts step.StepOptions) (*step.Step, []*mlx.Array) {
 	t.Helper()
 	opt := plainSGD(t, m)
 	state, err := opt.Init()
@@ -60,7 +60,7 @@ func sgdStep(t testing.TB, m *model.TinyGPT, opts step.StepOptions) (*step.Step,
 	return s, state
 }
 
-func runStep(t testing.TB, m *model.TinyGPT, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *step.Step) {
+func runStep(t testing.TB, m *model.Transformer, params []*mlx.Array, xs, ys []int32, accum int, lr float64, compile bool) ([]float32, *step.Step) {
 	t.Helper()
 	s, state := sgdStep(t, m, step.StepOptions{Accum: accum, Compile: compile})
 	b := 16 / accum

@@ -67,15 +67,15 @@ func OpenRunTokenizer(open TokenizerOpener, cfg Config, runDir string) (data.Tok
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTokenizer(tok, cfg); err != nil {
+	if err := CheckTokenizer(tok, cfg); err != nil {
 		return nil, err
 	}
 	return tok, nil
 }
 
-// checkTokenizer reports a tokenizer that is not the one cfg names, or
+// CheckTokenizer reports a tokenizer that is not the one cfg names, or
 // whose ids the model cannot embed.
-func checkTokenizer(tok data.Tokenizer, cfg Config) error {
+func CheckTokenizer(tok data.Tokenizer, cfg Config) error {
 	if !tokenizerIs(tok, cfg.Tokenizer) {
 		return fmt.Errorf("the tokenizer is %s, the config says tokenizer %q", tok.Name(), cfg.Tokenizer)
 	}

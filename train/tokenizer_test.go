@@ -66,16 +66,16 @@ func TestOpenTokenizer(t *testing.T) {
 
 	cfg := Config{Tokenizer: HFTokenizer}
 	cfg.Model.VocabSize = 300
-	if err := checkTokenizer(tok, cfg); err != nil {
-		t.Fatalf("checkTokenizer of the hf tokenizer: %v", err)
+	if err := CheckTokenizer(tok, cfg); err != nil {
+		t.Fatalf("CheckTokenizer of the hf tokenizer: %v", err)
 	}
 	cfg.Model.VocabSize = 299
-	if err := checkTokenizer(tok, cfg); err == nil || !strings.Contains(err.Error(), "vocab_size is 299") {
-		t.Fatalf("checkTokenizer of 300 ids for a 299-id model: %v, want an error naming the vocab_size", err)
+	if err := CheckTokenizer(tok, cfg); err == nil || !strings.Contains(err.Error(), "vocab_size is 299") {
+		t.Fatalf("CheckTokenizer of 300 ids for a 299-id model: %v, want an error naming the vocab_size", err)
 	}
 	cfg.Model.VocabSize = 300
-	if err := checkTokenizer(byteTok, cfg); err == nil {
-		t.Fatal("checkTokenizer accepted the byte tokenizer for a config naming hf")
+	if err := CheckTokenizer(byteTok, cfg); err == nil {
+		t.Fatal("CheckTokenizer accepted the byte tokenizer for a config naming hf")
 	}
 }
 

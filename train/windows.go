@@ -42,12 +42,3 @@ func WindowSource(cfg Config, n int) (device bool, why string) {
 	}
 	return true, ""
 }
-
-// DescribeWindows is WindowSource for a run's header: where its windows
-// come from.
-func DescribeWindows(cfg Config, n int) string {
-	if device, why := WindowSource(cfg, n); !device {
-		return "copied from the host (" + why + ")"
-	}
-	return fmt.Sprintf("gathered on the device from %d tokens held there", n)
-}

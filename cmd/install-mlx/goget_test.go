@@ -172,7 +172,7 @@ func TestGoGet(t *testing.T) {
 }
 
 // userProgram is the user's program: one compiled AdamW step of a tiny
-// TinyGPT on fixed tokens, through mlx, model, optim, step and train.
+// Transformer on fixed tokens, through mlx, model, optim, step and train.
 const userProgram = `package main
 
 import (

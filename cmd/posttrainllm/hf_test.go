@@ -117,13 +117,13 @@ func TestImportExportRejectBadInput(t *testing.T) {
 		}
 	}
 
-	// TinyGPT has no Hugging Face counterpart.
+	// The default TinyGPT family (the presets') has no Hugging Face counterpart.
 	run := filepath.Join(tmp, "tiny")
 	mustRun(t, "train", "--preset", "tiny", "--steps", "1", "--out", run, "--eval-every", "0")
 	dst := filepath.Join(tmp, "tiny-export")
 	r := runCLI(t, "export", run, dst)
 	if r.code == 0 {
-		t.Fatal("export of a TinyGPT succeeded")
+		t.Fatal("export of a TinyGPT-family model succeeded")
 	}
 	checkErrorLine(t, "export tinygpt", r.stderr, "neither GPT-2", "Llama")
 	if _, err := os.Stat(dst); err == nil {

@@ -152,7 +152,7 @@ LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
 Phi3ForCausalLM). A model trained here must have GPT-2's shape (LayerNorm,
 biases, learned positions, GELU, tied head) or the Llama shape (RMSNorm,
 rotary positions, SwiGLU, no MLP biases; q/k/v biases export as Qwen2,
-q/k norms as Qwen3); TinyGPT itself has no Hugging Face counterpart.
+q/k norms as Qwen3); the default TinyGPT family has no Hugging Face counterpart.
 A quantized checkpoint (imported from an MLX-quantized folder, or written
 by fuse --quantize) is written in the layout mlx-lm loads: config.json's
 quantization and the packed projections with their scales and biases.

@@ -23,7 +23,7 @@ import (
 
 // randomAdapter returns an adapter of cfg over net whose B factors (and
 // DoRA magnitudes) are drawn at random, so that it changes the model.
-func randomAdapter(t *testing.T, net *model.TinyGPT, params []*mlx.Array, cfg peft.Config, seed uint64) generate.Adapter {
+func randomAdapter(t *testing.T, net *model.Transformer, params []*mlx.Array, cfg peft.Config, seed uint64) generate.Adapter {
 	t.Helper()
 	spec, err := peft.New(cfg, net.Specs)
 	if err != nil {

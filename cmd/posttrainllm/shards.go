@@ -6,13 +6,14 @@ import (
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // openShardDataset maps the token shards cfg.Data names, saying which
 // shards train and which are held out.
-func openShardDataset(w io.Writer, cfg train.Config, tok data.Tokenizer) (*train.Dataset, error) {
-	ds, err := train.OpenConfigDatasetWith(cfg, tok, "")
+func openShardDataset(w io.Writer, cfg train.Config, tok data.Tokenizer) (*pretrain.Dataset, error) {
+	ds, err := pretrain.OpenConfigDatasetWith(cfg, tok, "")
 	if err != nil {
 		return nil, fmt.Errorf("token shards %s: %w", cfg.Data, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -325,7 +326,7 @@ func runTrain(cmd *cobra.Command, opts trainOptions, ov *overrides) error {
 		return err
 	}
 	defer ds.Close()
-	tr, err := train.New(cfg, ds, p.out)
+	tr, err := pretrain.New(cfg, ds, p.out)
 	if err != nil {
 		return &exitError{code: exitUsage, err: err}
 	}
@@ -417,7 +418,7 @@ func signalName(sig syscall.Signal) string {
 
 // openDataset loads and tokenises the corpus, saying which one is used;
 // runDir is the run folder whose tokenizer files an hf tokenizer reads.
-func openDataset(w io.Writer, cfg train.Config, cacheDir, runDir string) (*train.Dataset, error) {
+func openDataset(w io.Writer, cfg train.Config, cacheDir, runDir string) (*pretrain.Dataset, error) {
 	tok, err := runTokenizer(cfg, runDir)
 	if err != nil {
 		return nil, err
@@ -435,7 +436,7 @@ func openDataset(w io.Writer, cfg train.Config, cacheDir, runDir string) (*train
 			dir, data.DefaultCorpusMaxBytes>>20)
 	}
 	fmt.Fprintf(w, "corpus: %s\n", name)
-	ds, err := train.OpenDatasetWith(cfg.Corpus, tok, cacheDir, cfg.Model.Context, cfg.ValFraction)
+	ds, err := pretrain.OpenDatasetWith(cfg.Corpus, tok, cacheDir, cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
 		return nil, fmt.Errorf("corpus %s: %w", name, err)
 	}

@@ -49,7 +49,7 @@ const (
 // distribution: (1−ε)·CE + ε·mean over the vocabulary of −log p. It is
 // built from the model's logits with plain mlx ops, so it traces into the
 // compiled step like the model's own loss.
-func smoothedLoss(m *model.TinyGPT) step.Loss {
+func smoothedLoss(m *model.Transformer) step.Loss {
 	return step.MeanLoss(func(params []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		logits := mlx.AsType(m.Logits(params, x), mlx.Float32) // [B, T, V]
 		lse := mlx.LogSumExpKeep(logits, -1)                   // [B, T, 1]

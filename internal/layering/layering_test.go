@@ -22,7 +22,7 @@ var layers = [][]string{
 	{"generate", "checkpoint", "step"},
 	{"rl"},
 	{"train", "launch", "serve"},
-	{"finetune"},
+	{"finetune", "pretrain"},
 	{"runfolder"},
 	{"train/bench", "presets"},
 	{"cmd", "examples", "scripts"},

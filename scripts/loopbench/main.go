@@ -8,7 +8,7 @@
 //
 //   - bench: `posttrainllm bench --corpus FILE`'s pipelined updates
 //     (bench.Run with Pipelined), ms per update;
-//   - train: train.Trainer.Run as `posttrainllm train` runs it (the
+//   - train: pretrain.Trainer.Run as `posttrainllm train` runs it (the
 //     preset's logging, evaluation and checkpoint settings), the median ms
 //     per update over the log intervals after the first 40 updates and
 //     before the last 20, those ending in an evaluation left out;
@@ -30,6 +30,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/presets"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/train"
 	"github.com/posttrainllm/posttrainllm/train/bench"
 )
@@ -64,7 +65,7 @@ func run(cfg train.Config, preset string, rounds int) error {
 	if err != nil {
 		return err
 	}
-	ds, err := train.OpenDatasetWith(cfg.Corpus, tok, "", cfg.Model.Context, cfg.ValFraction)
+	ds, err := pretrain.OpenDatasetWith(cfg.Corpus, tok, "", cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
 		return err
 	}
@@ -107,13 +108,13 @@ func run(cfg train.Config, preset string, rounds int) error {
 // trainRow runs cfg's training and returns the median, least and most ms
 // per update over the log intervals between update 40 and cfg.Steps-20,
 // leaving out those that end in a held-out evaluation.
-func trainRow(cfg train.Config, ds *train.Dataset, tmp string) (med, lo, hi float64, err error) {
+func trainRow(cfg train.Config, ds *pretrain.Dataset, tmp string) (med, lo, hi float64, err error) {
 	dir, err := os.MkdirTemp(tmp, "run-")
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer os.RemoveAll(dir)
-	tr, err := train.New(cfg, ds, dir)
+	tr, err := pretrain.New(cfg, ds, dir)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -1,7 +1,7 @@
 // Package bench is posttrainllm's benchmark harness: it times the
 // optimizer updates of a training configuration (host and device time,
 // percentiles, memory, graph size) and runs cells of a comparison matrix,
-// on the same setup path as train.Trainer.
+// on the same setup path as pretrain.Trainer.
 package bench
 
 import (
@@ -14,6 +14,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -31,13 +32,13 @@ type Options struct {
 	// Data supplies real training windows; nil draws them from a seeded
 	// stream of random tokens (see syntheticStream), so a bench needs no
 	// corpus.
-	Data *train.Dataset
+	Data *pretrain.Dataset
 	// Group makes this process one rank of a data-parallel run: the
 	// step averages gradients across it, each rank draws its shard of the
 	// windows, and tokens per step and per second count every rank's.
 	// nil measures one process.
 	Group *mlx.Group
-	// Pipelined also times Steps updates run as train.Trainer runs them,
+	// Pipelined also times Steps updates run as pretrain.Trainer runs them,
 	// after the timed ones (Result.PipelinedMsPerStep).
 	Pipelined bool
 }
@@ -115,7 +116,7 @@ type Result struct {
 	ActiveMemoryBytes uint64 `json:"active_memory_bytes"`
 	// PipelinedMsPerStep (with Options.Pipelined; 0 without) is the wall
 	// time per update of Steps more updates run after the timed ones the
-	// way train.Trainer runs them: each is scheduled while the one before
+	// way pretrain.Trainer runs them: each is scheduled while the one before
 	// computes (State.UpdateAsync) and the loss is read back every
 	// LogEvery updates and after the last, so the host records update i+1
 	// while the device computes update i. It is what training on the same
@@ -150,7 +151,7 @@ const syntheticTokens = 1 << 18
 // prepare checks opts and prepares cfg for a bench of opts.Warmup +
 // opts.Steps updates: the run is that long, its learning-rate warm-up at
 // most half of it.
-func prepare(cfg train.Config, opts Options) (train.Config, *model.TinyGPT, error) {
+func prepare(cfg train.Config, opts Options) (train.Config, *model.Transformer, error) {
 	if err := opts.Validate(); err != nil {
 		return cfg, nil, err
 	}
@@ -212,7 +213,7 @@ func measure(s *train.Setup, view data.View, opts Options, res *Result) error {
 		}
 	}
 	// BPE-dropout re-tokenises in the fill, so its cost shows in host time.
-	if err := train.SetBPEDropout(sampler, cfg); err != nil {
+	if err := pretrain.SetBPEDropout(sampler, cfg); err != nil {
 		return err
 	}
 	in, err := newInputs(cfg, s.Plan, view)
@@ -305,7 +306,7 @@ func (in inputs) of() step.Batch {
 	return step.BatchOf(in.batch)
 }
 
-// pipelined runs opts.Steps more updates on st as train.Trainer runs them
+// pipelined runs opts.Steps more updates on st as pretrain.Trainer runs them
 // and fills in res.PipelinedMsPerStep and res.PipelinedPeakMemoryBytes:
 // update i takes next(i)'s batch and learning rate lr(i) and is scheduled
 // (State.UpdateAsync), and the loss is read back (State.Stats, which

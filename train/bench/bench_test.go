@@ -267,7 +267,7 @@ func TestRunWindowsOnDeviceAsOnHost(t *testing.T) {
 	}
 }
 
-// The pipelined loop waits for the device as train.Trainer does
+// The pipelined loop waits for the device as pretrain.Trainer does
 // (train's TestTrainerWaitsForTheDeviceOncePerUpdate): once per update
 // for the previous update's gradient norm, and a fixed number of times
 // per loss read, so that reading every 8 updates instead of every 4 adds

@@ -5,11 +5,12 @@ import (
 	"math/rand/v2"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // benchData returns the view Run samples windows from and names it.
-func benchData(cfg train.Config, ds *train.Dataset) (data.View, string, error) {
+func benchData(cfg train.Config, ds *pretrain.Dataset) (data.View, string, error) {
 	if ds != nil {
 		if ds.Tokenizer.VocabSize() > cfg.Model.VocabSize {
 			return data.View{}, "", fmt.Errorf("bench: the %s tokenizer's %d ids do not fit vocab_size %d",

@@ -94,7 +94,7 @@ func RunFineTune(cfg train.Config, ft FineTune, opts Options) (Result, error) {
 
 // fineTuneState builds the weighted step and its state, and counts the
 // trainable parameters.
-func fineTuneState(cfg train.Config, m *model.TinyGPT, ft FineTune) (*step.State, *step.Step, int, error) {
+func fineTuneState(cfg train.Config, m *model.Transformer, ft FineTune) (*step.State, *step.Step, int, error) {
 	base, err := m.Init(cfg.Seed)
 	if err != nil {
 		return nil, nil, 0, err

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/presets"
-	"github.com/posttrainllm/posttrainllm/train"
+	"github.com/posttrainllm/posttrainllm/pretrain"
 )
 
 // Pretrain runs steps updates of the tiny preset on corpus into run
@@ -32,12 +32,12 @@ func Pretrain(w io.Writer, corpus, dir string, steps int) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(cache)
-	ds, err := train.OpenDataset(cfg.Corpus, cfg.Tokenizer, cache, cfg.Model.Context, cfg.ValFraction)
+	ds, err := pretrain.OpenDataset(cfg.Corpus, cfg.Tokenizer, cache, cfg.Model.Context, cfg.ValFraction)
 	if err != nil {
 		return "", err
 	}
 	defer ds.Close()
-	tr, err := train.New(cfg, ds, dir)
+	tr, err := pretrain.New(cfg, ds, dir)
 	if err != nil {
 		return "", err
 	}

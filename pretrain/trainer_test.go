@@ -1,20 +1,23 @@
-package train
+package pretrain
 
 import (
 	"context"
 	"math"
 	"path/filepath"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
-func runTrainer(t *testing.T, cfg Config, dir, resume string) (Summary, []Metrics) {
+func runTrainer(t *testing.T, cfg train.Config, dir, resume string) (train.Summary, []train.Metrics) {
 	t.Helper()
 	return runTrainerOn(t, cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir, resume)
 }
 
 // runTrainerOn runs a trainer of cfg on ds in dir (resuming from resume
 // when set) and returns its summary and logged metrics.
-func runTrainerOn(t testing.TB, cfg Config, ds *Dataset, dir, resume string) (Summary, []Metrics) {
+func runTrainerOn(t testing.TB, cfg train.Config, ds *Dataset, dir, resume string) (train.Summary, []train.Metrics) {
 	t.Helper()
 	tr, err := New(cfg, ds, dir)
 	if err != nil {
@@ -24,7 +27,7 @@ func runTrainerOn(t testing.TB, cfg Config, ds *Dataset, dir, resume string) (Su
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := ReadMetrics(filepath.Join(dir, MetricsFile))
+	ms, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,6 +68,35 @@ func TestCompiledAndInterpretedAgree(t *testing.T) {
 	for i := range compiled {
 		if d := math.Abs(compiled[i].Loss - interp[i].Loss); d > 2e-4*math.Max(1, compiled[i].Loss) {
 			t.Fatalf("step %d: compiled loss %.6f, interpreted %.6f", compiled[i].Step, compiled[i].Loss, interp[i].Loss)
+		}
+	}
+}
+
+// A trainer run of a bfloat16 model on float32 masters uses the copies,
+// traces once and learns; its checkpoint holds the float32 masters only.
+func TestMixedPrecisionRunUsesCopies(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Model.Dtype, cfg.Model.MasterFP32 = "bfloat16", true
+	cfg.Steps = 30
+	dir := t.TempDir()
+	sum, ms := runTrainer(t, cfg, dir, "")
+	if sum.Traces != 1 {
+		t.Fatalf("traced %d times, want 1", sum.Traces)
+	}
+	if !(ms[len(ms)-1].Loss < ms[0].Loss) {
+		t.Fatalf("loss did not fall: first %g, last %g", ms[0].Loss, ms[len(ms)-1].Loss)
+	}
+	ck, err := train.LoadCheckpoint(sum.LastCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Free()
+	if len(ck.Params) != len(cfg.WithDefaults().Model.Specs()) {
+		t.Fatalf("checkpoint holds %d parameter arrays", len(ck.Params))
+	}
+	for name, a := range ck.Params {
+		if a.Dtype() != mlx.Float32 {
+			t.Fatalf("checkpoint %q is %v, want the float32 master", name, a.Dtype())
 		}
 	}
 }

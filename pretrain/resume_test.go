@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"context"
@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // interruptAt runs cfg in dir and cancels the run's context once step has
 // been logged, as SIGINT does through the CLI; it asserts ErrInterrupted.
-func interruptAt(t *testing.T, cfg Config, dir string, step int) Summary {
+func interruptAt(t *testing.T, cfg train.Config, dir string, step int) train.Summary {
 	t.Helper()
 	tr, err := New(cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir)
 	if err != nil {
@@ -19,13 +20,13 @@ func interruptAt(t *testing.T, cfg Config, dir string, step int) Summary {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	tr.Hooks.OnLog = func(m Metrics) {
+	tr.Hooks.OnLog = func(m train.Metrics) {
 		if m.Step == step {
 			cancel()
 		}
 	}
 	sum, err := tr.Run(ctx, "")
-	if !errors.Is(err, ErrInterrupted) {
+	if !errors.Is(err, train.ErrInterrupted) {
 		t.Fatalf("want a run interrupted at step %d, got %v", step, err)
 	}
 	return sum
@@ -81,12 +82,50 @@ func TestNonFiniteLossStopsWithoutCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum, err := tr.Run(context.Background(), "")
-	if !errors.Is(err, ErrNonFinite) {
+	if !errors.Is(err, train.ErrNonFinite) {
 		t.Fatalf("want ErrNonFinite, got %v (summary %+v)", err, sum)
 	}
 	if dirs, _ := checkpoint.List(checkpoint.Root(dir)); len(dirs) > 0 {
-		if _, err := LoadCheckpoint(dirs[len(dirs)-1]); err != nil {
+		if _, err := train.LoadCheckpoint(dirs[len(dirs)-1]); err != nil {
 			t.Fatalf("last checkpoint does not load: %v", err)
+		}
+	}
+}
+
+// A run checkpointed under one plan resumes under another and continues
+// where it stopped: the same windows (the sampler's state does not depend
+// on the plan) and, to float rounding, the same losses as without the
+// interruption; the metrics say which plan each update ran.
+func TestResumeUnderAnotherPlan(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Steps, cfg.Batch, cfg.Accum = 8, 2, 4
+	_, full := runTrainer(t, cfg, t.TempDir(), "")
+
+	dir := t.TempDir()
+	interruptAt(t, cfg, dir, 4)
+	ck, err := checkpoint.Latest(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	folded := cfg
+	folded.MicroBatch = 8
+	sum, resumed := runTrainer(t, folded, dir, ck)
+	if sum.Plan.MicroBatch != 8 || sum.Plan.Steps != 1 {
+		t.Fatalf("resumed under plan %+v, want micro-batch 8 × 1", sum.Plan)
+	}
+	if len(resumed) != 8 {
+		t.Fatalf("%d metrics lines, want 8", len(resumed))
+	}
+	for i, m := range resumed {
+		wantMB, wantSteps := 2, 4
+		if i >= 4 {
+			wantMB, wantSteps = 8, 1
+		}
+		if m.MicroBatch != wantMB || m.AccumSteps != wantSteps {
+			t.Errorf("step %d ran micro-batch %d × %d, want %d × %d", m.Step, m.MicroBatch, m.AccumSteps, wantMB, wantSteps)
+		}
+		if d := math.Abs(m.Loss - full[i].Loss); d > 1e-5*full[i].Loss {
+			t.Errorf("step %d: loss %.7f resumed under micro-batch 8, %.7f uninterrupted", m.Step, m.Loss, full[i].Loss)
 		}
 	}
 }

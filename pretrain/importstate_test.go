@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"os"
@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A step-0 checkpoint without optimizer state (what import writes)
@@ -32,7 +33,7 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		opt, err := NewOptimizer(cfg, m.Specs)
+		opt, err := train.NewOptimizer(cfg, m.Specs)
 		if err != nil {
 			return err
 		}
@@ -46,11 +47,11 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 				stateNames = opt.StateNames()
 			}
 			dir := filepath.Join(t.TempDir(), "run")
-			if cks[i], err = saveCheckpoint(checkpoint.Root(dir), RunState{Config: cfg}, names, params, stateNames, st); err != nil {
+			if cks[i], err = train.SaveCheckpoint(checkpoint.Root(dir), train.RunState{Config: cfg}, names, params, stateNames, st); err != nil {
 				return err
 			}
 		}
-		_, err = saveCheckpoint(checkpoint.Root(t.TempDir()), RunState{Step: 3, Config: cfg}, names, params, nil, nil)
+		_, err = train.SaveCheckpoint(checkpoint.Root(t.TempDir()), train.RunState{Step: 3, Config: cfg}, names, params, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "step 3 without optimizer state") {
 			t.Errorf("saving step 3 without optimizer state: %v, want an error", err)
 		}
@@ -84,7 +85,7 @@ func TestStepZeroWithoutOptimizerState(t *testing.T) {
 	if err := os.Remove(filepath.Join(last, checkpoint.OptimizerFile)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadCheckpoint(last); err == nil || !strings.Contains(err.Error(), checkpoint.OptimizerFile) {
+	if _, err := train.LoadCheckpoint(last); err == nil || !strings.Contains(err.Error(), checkpoint.OptimizerFile) {
 		t.Fatalf("loading step %s without its optimizer file: %v, want an error naming it", last, err)
 	}
 }

@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run holds MLX's memory limit at its budget while it is open and puts
@@ -28,7 +29,7 @@ func TestRunHoldsMemoryLimitAtBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		var during uint64
-		tr.Hooks.OnStart = func(Start) { during = mlx.MemoryLimit() }
+		tr.Hooks.OnStart = func(train.Start) { during = mlx.MemoryLimit() }
 		if _, err := tr.Run(context.Background(), ""); err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +39,7 @@ func TestRunHoldsMemoryLimitAtBudget(t *testing.T) {
 		if after := mlx.MemoryLimit(); after != before {
 			t.Errorf("budget %q: MLX's memory limit after the run is %d, want the %d it was before", budget, after, before)
 		}
-		ms, err := ReadMetrics(filepath.Join(tr.RunDir, MetricsFile))
+		ms, err := train.ReadMetrics(filepath.Join(tr.RunDir, train.MetricsFile))
 		if err != nil {
 			t.Fatal(err)
 		}

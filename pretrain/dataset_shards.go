@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"errors"
@@ -6,28 +6,13 @@ import (
 	"slices"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/train"
 )
-
-// validateData checks that a config names one source of training text,
-// the BPE-dropout applied to it, and the GaLore settings.
-func (c Config) validateData() error {
-	switch {
-	case c.Data != "" && c.Corpus != "":
-		return fmt.Errorf("data = %q and corpus = %q: want one source of training text, token shards (data) or a text corpus (corpus)", c.Data, c.Corpus)
-	case c.ValData != "" && c.Data == "":
-		return fmt.Errorf("val_data = %q without data: held-out shards go with training shards (data)", c.ValData)
-	case !(c.BPEDropout >= 0 && c.BPEDropout < 1):
-		return fmt.Errorf("bpe_dropout = %g, want a probability in [0, 1)", c.BPEDropout)
-	case c.BPEDropout > 0 && c.Tokenizer != "gpt2":
-		return fmt.Errorf("bpe_dropout = %g with tokenizer %q: BPE-dropout drops GPT-2 merges; want tokenizer gpt2", c.BPEDropout, c.Tokenizer)
-	}
-	return c.validateGaLore()
-}
 
 // OpenConfigDataset opens the training data cfg names: the token shards of
 // cfg.Data (OpenShardDataset) or the text corpus cfg.Corpus, tokenised
 // through the token cache under cacheDir (OpenDataset).
-func OpenConfigDataset(cfg Config, cacheDir string) (*Dataset, error) {
+func OpenConfigDataset(cfg train.Config, cacheDir string) (*Dataset, error) {
 	tok, err := data.NewTokenizer(cfg.Tokenizer)
 	if err != nil {
 		return nil, err
@@ -36,8 +21,8 @@ func OpenConfigDataset(cfg Config, cacheDir string) (*Dataset, error) {
 }
 
 // OpenConfigDatasetWith is OpenConfigDataset with a tokenizer built by the
-// caller, such as a run's tokenizer.json (OpenTokenizer).
-func OpenConfigDatasetWith(cfg Config, tok data.Tokenizer, cacheDir string) (*Dataset, error) {
+// caller, such as a run's tokenizer.json (train.OpenTokenizer).
+func OpenConfigDatasetWith(cfg train.Config, tok data.Tokenizer, cacheDir string) (*Dataset, error) {
 	if cfg.Data != "" {
 		return OpenShardDatasetWith(cfg.Data, cfg.ValData, tok, cfg.Model.Context, cfg.ValFraction)
 	}
@@ -60,7 +45,7 @@ func OpenShardDataset(pattern, valPattern, tokenizer string, context int, valFra
 }
 
 // OpenShardDatasetWith is OpenShardDataset with a tokenizer built by the
-// caller, such as a run's tokenizer.json (OpenTokenizer).
+// caller, such as a run's tokenizer.json (train.OpenTokenizer).
 func OpenShardDatasetWith(pattern, valPattern string, tok data.Tokenizer, context int, valFraction float64) (*Dataset, error) {
 	paths, err := data.ShardPaths(pattern)
 	if err != nil {
@@ -123,7 +108,7 @@ func (d *Dataset) closeTokens() error {
 
 // SetBPEDropout makes a training sampler re-tokenise its windows with
 // BPE-dropout when cfg asks for it.
-func SetBPEDropout(s *data.Sampler, cfg Config) error {
+func SetBPEDropout(s *data.Sampler, cfg train.Config) error {
 	if cfg.BPEDropout == 0 {
 		return nil
 	}

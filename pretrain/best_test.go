@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"math"
@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // bestConfig evaluates after every update at a learning rate high enough
 // for the held-out loss to stall, so that patience has something to stop.
-func bestConfig() Config {
+func bestConfig() train.Config {
 	cfg := tinyConfig()
 	cfg.Steps, cfg.EvalEvery, cfg.EvalTokens = 40, 1, 128
 	cfg.Schedule, cfg.LR, cfg.MinLR, cfg.Warmup = "constant", 0.1, 0, 0
@@ -23,7 +24,7 @@ func bestConfig() Config {
 // the lowest loss, its value, and the step the run stops at (the first
 // evaluation that is the patience-th in a row without a new lowest, or
 // the last step).
-func expectedStop(ms []Metrics, patience, steps int) (bestStep int, best float64, stop int) {
+func expectedStop(ms []train.Metrics, patience, steps int) (bestStep int, best float64, stop int) {
 	best, since := math.Inf(1), 0
 	for _, m := range ms {
 		if m.ValLoss == nil {
@@ -68,7 +69,7 @@ func TestKeepBestAndPatience(t *testing.T) {
 	if err != nil || len(dirs) != 1 || dirs[0] != sum.Best.Checkpoint {
 		t.Fatalf("best checkpoints %v (%v), want only %s", dirs, err, sum.Best.Checkpoint)
 	}
-	st, err := ReadRunState(filepath.Join(dirs[0], checkpoint.StateFile))
+	st, err := train.ReadRunState(filepath.Join(dirs[0], checkpoint.StateFile))
 	if err != nil || st.Step != bestStep || st.Best == nil || st.Best.ValLoss != best {
 		t.Fatalf("best checkpoint's state: step %d, best %+v (%v); want step %d at %g", st.Step, st.Best, err, bestStep, best)
 	}

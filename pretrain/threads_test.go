@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // churn makes MLX callers land on many OS threads: it raises GOMAXPROCS to
@@ -89,7 +90,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 	threads := churn(t)
 	const n = 8
 	cfg := tinyConfig()
-	cfg, m, err := Prepare(cfg)
+	cfg, m, err := train.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt, err := NewOptimizer(cfg, m.Specs)
+	opt, err := train.NewOptimizer(cfg, m.Specs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 			return err
 		}
 		defer mlx.Do(func() error { mlx.Free(state...); return nil })
-		dir, err = SaveCheckpoint(filepath.Join(t.TempDir(), "checkpoints"), RunState{Step: 3, Config: cfg},
+		dir, err = train.SaveCheckpoint(filepath.Join(t.TempDir(), "checkpoints"), train.RunState{Step: 3, Config: cfg},
 			names, params, opt.StateNames(), state)
 		return err
 	}); err != nil {
@@ -176,7 +177,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 		if i%2 == 0 {
 			return sameTokens("Generate", wantText)(generateTokens(m, params, prompt, opts))
 		}
-		ck, err := LoadCheckpoint(dir)
+		ck, err := train.LoadCheckpoint(dir)
 		if err != nil {
 			return err
 		}
@@ -193,7 +194,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 
 // generateTokens extends prompt by opts.MaxTokens tokens and returns the
 // prompt and the tokens, as runfolder.Generate does.
-func generateTokens(m *model.TinyGPT, params []*mlx.Array, prompt []int32, opts generate.Options) ([]int32, error) {
+func generateTokens(m *model.Transformer, params []*mlx.Array, prompt []int32, opts generate.Options) ([]int32, error) {
 	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts, nil)
 	if err != nil {
 		return nil, err
@@ -232,7 +233,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	threads := churn(t)
 	cfg := tinyConfig()
 	cfg.Steps, cfg.Accum, cfg.EvalEvery = 8, 2, 0
-	cfg, m, err := Prepare(cfg)
+	cfg, m, err := train.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sched, err := NewSchedule(cfg)
+	sched, err := train.NewSchedule(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	}
 
 	err = threads.fresh(3, func(int) error {
-		s, err := NewSetup(cfg, m, "")
+		s, err := train.NewSetup(cfg, m, "")
 		if err != nil {
 			return err
 		}
@@ -300,7 +301,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 
 	// A bare Step.Run of the first update, its inputs built on the MLX thread.
 	if err := threads.one(func() error {
-		s, err := NewSetup(cfg, m, "")
+		s, err := train.NewSetup(cfg, m, "")
 		if err != nil {
 			return err
 		}
@@ -330,8 +331,8 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 	}
 
 	// A short Trainer.Run.
-	var sum Summary
-	var ms []Metrics
+	var sum train.Summary
+	var ms []train.Metrics
 	if err := threads.one(func() error {
 		tr, err := New(cfg, ds, t.TempDir())
 		if err != nil {
@@ -340,7 +341,7 @@ func TestTrainingFromManyGoroutines(t *testing.T) {
 		if sum, err = tr.Run(context.Background(), ""); err != nil {
 			return err
 		}
-		ms, err = ReadMetrics(filepath.Join(tr.RunDir, MetricsFile))
+		ms, err = train.ReadMetrics(filepath.Join(tr.RunDir, train.MetricsFile))
 		return err
 	}); err != nil {
 		t.Fatal(err)

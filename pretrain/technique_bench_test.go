@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"testing"
@@ -6,12 +6,13 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // techniqueSetup builds a setup of the tiny preset's model shape (d_model
 // 64, 2 layers, context 64, batch 8, byte tokenizer) with optimizer opt,
 // and one batch.
-func techniqueSetup(b *testing.B, opt string) (*Setup, *model.TinyGPT, step.Batch) {
+func techniqueSetup(b *testing.B, opt string) (*train.Setup, *model.Transformer, step.Batch) {
 	b.Helper()
 	cfg := tinyConfig()
 	cfg.Model.DModel, cfg.Model.Heads, cfg.Model.Context, cfg.Batch = 64, 4, 64, 8

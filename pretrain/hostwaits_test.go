@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run waits for the device (mlx.HostWaits) once per update, for the
@@ -54,7 +55,7 @@ func waitsPerLog(t *testing.T, windows string, accum, every int) uint64 {
 	}
 	var steps []int
 	var waits []uint64
-	tr.Hooks.OnLog = func(m Metrics) {
+	tr.Hooks.OnLog = func(m train.Metrics) {
 		steps = append(steps, m.Step)
 		waits = append(waits, mlx.HostWaits())
 	}

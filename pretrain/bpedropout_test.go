@@ -1,8 +1,10 @@
-package train
+package pretrain
 
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run with BPE-dropout traces once, trains on other windows than one
@@ -12,7 +14,7 @@ func TestBPEDropoutRunResumesExactly(t *testing.T) {
 	cfg.Tokenizer, cfg.Model.VocabSize, cfg.Model.DModel = "gpt2", 50257, 16
 	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
 	ds := tokenizedDataset(t, "gpt2", syntheticText(40_000), cfg.Model.Context)
-	run := func(cfg Config, dir, resume string) (Summary, []Metrics) {
+	run := func(cfg train.Config, dir, resume string) (train.Summary, []train.Metrics) {
 		t.Helper()
 		return runTrainerOn(t, cfg, ds, dir, resume)
 	}

@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // pretrainTask is the task of a Trainer: windows of a token corpus fed to
@@ -15,29 +16,29 @@ import (
 // optimizer state).
 type pretrainTask struct {
 	t        *Trainer
-	cfg      Config
-	setup    *Setup
+	cfg      train.Config
+	setup    *train.Setup
 	eval     *Evaluator // rank 0 only
 	prefetch *data.Prefetcher
 	batch    *data.Batch       // the batch next returned, until release
-	stream   *step.TokenStream // the training view on the device, or nil (WindowSource)
+	stream   *step.TokenStream // the training view on the device, or nil (train.WindowSource)
 	galore   *GaLoreRefresher  // nil unless the optimizer is galore
 	sophia   *SophiaEstimator  // nil unless the optimizer is sophia
 }
 
 // Open builds the setup (fresh or resumed), the refreshers, the evaluator
 // and the prefetched, sharded stream of windows.
-func (p *pretrainTask) Open(env TaskEnv) (TaskParts, error) {
+func (p *pretrainTask) Open(env train.TaskEnv) (train.TaskParts, error) {
 	t, cfg := p.t, env.Config
 	p.cfg = cfg
-	var parts TaskParts
+	var parts train.TaskParts
 	if env.Lead() && env.ResumeFrom != "" {
-		if err := CopyTokenizerDir(checkpoint.RunDirOf(env.ResumeFrom), env.RunDir); err != nil {
+		if err := train.CopyTokenizerDir(checkpoint.RunDirOf(env.ResumeFrom), env.RunDir); err != nil {
 			return parts, err
 		}
 	}
 	var err error
-	if p.setup, err = NewGroupSetup(cfg, t.Model, env.ResumeFrom, env.Group); err != nil {
+	if p.setup, err = train.NewGroupSetup(cfg, t.Model, env.ResumeFrom, env.Group); err != nil {
 		return parts, err
 	}
 	if g := env.Group; g.Size() > 1 && (cfg.Optimizer == "galore" || cfg.Optimizer == "sophia") {
@@ -59,18 +60,18 @@ func (p *pretrainTask) Open(env TaskEnv) (TaskParts, error) {
 		return parts, err
 	}
 	s := p.setup
-	return TaskParts{Step: s.Step, State: s.State, Schedule: s.Schedule, Plan: s.Plan,
+	return train.TaskParts{Step: s.Step, State: s.State, Schedule: s.Schedule, Plan: s.Plan,
 		Specs: t.Model.Specs, StateNames: s.Optimizer.StateNames(), Resumed: s.Resumed,
 		TokensPerStep: cfg.TokensPerStep(),
-		Start:         Start{Params: cfg.Model.NumParams(), Windows: DescribeWindows(cfg, t.Data.Train.Len())},
-		Settings:      []Setting{{"config", cfg}}}, nil
+		Start:         train.Start{Params: cfg.Model.NumParams(), Windows: DescribeWindows(cfg, t.Data.Train.Len())},
+		Settings:      []train.Setting{{Tag: "config", Value: cfg}}}, nil
 }
 
 // openWindows starts the prefetcher of the training windows: this rank's
 // shard of one seeded stream, from the resumed sampler state.
-func (p *pretrainTask) openWindows(env TaskEnv) error {
-	cfg, train := env.Config, p.t.Data.Train
-	sampler, err := data.NewSampler(train, cfg.Model.Context, cfg.Seed)
+func (p *pretrainTask) openWindows(env train.TaskEnv) error {
+	cfg, view := env.Config, p.t.Data.Train
+	sampler, err := data.NewSampler(view, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		return err
 	}
@@ -88,10 +89,10 @@ func (p *pretrainTask) openWindows(env TaskEnv) error {
 		}
 	}
 	// Batches come in the plan's shape; the sampler draws the same windows
-	// in the same order whatever the plan (Plan.NewBatch).
+	// in the same order whatever the plan (train.Plan.NewBatch).
 	plan := p.setup.Plan
-	if device, _ := WindowSource(cfg, train.Len()); device {
-		if p.stream, err = step.NewTokenStream(train, cfg.Model.Context); err != nil {
+	if device, _ := train.WindowSource(cfg, view.Len()); device {
+		if p.stream, err = step.NewTokenStream(view, cfg.Model.Context); err != nil {
 			return err
 		}
 		p.prefetch, err = data.NewStartsPrefetcher(sampler, plan.Steps, plan.MicroBatch, cfg.Model.Context, cfg.PrefetchDepth)
@@ -141,19 +142,19 @@ func (p *pretrainTask) Release(b []byte) []byte {
 func (p *pretrainTask) Evaluates() bool { return true }
 
 // Evaluate measures the held-out loss on the validation windows.
-func (p *pretrainTask) Evaluate(m *Metrics) (float64, error) {
+func (p *pretrainTask) Evaluate(m *train.Metrics) (float64, error) {
 	return p.eval.record(p.setup.State.Params(), p.cfg.Model.ZLoss, m)
 }
 
 // Save writes a whole checkpoint: the model and the optimizer state.
-func (p *pretrainTask) Save(root string, rs RunState) (string, error) {
+func (p *pretrainTask) Save(root string, rs train.RunState) (string, error) {
 	specs := p.t.Model.Specs
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		names[i] = s.Name
 	}
 	st := p.setup.State
-	return SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
+	return train.SaveCheckpoint(root, rs, names, st.Params(), p.setup.Optimizer.StateNames(), st.OptState())
 }
 
 // Close releases what Open built.

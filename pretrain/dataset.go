@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"fmt"
@@ -31,7 +31,7 @@ func OpenDataset(path, tokenizer, cacheDir string, context int, valFraction floa
 }
 
 // OpenDatasetWith is OpenDataset with a tokenizer built by the caller, such
-// as a run's tokenizer.json (OpenTokenizer).
+// as a run's tokenizer.json (train.OpenTokenizer).
 func OpenDatasetWith(path string, tok data.Tokenizer, cacheDir string, context int, valFraction float64) (*Dataset, error) {
 	corpus, tokens, err := OpenTokens(path, tok, cacheDir)
 	if err != nil {

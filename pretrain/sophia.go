@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"fmt"
@@ -8,18 +8,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/step"
 )
-
-// setSophiaConfig applies the config's Sophia settings: the estimate is
-// taken over the tokens of one update, and the interval and ρ where set.
-func setSophiaConfig(sc *optim.SophiaConfig, cfg Config) {
-	sc.Tokens = max(1, cfg.TokensPerStep())
-	if cfg.SophiaEvery != 0 {
-		sc.HessianEvery = cfg.SophiaEvery
-	}
-	if cfg.SophiaRho != 0 {
-		sc.Rho = cfg.SophiaRho
-	}
-}
 
 // sophiaKeySalt mixes the update number into the run's seed for the
 // estimate's sampling key.
@@ -42,7 +30,7 @@ type SophiaEstimator struct {
 	opt      *optim.Sophia
 	vag      *mlx.ValueAndGradFunc
 	compiled *mlx.Closure
-	m        *model.TinyGPT
+	m        *model.Transformer
 	seed     uint64
 	n, ns    int
 	traces   int
@@ -50,7 +38,7 @@ type SophiaEstimator struct {
 
 // NewSophiaEstimator returns the estimator for opt over m, or nil when opt
 // is not Sophia.
-func NewSophiaEstimator(opt optim.Optimizer, m *model.TinyGPT, seed uint64, compile bool) (*SophiaEstimator, error) {
+func NewSophiaEstimator(opt optim.Optimizer, m *model.Transformer, seed uint64, compile bool) (*SophiaEstimator, error) {
 	so, ok := opt.(*optim.Sophia)
 	if !ok {
 		return nil, nil

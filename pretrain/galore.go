@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"fmt"
@@ -8,53 +8,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/step"
 )
-
-// setGaLoreConfig applies the config's GaLore settings where they are set.
-func setGaLoreConfig(gc *optim.GaLoreConfig, cfg Config) {
-	if cfg.GaLoreRank != 0 {
-		gc.Rank = cfg.GaLoreRank
-	}
-	if cfg.GaLoreGap != 0 {
-		gc.UpdateGap = cfg.GaLoreGap
-	}
-	if cfg.GaLoreScale != 0 {
-		gc.Scale = cfg.GaLoreScale
-	}
-}
-
-// validateGaLore checks the GaLore settings, building the optimizer when
-// it is galore so that a rank no matrix can take fails before the run.
-func (c Config) validateGaLore() error {
-	if c.SophiaEvery < 0 || !(c.SophiaRho >= 0) {
-		return fmt.Errorf("sophia_every = %d, sophia_rho = %g; want values >= 0 (0 for the default)", c.SophiaEvery, c.SophiaRho)
-	}
-	if c.GaLoreRank < 0 || c.GaLoreGap < 0 || !(c.GaLoreScale >= 0) {
-		return fmt.Errorf("galore_rank = %d, galore_gap = %d, galore_scale = %g; want values >= 0 (0 for the default)",
-			c.GaLoreRank, c.GaLoreGap, c.GaLoreScale)
-	}
-	if c.Optimizer != "galore" {
-		return nil
-	}
-	m, err := model.New(c.Model)
-	if err != nil {
-		return err
-	}
-	opt, err := NewOptimizer(c, m.Specs)
-	if err != nil {
-		return err
-	}
-	if g := opt.(*optim.GaLore); len(g.Projected()) == 0 {
-		largest := 0
-		for _, s := range m.Specs {
-			if s.Kind == model.Matrix && len(s.Shape) == 2 {
-				largest = max(largest, min(s.Shape[0], s.Shape[1]))
-			}
-		}
-		return fmt.Errorf("galore_rank = %d is above the smaller side of every hidden matrix (at most %d), so GaLore would be plain AdamW; want a rank <= %d",
-			g.Config().Rank, largest, largest)
-	}
-	return nil
-}
 
 // GaLoreRefresher recomputes GaLore's projections every UpdateGap updates,
 // outside the compiled step: from the gradient of one microbatch of the
@@ -70,7 +23,7 @@ type GaLoreRefresher struct {
 
 // NewGaLoreRefresher returns the refresher for opt over m's loss, or nil
 // when opt is not GaLore.
-func NewGaLoreRefresher(opt optim.Optimizer, m *model.TinyGPT) (*GaLoreRefresher, error) {
+func NewGaLoreRefresher(opt optim.Optimizer, m *model.Transformer) (*GaLoreRefresher, error) {
 	g, ok := opt.(*optim.GaLore)
 	if !ok {
 		return nil, nil

@@ -1,4 +1,4 @@
-package train
+package pretrain
 
 import (
 	"slices"
@@ -8,10 +8,11 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // hessianState reads every "<param>.sophia_h" array of s, concatenated.
-func hessianState(t *testing.T, s *Setup) []float32 {
+func hessianState(t *testing.T, s *train.Setup) []float32 {
 	t.Helper()
 	var out []float32
 	err := mlx.Do(func() error {
@@ -77,7 +78,7 @@ func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
 	// first one of update 10, and that of update 20 differs: the key, an
 	// input, changes the sampled labels without a new trace.
 	estimateFresh := func(upd int) []float32 {
-		fresh, err := NewSetup(cfg, m, "")
+		fresh, err := train.NewSetup(cfg, m, "")
 		if err != nil {
 			t.Fatal(err)
 		}

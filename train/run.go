@@ -1,13 +1,8 @@
 package train
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/model"
 )
 
 // ErrInterrupted is returned (wrapped) when the run's context was cancelled:
@@ -21,7 +16,7 @@ var ErrInterrupted = errors.New("training interrupted")
 var ErrNonFinite = errors.New("values are not finite")
 
 // Hooks let a caller observe a run (progress bars, logs, plots). Each may
-// be nil. They are called on the MLX thread, inside Run: they may use MLX,
+// be nil. They are called on the MLX thread, inside RunLoop: they may use MLX,
 // but must not wait for another goroutine that does, and the run waits for
 // them.
 type Hooks struct {
@@ -54,10 +49,10 @@ type Start struct {
 	TokensPerStep int
 	Resumed       string // checkpoint directory, "" for a fresh run
 	Plan          Plan   // how each update runs its sequences
-	Windows       string // where the training windows come from (DescribeWindows)
+	Windows       string // where the training windows come from (pretrain.DescribeWindows)
 }
 
-// Summary is the outcome of Run.
+// Summary is the outcome of a run (RunLoop).
 type Summary struct {
 	StartStep, Step int // first update run, updates completed
 	// FirstLoss and Loss are the first and the last logged loss: each the
@@ -86,49 +81,4 @@ type Summary struct {
 	// Config.Patience evaluations.
 	Best         *Best
 	EarlyStopped bool
-}
-
-// Trainer trains a TinyGPT on a Dataset, writing metrics and checkpoints
-// into a run folder.
-type Trainer struct {
-	Config Config
-	Model  *model.TinyGPT
-	Data   *Dataset
-	RunDir string
-	Hooks  Hooks
-	// Group is the data-parallel group this process is a rank of; nil (or
-	// size 1) trains alone. Every rank runs the same updates on its shard
-	// of the data (data.Sampler.Shard with Config.Batch rows), so an update
-	// covers Size() × Batch × Accum sequences. Rank 0 alone evaluates,
-	// writes the run folder (metrics, checkpoints) and calls the Hooks;
-	// the others check the same loss and parameters for non-finite values,
-	// so every rank stops at the same step.
-	Group *mlx.Group
-}
-
-// New checks cfg against the dataset (vocabulary, context) and returns a
-// trainer writing into runDir.
-func New(cfg Config, ds *Dataset, runDir string) (*Trainer, error) {
-	cfg = cfg.WithDefaults()
-	if cfg.Model.VocabSize == 0 {
-		cfg.Model.VocabSize = ds.Tokenizer.VocabSize()
-	}
-	cfg, m, err := Prepare(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTokenizer(ds.Tokenizer, cfg); err != nil {
-		return nil, fmt.Errorf("the dataset: %w", err)
-	}
-	return &Trainer{Config: cfg, Model: m, Data: ds, RunDir: runDir}, nil
-}
-
-// Run trains from scratch, or from the checkpoint directory resumeFrom,
-// until Config.Steps updates are done or ctx is cancelled (then it writes
-// a checkpoint and returns ErrInterrupted). It runs on the MLX thread
-// (mlx.Do), and so do the Hooks it calls: they may use MLX, but must not
-// wait for another goroutine that does.
-func (t *Trainer) Run(ctx context.Context, resumeFrom string) (Summary, error) {
-	env := TaskEnv{Config: t.Config, RunDir: t.RunDir, ResumeFrom: resumeFrom, Group: t.Group}
-	return RunLoop(ctx, &pretrainTask{t: t}, env, t.Hooks)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
@@ -59,7 +60,7 @@ func accumPeak(t testing.TB, cfg Config, dependsOn func([]*mlx.Array) []*mlx.Arr
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := memoryDataset(t, syntheticText(100_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(100_000), cfg.Model.Context)
 	mlxtest.Run(t, func(t testing.TB) {
 		opt, err := NewOptimizer(cfg, m.Specs)
 		if err != nil {

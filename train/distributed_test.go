@@ -2,19 +2,16 @@ package train
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/posttrainllm/posttrainllm/data"
-	"github.com/posttrainllm/posttrainllm/internal/distenv"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -78,13 +75,13 @@ func groupRun(t testing.TB, cfg Config, ds *testData, g *mlx.Group) (losses []fl
 // in another order), report its losses, and agree with each other exactly.
 func TestDataParallelMatchesDoubledBatch(t *testing.T) {
 	cfg := dataParallelConfig()
-	ds := memoryDataset(t, syntheticText(30_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(30_000), cfg.Model.Context)
 	single := cfg
 	single.Batch *= 2
 	wantLosses, _, wantParams := groupRun(t, single, ds, nil)
 
 	dir := t.TempDir()
-	runRanks(t, 2, "TestHelperDataParallelRank", rankOutEnv+"="+dir)
+	fixture.RunRanks(t, 2, "TestHelperDataParallelRank", rankOutEnv+"="+dir)
 	var ranks [2][]float32
 	for r := range ranks {
 		losses, params := readRankResult(t, dir, r)
@@ -117,37 +114,6 @@ func TestDataParallelMatchesDoubledBatch(t *testing.T) {
 	}
 }
 
-// runRanks runs the test helper named helper as n processes, the ranks
-// of a loopback ring, each with the environment variable env set, and
-// fails the test with a rank's output if it fails. The context bounds a
-// hang, it measures no speed.
-func runRanks(t *testing.T, n int, helper, env string) {
-	t.Helper()
-	hostfile := filepath.Join(t.TempDir(), "hosts.json")
-	if err := distenv.LoopbackRing(hostfile, n); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	logs := make([]*bytes.Buffer, n)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), env), distenv.Ring(r, hostfile)...)
-		logs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
-		}
-	}
-}
-
 // TestHelperDataParallelRank is one rank of
 // TestDataParallelMatchesDoubledBatch; run directly it does nothing.
 func TestHelperDataParallelRank(t *testing.T) {
@@ -155,12 +121,12 @@ func TestHelperDataParallelRank(t *testing.T) {
 	if dir == "" {
 		return
 	}
-	g, err := initRing()
+	g, err := fixture.InitRing()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := dataParallelConfig()
-	ds := memoryDataset(t, syntheticText(30_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(30_000), cfg.Model.Context)
 	losses, traces, params := groupRun(t, cfg, ds, g)
 	if traces != 1 {
 		t.Fatalf("rank %d: step traced %d times, want 1", g.Rank(), traces)
@@ -172,16 +138,6 @@ func TestHelperDataParallelRank(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rank-"+strconv.Itoa(g.Rank())), b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func initRing() (*mlx.Group, error) {
-	var g *mlx.Group
-	err := mlx.Do(func() error {
-		var err error
-		g, err = mlx.InitDistributed(true, "ring")
-		return err
-	})
-	return g, err
 }
 
 // readRankResult reads what TestHelperDataParallelRank wrote for rank r.
@@ -226,7 +182,7 @@ func TestSizeOneGroupLeavesStepUnchanged(t *testing.T) {
 		t.Fatalf("group without a configured backend has size %d, want 1", g.Size())
 	}
 	cfg := dataParallelConfig()
-	ds := memoryDataset(t, syntheticText(30_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(30_000), cfg.Model.Context)
 	wantLosses, _, wantParams := groupRun(t, cfg, ds, nil)
 	losses, traces, params := groupRun(t, cfg, ds, g)
 	if traces != 1 {

@@ -6,53 +6,10 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
-
-// evalModel is a small model with z-loss and its parameters, trained for
-// nothing: its losses differ from token to token, which is all the
-// evaluation tests need.
-func evalModel(t *testing.T, context int) (*model.Transformer, []*mlx.Array) {
-	t.Helper()
-	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 1, Heads: 2, Context: context, ZLoss: 1e-3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	params, err := m.Init(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mlx.Free(params...) })
-	return m, params
-}
-
-// directSums evaluates windows (x, y pairs of equal length) one at a time,
-// each as a [1, len] batch through LossTerms, and returns the summed
-// cross-entropy and logsumexp² with the number of positions.
-func directSums(t *testing.T, m *model.Transformer, params []*mlx.Array, xs, ys [][]int32) (ce, sq float64, n int) {
-	t.Helper()
-	for i := range xs {
-		x := mlx.FromSlice(xs[i], 1, len(xs[i]))
-		y := mlx.FromSlice(ys[i], 1, len(ys[i]))
-		ceArr, lse := m.LossTerms(params, x, y)
-		c, err := ceArr.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := lse.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		mlx.Free(x, y, ceArr, lse)
-		for j := range c {
-			ce += float64(c[j])
-			sq += float64(l[j]) * float64(l[j])
-		}
-		n += len(c)
-	}
-	return ce, sq, n
-}
 
 func closeTo(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.Abs(want) }
 
@@ -64,9 +21,9 @@ func closeTo(got, want, rel float64) bool { return math.Abs(got-want) <= rel*mat
 // from the token count.
 func TestEvaluateViewMatchesWindowByWindow(t *testing.T) {
 	const T = 16
-	m, params := evalModel(t, T)
+	m, params := fixture.EvalModel(t, T)
 	tok, _ := data.NewTokenizer("byte")
-	tokens := data.NewTokens(tok.Encode(syntheticText(1_200)))
+	tokens := data.NewTokens(tok.Encode(fixture.SyntheticText(1_200)))
 	view := tokens.View(100, 1100)
 
 	var xs, ys [][]int32
@@ -80,7 +37,7 @@ func TestEvaluateViewMatchesWindowByWindow(t *testing.T) {
 	if len(xs) != 63 || len(xs[62]) != 7 {
 		t.Fatalf("test set-up: %d windows, the last of %d tokens; want 63 and 7", len(xs), len(xs[len(xs)-1]))
 	}
-	ce, sq, n := directSums(t, m, params, xs, ys)
+	ce, sq, n := fixture.DirectSums(t, m, params, xs, ys)
 	wantLoss, wantSq := ce/float64(n), sq/float64(n)
 
 	// Padding counted as tokens would move the mean by far more than the
@@ -107,7 +64,7 @@ func TestEvaluateViewMatchesWindowByWindow(t *testing.T) {
 // holds tokens of high loss gives the mean of the real windows alone.
 func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
 	const B, T = 3, 8
-	m, params := evalModel(t, T)
+	m, params := fixture.EvalModel(t, T)
 	traces := 0
 	f, err := NewEvalFunc(func(p []*mlx.Array, x, y *mlx.Array) (*mlx.Array, *mlx.Array) {
 		traces++
@@ -152,7 +109,7 @@ func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
 	}
 	x1, y1 := rows(1)
 	xs, ys = append(xs, x1[:5]), append(ys, y1[:5])
-	ce, sq, n := directSums(t, m, params, xs, ys)
+	ce, sq, n := fixture.DirectSums(t, m, params, xs, ys)
 	if res.Tokens != n || !closeTo(res.Loss, ce/float64(n), 1e-5) || !closeTo(res.LSESquared, sq/float64(n), 1e-5) {
 		t.Fatalf("masked evaluation: %d tokens, loss %.7f, lse² %.5f; the kept positions alone: %d, %.7f, %.5f",
 			res.Tokens, res.Loss, res.LSESquared, n, ce/float64(n), sq/float64(n))
@@ -160,7 +117,7 @@ func TestEvalFuncMasksPaddingAndTracesOnce(t *testing.T) {
 }
 
 func TestEvaluateViewRejectsTooLittle(t *testing.T) {
-	m, params := evalModel(t, 8)
+	m, params := fixture.EvalModel(t, 8)
 	tokens := data.NewTokens([]int32{1, 2, 3})
 	if _, err := EvaluateView(m, params, tokens.View(0, 1), 4); err == nil || !strings.Contains(err.Error(), "at least 2") {
 		t.Fatalf("a one-token view: want an error asking for 2 tokens, got %v", err)
@@ -192,14 +149,14 @@ func TestEvaluateViewSizesItsWindowsToTheText(t *testing.T) {
 				c.context, c.targets, c.batch, T, b, w, c.T, c.b, c.windows)
 		}
 	}
-	m, params := evalModel(t, 512)
+	m, params := fixture.EvalModel(t, 512)
 	tok, _ := data.NewTokenizer("byte")
-	tokens := data.NewTokens(tok.Encode(syntheticText(200)))
+	tokens := data.NewTokens(tok.Encode(fixture.SyntheticText(200)))
 	view := tokens.View(0, 101)
 	x, y := make([]int32, 100), make([]int32, 100)
 	view.CopyInto(x, 0)
 	view.CopyInto(y, 1)
-	ce, sq, n := directSums(t, m, params, [][]int32{x}, [][]int32{y})
+	ce, sq, n := fixture.DirectSums(t, m, params, [][]int32{x}, [][]int32{y})
 	res, err := EvaluateView(m, params, view, 16)
 	if err != nil {
 		t.Fatal(err)

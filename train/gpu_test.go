@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -23,7 +24,7 @@ func TestGPUStepMatchesCPU(t *testing.T) {
 	mlxtest.RequireGPU(t)
 	cfg := tinyConfig()
 	cfg.Accum, cfg.Steps, cfg.Warmup = 2, 5, 2 // a cosine schedule needs warm-up < steps
-	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(20_000), cfg.Model.Context)
 	// The CPU reference runs interpreted: the same losses as compiled (the
 	// CPU suite checks that), without JIT-compiling kernels with g++ first.
 	ref := cfg

@@ -1,30 +1,14 @@
 package train
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
 )
-
-// syntheticText is deterministic, learnable text: repeated phrases with
-// some variety, enough for a tiny model's loss to fall quickly.
-func syntheticText(n int) string {
-	words := []string{"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "home"}
-	var b strings.Builder
-	for i := 0; b.Len() < n; i++ {
-		b.WriteString(words[(i*7+i/5)%len(words)])
-		if i%9 == 8 {
-			b.WriteString(".\n")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
-}
 
 // testData is a tokenised text split into training and held-out views:
 // what pretrain.Dataset holds, for the tests of the loop's parts.
@@ -43,19 +27,13 @@ func memoryDataset(t testing.TB, text string, context int) *testData {
 // tokenizedDataset tokenises text with the named tokenizer, in memory.
 func tokenizedDataset(t testing.TB, tokenizer, text string, context int) *testData {
 	t.Helper()
-	tok, err := data.NewTokenizer(tokenizer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := data.NewTokens(tok.Encode(text))
-	tr, val, err := data.Split(tokens, 0.1, context)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, tokens, tr, val := fixture.SplitText(t, tokenizer, text, context)
 	return &testData{Tokenizer: tok, Tokens: tokens, Train: tr, Val: val}
 }
 
-// tinyConfig is a run small enough for unit tests on two CPU cores.
+// tinyConfig is a run small enough for unit tests on two CPU cores:
+// internal/runtest's TinyConfig, which this package's tests cannot import
+// (runtest imports train).
 func tinyConfig() Config {
 	return Config{
 		Model:     model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 32},

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 )
 
 // sameLosses fails unless got equals want within float32 rounding.
@@ -24,7 +26,7 @@ func sameLosses(t testing.TB, label string, got, want []float64) {
 // losses follow those of the plain step update for update (so do the
 // gradients that produced them).
 func TestGradCheckpointAndChunkedLossTrainLikeThePlainStep(t *testing.T) {
-	ds := memoryDataset(t, syntheticText(4000), 32)
+	ds := memoryDataset(t, fixture.SyntheticText(4000), 32)
 	cfg := tinyConfig()
 	cfg.Accum, cfg.Steps, cfg.Warmup, cfg.MicroBatch, cfg.LossChunk = 2, 5, 1, 0, -1
 	want, _ := setupLosses(t, cfg, ds)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 )
 
 func TestParseMemoryBudget(t *testing.T) {
@@ -101,7 +103,7 @@ func TestChoosePlanOnCPU(t *testing.T) {
 func TestPlansGiveTheSameUpdates(t *testing.T) {
 	base := tinyConfig()
 	base.Steps, base.Warmup = 4, 1
-	ds := memoryDataset(t, syntheticText(60_000), base.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), base.Model.Context)
 	for _, c := range []struct {
 		batch, accum, micro int
 		wantSteps           int

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -56,7 +57,7 @@ func newCopiesRun(t testing.TB, m *model.Transformer, opts step.StepOptions) *co
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &copiesRun{t: t, opt: opt, ds: memoryDataset(t, syntheticText(20_000), copiesT)}
+	r := &copiesRun{t: t, opt: opt, ds: memoryDataset(t, fixture.SyntheticText(20_000), copiesT)}
 	loss := func(p []*mlx.Array, x, y *mlx.Array) *mlx.Array {
 		r.seen = p[0].Dtype()
 		return m.Loss(p, x, y)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -52,7 +53,7 @@ func flatRun(t testing.TB, m *model.Transformer, name string, flat bool) (*step.
 // order, can round a copy the other way and grow from there.)
 func TestFlatLayoutMatchesPerParameter(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		ds := memoryDataset(t, syntheticText(20_000), copiesT)
+		ds := memoryDataset(t, fixture.SyntheticText(20_000), copiesT)
 		m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: copiesT})
 		if err != nil {
 			t.Fatal(err)
@@ -135,7 +136,7 @@ func equalItems(t testing.TB, a, b *mlx.Array) bool {
 // launch no kernel, not counted).
 func TestFlatLayoutRunsFewerOperations(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		ds := memoryDataset(t, syntheticText(20_000), copiesT)
+		ds := memoryDataset(t, fixture.SyntheticText(20_000), copiesT)
 		var total [2]int
 		var groups int
 		for k, flat := range []bool{true, false} {
@@ -170,7 +171,7 @@ func TestFlatLayoutRunsFewerOperations(t *testing.T) {
 // into three matmuls, on a GPU it runs one.
 func TestStackedParamsMatchSeparate(t *testing.T) {
 	mlxtest.Run(t, func(t testing.TB) {
-		ds := memoryDataset(t, syntheticText(20_000), copiesT)
+		ds := memoryDataset(t, fixture.SyntheticText(20_000), copiesT)
 		m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 4, KVHeads: 2, Context: copiesT})
 		if err != nil {
 			t.Fatal(err)

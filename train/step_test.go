@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -35,7 +36,7 @@ func stepSetup(t testing.TB) (*model.Transformer, []*mlx.Array, []int32, []int32
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := memoryDataset(t, syntheticText(20_000), 16)
+	ds := memoryDataset(t, fixture.SyntheticText(20_000), 16)
 	xs, ys := make([]int32, 16*16), make([]int32, 16*16)
 	for i := 0; i < 16; i++ {
 		ds.Train.CopyInto(xs[i*16:(i+1)*16], i*97)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/step"
 )
 
@@ -12,7 +13,7 @@ import (
 // same windows copied on the host, bit for bit, compiled and interpreted,
 // with accumulation, and the step traces once.
 func TestTokenStreamMatchesHostWindows(t *testing.T) {
-	ds := memoryDataset(t, syntheticText(6000), 32)
+	ds := memoryDataset(t, fixture.SyntheticText(6000), 32)
 	for _, compile := range []bool{true, false} {
 		cfg := tinyConfig()
 		cfg.Compile, cfg.Accum, cfg.Steps, cfg.Warmup = compile, 2, 5, 2

@@ -7,13 +7,15 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // bestConfig evaluates after every update at a learning rate high enough
 // for the held-out loss to stall, so that patience has something to stop.
 func bestConfig() train.Config {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.EvalEvery, cfg.EvalTokens = 40, 1, 128
 	cfg.Schedule, cfg.LR, cfg.MinLR, cfg.Warmup = "constant", 0.1, 0, 0
 	cfg.KeepBest, cfg.Patience = true, 3
@@ -94,7 +96,7 @@ func TestKeepBestAndPatience(t *testing.T) {
 func TestKeepBestNeedsEvaluation(t *testing.T) {
 	cfg := bestConfig()
 	cfg.EvalEvery = 0
-	tr, err := New(cfg, memoryDataset(t, syntheticText(20_000), cfg.Model.Context), t.TempDir())
+	tr, err := New(cfg, memoryDataset(t, fixture.SyntheticText(20_000), cfg.Model.Context), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,16 +4,18 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run with BPE-dropout traces once, trains on other windows than one
 // without, and resumes to exactly the losses of an uninterrupted run.
 func TestBPEDropoutRunResumesExactly(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Tokenizer, cfg.Model.VocabSize, cfg.Model.DModel = "gpt2", 50257, 16
 	cfg.Steps, cfg.Warmup, cfg.CheckpointEvery = 4, 1, 2
-	ds := tokenizedDataset(t, "gpt2", syntheticText(40_000), cfg.Model.Context)
+	ds := tokenizedDataset(t, "gpt2", fixture.SyntheticText(40_000), cfg.Model.Context)
 	run := func(cfg train.Config, dir, resume string) (train.Summary, []train.Metrics) {
 		t.Helper()
 		return runTrainerOn(t, cfg, ds, dir, resume)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 )
 
 // writeByteShards writes shards named NAME.bin of the given lengths whose
@@ -84,7 +85,7 @@ func TestOpenShardDatasetRejects(t *testing.T) {
 }
 
 func TestConfigValidatesDataSources(t *testing.T) {
-	base := tinyConfig().WithDefaults()
+	base := runtest.TinyConfig().WithDefaults()
 	for _, tc := range []struct {
 		corpus, data, val string
 		want              string

@@ -8,54 +8,12 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
 )
-
-// evalModel is a small model with z-loss and its parameters, trained for
-// nothing: its losses differ from token to token, which is all the
-// evaluation tests need (train's evaluation tests have the same helpers).
-func evalModel(t *testing.T, context int) (*model.Transformer, []*mlx.Array) {
-	t.Helper()
-	m, err := model.New(model.Config{VocabSize: 256, DModel: 32, Layers: 1, Heads: 2, Context: context, ZLoss: 1e-3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	params, err := m.Init(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { mlx.Free(params...) })
-	return m, params
-}
-
-// directSums evaluates windows (x, y pairs of equal length) one at a time,
-// each as a [1, len] batch through LossTerms, and returns the summed
-// cross-entropy and logsumexp² with the number of positions.
-func directSums(t *testing.T, m *model.Transformer, params []*mlx.Array, xs, ys [][]int32) (ce, sq float64, n int) {
-	t.Helper()
-	for i := range xs {
-		x := mlx.FromSlice(xs[i], 1, len(xs[i]))
-		y := mlx.FromSlice(ys[i], 1, len(ys[i]))
-		ceArr, lse := m.LossTerms(params, x, y)
-		c, err := ceArr.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := lse.Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		mlx.Free(x, y, ceArr, lse)
-		for j := range c {
-			ce += float64(c[j])
-			sq += float64(l[j]) * float64(l[j])
-		}
-		n += len(c)
-	}
-	return ce, sq, n
-}
 
 func closeTo(got, want, rel float64) bool { return math.Abs(got-want) <= rel*math.Abs(want) }
 
@@ -64,9 +22,9 @@ func closeTo(got, want, rel float64) bool { return math.Abs(got-want) <= rel*mat
 // those windows, computed window by window.
 func TestEvaluatorCoversItsTokensWithFixedWindows(t *testing.T) {
 	const B, T, seed = 3, 8, 7
-	m, params := evalModel(t, T)
+	m, params := fixture.EvalModel(t, T)
 	tok, _ := data.NewTokenizer("byte")
-	view := data.NewTokens(tok.Encode(syntheticText(3_000))).All()
+	view := data.NewTokens(tok.Encode(fixture.SyntheticText(3_000))).All()
 	for _, compile := range []bool{true, false} {
 		e, err := NewEvaluator(m.LossTerms, view, B, T, 50, seed, compile) // 50 tokens: 3 batches of 24
 		if err != nil {
@@ -97,7 +55,7 @@ func TestEvaluatorCoversItsTokensWithFixedWindows(t *testing.T) {
 			s.Fill(x, y)
 			xs, ys = append(xs, x), append(ys, y)
 		}
-		ce, sq, n := directSums(t, m, params, xs, ys)
+		ce, sq, n := fixture.DirectSums(t, m, params, xs, ys)
 		if first.Tokens != n || !closeTo(first.Loss, ce/float64(n), 1e-5) || !closeTo(first.LSESquared, sq/float64(n), 1e-5) {
 			t.Fatalf("compile %v: %+v; the sampler's 9 windows one by one: %d tokens, loss %.7f, lse² %.5f",
 				compile, first, n, ce/float64(n), sq/float64(n))
@@ -109,7 +67,7 @@ func TestEvaluatorCoversItsTokensWithFixedWindows(t *testing.T) {
 // z-loss term apart as val_z_loss, with the tokens covered; the values are
 // those a fresh evaluator computes from the final checkpoint.
 func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Model.ZLoss = 1e-2
 	cfg.Steps, cfg.EvalEvery, cfg.EvalTokens = 10, 5, 300 // 3 batches of 4 × 32
 	dir := t.TempDir()
@@ -150,7 +108,7 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
 	e, err := NewEvaluator(m.LossTerms, ds.Val, cfg.Batch, cfg.Model.Context, cfg.EvalTokens, cfg.Seed+1, true)
 	if err != nil {
 		t.Fatal(err)
@@ -185,9 +143,9 @@ func TestRunLogsCrossEntropyAndZLossApart(t *testing.T) {
 // a whole view.
 func TestEvaluationMemoryIsFlat(t *testing.T) {
 	const T = 16
-	m, params := evalModel(t, T)
+	m, params := fixture.EvalModel(t, T)
 	tok, _ := data.NewTokenizer("byte")
-	view := data.NewTokens(tok.Encode(syntheticText(2_000))).All()
+	view := data.NewTokens(tok.Encode(fixture.SyntheticText(2_000))).All()
 	e, err := NewEvaluator(m.LossTerms, view, 4, T, 200, 1, true)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -13,7 +14,7 @@ import (
 // tracing the step again, learns, and saves the projections in its
 // checkpoint so a resumed run continues with them.
 func TestGaLoreRunRefreshesWithoutRetracing(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Optimizer, cfg.GaLoreRank, cfg.GaLoreGap, cfg.GaLoreScale = "galore", 8, 3, 1
 	cfg.Steps, cfg.Accum = 8, 2
 	dir := t.TempDir()
@@ -72,7 +73,7 @@ func TestGaLoreRunRefreshesWithoutRetracing(t *testing.T) {
 }
 
 func TestGaLoreRankAboveEveryMatrixIsRefused(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Optimizer, cfg.GaLoreRank = "galore", 64 // d_model is 32
 	err := cfg.WithDefaults().Validate()
 	if err == nil || !strings.Contains(err.Error(), "galore_rank = 64 is above") {

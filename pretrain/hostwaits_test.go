@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -46,10 +48,10 @@ func TestTrainerWaitsForTheDeviceOncePerUpdate(t *testing.T) {
 // checks and writes the final checkpoint).
 func waitsPerLog(t *testing.T, windows string, accum, every int) uint64 {
 	t.Helper()
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.LogEvery, cfg.EvalEvery, cfg.CheckpointEvery = 4*every, every, 0, 0
 	cfg.Windows, cfg.Accum = windows, accum
-	tr, err := New(cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), t.TempDir())
+	tr, err := New(cfg, memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

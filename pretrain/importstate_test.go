@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -17,7 +18,7 @@ import (
 // losses at every step, and the state saved with the first checkpoint.
 // Only step 0 may leave the state out.
 func TestStepZeroWithoutOptimizerState(t *testing.T) {
-	cfg := tinyConfig().WithDefaults()
+	cfg := runtest.TinyConfig().WithDefaults()
 	cfg.Steps = 6
 	m, err := model.New(cfg.Model)
 	if err != nil {

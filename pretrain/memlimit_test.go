@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -14,8 +16,8 @@ import (
 // the previous limit back when it ends; the limit changes when MLX waits,
 // not what the updates compute.
 func TestRunHoldsMemoryLimitAtBudget(t *testing.T) {
-	cfg := tinyConfig()
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	cfg := runtest.TinyConfig()
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
 	before := mlx.MemoryLimit()
 	losses := map[string][]float64{}
 	for _, budget := range []string{"", "1MiB"} {

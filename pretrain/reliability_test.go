@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -19,10 +21,10 @@ import (
 // memory flat after warm-up and leaves no goroutines behind.
 func TestLongRunMemoryAndGoroutinesFlat(t *testing.T) {
 	const steps, warm = 10_000, 100
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Model = model.Config{VocabSize: 256, DModel: 16, Layers: 1, Heads: 2, Context: 16}
 	cfg.Steps, cfg.Batch, cfg.Warmup, cfg.LogEvery = steps, 2, 10, 100
-	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(20_000), cfg.Model.Context)
 	tr, err := New(cfg, ds, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -73,14 +75,14 @@ func TestLongRunMemoryAndGoroutinesFlat(t *testing.T) {
 // An update that overflows the parameters while the loss it was computed
 // from is still finite is caught before the checkpoint it would poison.
 func TestOverflowingUpdateWritesNoCheckpoint(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.CheckpointEvery, cfg.LogEvery = 10, 1, 5
 	// AdamW moves every weight by about lr, and weight decay by lr·wd·|w|
 	// more: with the largest float32 lr, some weights overflow at once.
 	wd := 0.1
 	cfg.Schedule, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.GradClip, cfg.WeightDecay = "constant", math.MaxFloat32, 0, 0, 0, &wd
 	dir := t.TempDir()
-	tr, err := New(cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir)
+	tr, err := New(cfg, memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context), dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -14,7 +16,7 @@ import (
 // been logged, as SIGINT does through the CLI; it asserts ErrInterrupted.
 func interruptAt(t *testing.T, cfg train.Config, dir string, step int) train.Summary {
 	t.Helper()
-	tr, err := New(cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir)
+	tr, err := New(cfg, memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func interruptAt(t *testing.T, cfg train.Config, dir string, step int) train.Sum
 // Resuming after step k reproduces the uninterrupted run's losses at steps
 // k+1 … k+10 exactly (same arithmetic, same data order).
 func TestResumeReproducesUninterruptedRun(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.Accum = 20, 2
 	_, full := runTrainer(t, cfg, t.TempDir(), "")
 
@@ -57,7 +59,7 @@ func TestResumeReproducesUninterruptedRun(t *testing.T) {
 }
 
 func TestInterruptedRunCheckpointsAndResumes(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps = 12
 	dir := t.TempDir()
 	sum := interruptAt(t, cfg, dir, 5)
@@ -71,12 +73,12 @@ func TestInterruptedRunCheckpointsAndResumes(t *testing.T) {
 }
 
 func TestNonFiniteLossStopsWithoutCheckpoint(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.CheckpointEvery = 30, 5
 	cfg.Schedule, cfg.LR, cfg.MinLR, cfg.Warmup, cfg.GradClip = "constant", 1e30, 0, 0, 0
 	cfg.Optimizer = "sgd"
 	dir := t.TempDir()
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
 	tr, err := New(cfg, ds, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestNonFiniteLossStopsWithoutCheckpoint(t *testing.T) {
 // on the plan) and, to float rounding, the same losses as without the
 // interruption; the metrics say which plan each update ran.
 func TestResumeUnderAnotherPlan(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.Batch, cfg.Accum = 8, 2, 4
 	_, full := runTrainer(t, cfg, t.TempDir(), "")
 

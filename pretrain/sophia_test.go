@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -38,10 +40,10 @@ func hessianState(t *testing.T, s *train.Setup) []float32 {
 // input: it traces once, its estimates change from one update number to
 // the next, and the same update number gives the same estimate.
 func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Optimizer = "sophia"
-	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
-	s, m, cfg := preparedSetup(t, cfg)
+	ds := memoryDataset(t, fixture.SyntheticText(20_000), cfg.Model.Context)
+	s, m, cfg := runtest.PreparedSetup(t, cfg)
 	e, err := NewSophiaEstimator(s.Optimizer, m, cfg.Seed, true)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestSophiaEstimateTracesOnceWithKeyInput(t *testing.T) {
 // A Sophia run estimates every sophia_every updates, traces its step once
 // and learns.
 func TestSophiaRunLearns(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Optimizer, cfg.SophiaEvery, cfg.LR, cfg.MinLR = "sophia", 3, 2e-3, 2e-4
 	cfg.Steps = 30
 	sum, ms := runTrainer(t, cfg, t.TempDir(), "")

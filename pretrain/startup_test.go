@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -11,9 +13,9 @@ import (
 // first evaluation when the run evaluates, the first update, and no probe
 // for the CPU's static plan.
 func TestRunReportsItsStartup(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.Warmup, cfg.EvalEvery = 3, 1, 2
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
 	tr, err := New(cfg, ds, t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -14,11 +16,11 @@ import (
 // and one batch.
 func techniqueSetup(b *testing.B, opt string) (*train.Setup, *model.Transformer, step.Batch) {
 	b.Helper()
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Model.DModel, cfg.Model.Heads, cfg.Model.Context, cfg.Batch = 64, 4, 64, 8
 	cfg.Optimizer, cfg.GaLoreRank = opt, 16
-	ds := memoryDataset(b, syntheticText(60_000), cfg.Model.Context)
-	s, m, cfg := preparedSetup(b, cfg)
+	ds := memoryDataset(b, fixture.SyntheticText(60_000), cfg.Model.Context)
+	s, m, cfg := runtest.PreparedSetup(b, cfg)
 	sampler, err := data.NewSampler(ds.Train, cfg.Model.Context, cfg.Seed)
 	if err != nil {
 		b.Fatal(err)

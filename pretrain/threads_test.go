@@ -13,6 +13,8 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/generate"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/step"
@@ -89,12 +91,12 @@ func (s *threadSet) one(fn func() error) error {
 func TestEntryPointsFromManyGoroutines(t *testing.T) {
 	threads := churn(t)
 	const n = 8
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg, m, err := train.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := memoryDataset(t, syntheticText(20_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(20_000), cfg.Model.Context)
 	params, err := m.Init(7)
 	if err != nil {
 		t.Fatal(err)
@@ -231,14 +233,14 @@ func values(t testing.TB, a *mlx.Array) []float32 {
 // exactly once.
 func TestTrainingFromManyGoroutines(t *testing.T) {
 	threads := churn(t)
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.Accum, cfg.EvalEvery = 8, 2, 0
 	cfg, m, err := train.Prepare(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
-	want, _ := setupLosses(t, cfg, ds)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
+	want, _ := runtest.SetupLosses(t, cfg, ds.Train)
 	if !(want[len(want)-1] < want[0]) {
 		t.Fatalf("reference losses %v do not fall", want)
 	}

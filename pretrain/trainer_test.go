@@ -6,13 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 func runTrainer(t *testing.T, cfg train.Config, dir, resume string) (train.Summary, []train.Metrics) {
 	t.Helper()
-	return runTrainerOn(t, cfg, memoryDataset(t, syntheticText(60_000), cfg.Model.Context), dir, resume)
+	return runTrainerOn(t, cfg, memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context), dir, resume)
 }
 
 // runTrainerOn runs a trainer of cfg on ds in dir (resuming from resume
@@ -37,7 +39,7 @@ func runTrainerOn(t testing.TB, cfg train.Config, ds *Dataset, dir, resume strin
 // A 50-step run with a cosine schedule and accum=4 traces the step exactly
 // once while the learning rate changes every step.
 func TestCosineAccumRunTracesOnce(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Steps, cfg.Accum, cfg.Warmup = 50, 4, 10
 	sum, ms := runTrainer(t, cfg, t.TempDir(), "")
 	if sum.Traces != 1 {
@@ -57,7 +59,7 @@ func TestCosineAccumRunTracesOnce(t *testing.T) {
 }
 
 func TestCompiledAndInterpretedAgree(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Accum = 2
 	_, compiled := runTrainer(t, cfg, t.TempDir(), "")
 	cfg.Compile = false
@@ -75,7 +77,7 @@ func TestCompiledAndInterpretedAgree(t *testing.T) {
 // A trainer run of a bfloat16 model on float32 masters uses the copies,
 // traces once and learns; its checkpoint holds the float32 masters only.
 func TestMixedPrecisionRunUsesCopies(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Model.Dtype, cfg.Model.MasterFP32 = "bfloat16", true
 	cfg.Steps = 30
 	dir := t.TempDir()

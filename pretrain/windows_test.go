@@ -7,15 +7,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // A run whose windows are gathered on the device logs the losses of the
 // same run with windows copied from the host, and says so in its start.
 func TestTrainerWindowsOnDeviceMatchHost(t *testing.T) {
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	cfg.Accum = 2
-	ds := memoryDataset(t, syntheticText(60_000), cfg.Model.Context)
+	ds := memoryDataset(t, fixture.SyntheticText(60_000), cfg.Model.Context)
 	losses := map[string][]float64{}
 	for _, w := range []string{"host", "device"} {
 		cfg.Windows = w

@@ -11,6 +11,8 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -35,10 +37,10 @@ type ftRankJob struct {
 // different number of targets and the loss must be normalised by the
 // global count.
 func dataParallelFineTune(t testing.TB, batch int) (train.Config, Config) {
-	cfg := fineTuneConfig(4)
+	cfg := runtest.FineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery = batch, 2, 0.5, 2
-	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
+	ft := Config{Base: runtest.WriteBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), Valid: runtest.WriteCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
 	return cfg, ft
 }
 
@@ -59,7 +61,7 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
+	fixture.RunRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
 
 	wantLines, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
 	if err != nil {
@@ -133,7 +135,7 @@ func TestHelperDataParallelFineTuneRank(t *testing.T) {
 	if err := json.Unmarshal(b, &job); err != nil {
 		t.Fatal(err)
 	}
-	g, err := initRing()
+	g, err := fixture.InitRing()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package finetune
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,78 +12,10 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
-	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
 )
-
-// writeBase saves a freshly initialised tinyConfig model as a checkpoint
-// and returns its directory.
-func writeBase(t testing.TB) string {
-	t.Helper()
-	return writeBaseModel(t, tinyConfig().Model)
-}
-
-// writeBaseModel is writeBase with the model mc.
-func writeBaseModel(t testing.TB, mc model.Config) string {
-	t.Helper()
-	c := tinyConfig()
-	c.Model = mc
-	cfg, m, err := train.Prepare(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	params, err := m.Init(11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt, err := train.NewOptimizer(cfg, m.Specs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	state, err := opt.Init()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := make([]string, len(m.Specs))
-	for i, s := range m.Specs {
-		names[i] = s.Name
-	}
-	dir, err := train.SaveCheckpoint(checkpoint.Root(filepath.Join(t.TempDir(), "base")), train.RunState{Config: cfg}, names, params, opt.StateNames(), state)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mlx.Free(params...)
-	mlx.Free(state...)
-	return dir
-}
-
-// writeCompletions writes "continue this line" records made from the
-// synthetic text: the first words of a line as the prompt, the rest as
-// the completion.
-func writeCompletions(t testing.TB, name string, skip, n int) string {
-	t.Helper()
-	lines := strings.Split(syntheticText(20_000), "\n")
-	var b bytes.Buffer
-	for _, l := range lines[skip : skip+n] {
-		cut := strings.Index(l[min(8, len(l)):], " ") + min(8, len(l))
-		rec, _ := json.Marshal(map[string]string{"prompt": l[:cut+1], "completion": l[cut+1:] + "\n"})
-		b.Write(append(rec, '\n'))
-	}
-	path := filepath.Join(t.TempDir(), name)
-	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func fineTuneConfig(steps int) train.Config {
-	cfg := tinyConfig()
-	cfg.Steps, cfg.Batch, cfg.Accum = steps, 2, 4
-	cfg.LR, cfg.MinLR, cfg.Warmup = 1e-2, 1e-3, 2
-	cfg.EvalEvery, cfg.LogEvery = steps, 1
-	return cfg
-}
 
 func runFineTune(t testing.TB, cfg train.Config, ft Config, dir, resume string) train.Summary {
 	t.Helper()
@@ -114,13 +45,13 @@ func fileBytes(t testing.TB, path string) []byte {
 // file, and resumes exactly: 3 updates, then 3 more from the checkpoint,
 // give the adapters and losses of 6 updates in one go.
 func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	baseModel := fileBytes(t, filepath.Join(base, checkpoint.ModelFile))
 	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), Valid: runtest.WriteCompletions(t, "valid.jsonl", 100, 10), MaskPrompt: true}
 
 	whole := filepath.Join(t.TempDir(), "whole")
-	sum := runFineTune(t, fineTuneConfig(6), ft, whole, "")
+	sum := runFineTune(t, runtest.FineTuneConfig(6), ft, whole, "")
 	if sum.Traces != 1 {
 		t.Errorf("traced %d times, want 1", sum.Traces)
 	}
@@ -142,7 +73,7 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	split := filepath.Join(t.TempDir(), "split")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	f, err := New(fineTuneConfig(6), ft, split)
+	f, err := New(runtest.FineTuneConfig(6), ft, split)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +86,7 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 	if !errors.Is(err, train.ErrInterrupted) || part.Step != 3 {
 		t.Fatalf("interrupted run: step %d, error %v; want step 3 and ErrInterrupted", part.Step, err)
 	}
-	resumed := runFineTune(t, fineTuneConfig(6), ft, split, part.LastCheckpoint)
+	resumed := runFineTune(t, runtest.FineTuneConfig(6), ft, split, part.LastCheckpoint)
 	if resumed.StartStep != 3 || resumed.Step != 6 {
 		t.Fatalf("resumed steps %d-%d, want 3-6", resumed.StartStep, resumed.Step)
 	}
@@ -187,10 +118,10 @@ func TestFineTuneLoRATracesOnceLearnsAndResumesExactly(t *testing.T) {
 // A checkpoint resumes only into the fine-tune it belongs to, and a base
 // given as a run folder means its newest checkpoint.
 func TestFineTuneResumeRefusesOtherAdapters(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	ft := Config{Base: filepath.Dir(filepath.Dir(base)), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
-		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
-	cfg := fineTuneConfig(3)
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
+	cfg := runtest.FineTuneConfig(3)
 	cfg.EvalEvery = 0
 	dir := filepath.Join(t.TempDir(), "run")
 	sum := runFineTune(t, cfg, ft, dir, "")

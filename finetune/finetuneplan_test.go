@@ -1,6 +1,7 @@
 package finetune
 
 import (
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/train"
 	"math"
 	"path/filepath"
@@ -13,9 +14,9 @@ import (
 // quarters of that step's peak a smaller one within the budget, and with
 // a budget below even one row's logits it refuses without running.
 func TestFineTuneProbePlan(t *testing.T) {
-	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
-	f, err := New(fineTuneConfig(3), ft, filepath.Join(t.TempDir(), "run"))
+	ft := Config{Base: runtest.WriteBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
+	f, err := New(runtest.FineTuneConfig(3), ft, filepath.Join(t.TempDir(), "run"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,11 +46,11 @@ func TestFineTuneProbePlan(t *testing.T) {
 // counted targets of the whole update, whatever its microbatches. The
 // metrics say the plan each update ran under.
 func TestFineTunePlansGiveTheSameUpdates(t *testing.T) {
-	ft := Config{Base: writeBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
+	ft := Config{Base: runtest.WriteBase(t), Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), MaskPrompt: true}
 	runs := map[int][]train.Metrics{}
 	for _, mb := range []int{0, 8, 1} {
-		cfg := fineTuneConfig(3) // batch 2 × accum 4
+		cfg := runtest.FineTuneConfig(3) // batch 2 × accum 4
 		cfg.MicroBatch = mb
 		dir := filepath.Join(t.TempDir(), "run")
 		runFineTune(t, cfg, ft, dir, "")

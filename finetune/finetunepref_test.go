@@ -15,6 +15,8 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -63,7 +65,7 @@ func checkpointArrays(t testing.TB, dir string, adapter bool) map[string][]float
 // (reused on resume, not recomputed), and resumes exactly: 3 updates and
 // 3 more from the checkpoint give the arrays and losses of 6 in one go.
 func TestPreferenceFineTuneResumesExactly(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	trainFile, valid := writePairs(t, "train.jsonl", 1, 24), writePairs(t, "valid.jsonl", 2, 6)
 	for _, c := range []struct {
 		method string
@@ -73,7 +75,7 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 		if c.method != MethodFull {
 			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn", "mlp"}
 		}
-		cfg := fineTuneConfig(6)
+		cfg := runtest.FineTuneConfig(6)
 		cfg.EvalEvery = 3
 		if c.method == MethodFull {
 			cfg.LR = 1e-3
@@ -164,10 +166,10 @@ func TestPreferenceFineTuneResumesExactly(t *testing.T) {
 // A preference fine-tune refuses an odd batch, which would split a pair,
 // and a checkpoint resumes only under the objective it was trained with.
 func TestPreferenceFineTuneRefusals(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn"},
 		Train: writePairs(t, "train.jsonl", 1, 8), Objective: DPO}
-	cfg := fineTuneConfig(2)
+	cfg := runtest.FineTuneConfig(2)
 	cfg.EvalEvery, cfg.Warmup = 0, 1
 	odd := cfg
 	odd.Batch = 3
@@ -198,9 +200,9 @@ func TestPreferenceFineTuneRefusals(t *testing.T) {
 // training and held-out preference metrics of one process with batch 2B:
 // each rank draws whole pairs and normalises by the pairs of both.
 func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
-	cfg := fineTuneConfig(4)
+	cfg := runtest.FineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.GradClip, cfg.EvalEvery, cfg.LR = 8, 2, 0.5, 2, 1e-3
-	ft := Config{Base: writeBase(t), Method: MethodFull, Objective: DPO,
+	ft := Config{Base: runtest.WriteBase(t), Method: MethodFull, Objective: DPO,
 		Train: writePairs(t, "train.jsonl", 1, 24), Valid: writePairs(t, "valid.jsonl", 2, 6)}
 	single := filepath.Join(t.TempDir(), "single")
 	runFineTune(t, cfg, ft, single, "")
@@ -213,7 +215,7 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
+	fixture.RunRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
 	want, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
 	if err != nil {
 		t.Fatal(err)
@@ -261,13 +263,13 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 // pairs, and refuses an odd micro-batch, which would split a pair, so that
 // --micro-batch auto only picks even ones.
 func TestPreferenceProbe(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	for _, method := range []string{MethodLoRA, MethodFull} {
 		ft := Config{Base: base, Method: method, Objective: DPO, Train: writePairs(t, "train.jsonl", 1, 8)}
 		if method == MethodLoRA {
 			ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn"}
 		}
-		cfg := fineTuneConfig(2)
+		cfg := runtest.FineTuneConfig(2)
 		cfg.Warmup = 1
 		f, err := New(cfg, ft, t.TempDir())
 		if err != nil {

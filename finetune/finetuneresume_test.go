@@ -3,6 +3,8 @@ package finetune
 import (
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 )
 
 // ResumeConflict names the first setting given sets that differs from the
@@ -39,7 +41,7 @@ func TestResumeConflict(t *testing.T) {
 // A fine-tune's defaults keep the base's model and replace its run:
 // the method's learning rate, a warm-up shrunk to fit a short run.
 func TestFineTuneDefaults(t *testing.T) {
-	base := tinyConfig()
+	base := runtest.TinyConfig()
 	base.LR, base.Steps, base.KeepBest = 0.5, 10_000, true
 	c := Defaults(base, MethodLoRA)
 	if c.Model != base.Model || c.LR != DefaultAdapterLR || c.Steps != 200 || c.KeepBest || c.EvalEvery != 50 {

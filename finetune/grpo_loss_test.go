@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/rl"
@@ -65,7 +66,7 @@ func TestGRPOLossOverTheCompletionsIsTheLossOverTheRows(t *testing.T) {
 		}
 		x, y, w = append(x, rx...), append(y, ry...), append(w, rw...)
 	}
-	m, err := model.New(tinyConfig().Model)
+	m, err := model.New(runtest.TinyConfig().Model)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/rl"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -47,9 +48,9 @@ func vowelReward() rl.Weighted {
 
 // grpoBase is a tiny base model with room for the prompts and answers.
 func grpoBase(t testing.TB) string {
-	mc := tinyConfig().Model
+	mc := runtest.TinyConfig().Model
 	mc.Context = 64
-	return writeBaseModel(t, mc)
+	return runtest.WriteBaseModel(t, mc)
 }
 
 // runGRPO fine-tunes with the GRPO objective of g plus the vowel reward
@@ -112,7 +113,7 @@ func TestGRPOFineTuneResumesExactly(t *testing.T) {
 			} else {
 				ft.Rank, ft.Alpha, ft.Targets = 4, 8, []string{"attn", "mlp"}
 			}
-			cfg := fineTuneConfig(4)
+			cfg := runtest.FineTuneConfig(4)
 			cfg.Batch, cfg.Accum, cfg.EvalEvery = 4, 2, 2 // 2 prompts × 4 completions per update
 			whole := filepath.Join(t.TempDir(), "whole")
 			sum, err := runGRPO(t, cfg, ft, g, whole, "")
@@ -185,7 +186,7 @@ func TestGRPOIterationsRatioOne(t *testing.T) {
 	ft := Config{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
 	g := grpoSettings()
 	g.Iterations = 2
-	cfg := fineTuneConfig(4)
+	cfg := runtest.FineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.EvalEvery = 8, 1, 0
 	cfg.LR, cfg.MinLR, cfg.Warmup = 1e-30, 0, 0 // unchanged weights to float32 rounding
 	dir := filepath.Join(t.TempDir(), "run")
@@ -211,7 +212,7 @@ func TestGRPOIterationsRatioOne(t *testing.T) {
 func TestGRPOFailingRewardCheckpoints(t *testing.T) {
 	base := grpoBase(t)
 	ft := Config{Base: base, Method: MethodLoRA, Train: writePrompts(t, "train.jsonl", 8), Rank: 4, Alpha: 8, Targets: []string{"attn"}}
-	cfg := fineTuneConfig(4)
+	cfg := runtest.FineTuneConfig(4)
 	cfg.Batch, cfg.Accum, cfg.EvalEvery = 8, 1, 0
 	var calls atomic.Int64
 	failing := rl.Weighted{Weight: 1, Scorer: rl.FromFunc("flaky", func(context.Context, rl.Prompt, rl.Completion) (float64, error) {

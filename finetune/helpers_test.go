@@ -1,19 +1,10 @@
 package finetune
 
 import (
-	"bytes"
-	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/posttrainllm/posttrainllm/internal/distenv"
 	"github.com/posttrainllm/posttrainllm/optim"
 
-	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
@@ -47,37 +38,6 @@ func hostNormalize(w []float32) ([]float32, float64) {
 	return out, total
 }
 
-// The helpers below are copies of train's test helpers,
-// which a test of this package cannot import.
-
-// syntheticText is deterministic, learnable text: repeated phrases with
-// some variety, enough for a tiny model's loss to fall quickly.
-func syntheticText(n int) string {
-	words := []string{"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "runs", "home"}
-	var b strings.Builder
-	for i := 0; b.Len() < n; i++ {
-		b.WriteString(words[(i*7+i/5)%len(words)])
-		if i%9 == 8 {
-			b.WriteString(".\n")
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return b.String()
-}
-
-// tinyConfig is a run small enough for unit tests on two CPU cores.
-func tinyConfig() train.Config {
-	return train.Config{
-		Model:     model.Config{VocabSize: 256, DModel: 32, Layers: 2, Heads: 2, Context: 32},
-		Tokenizer: "byte",
-		Steps:     20, Batch: 4, Accum: 1,
-		Optimizer: "adamw", Schedule: "cosine", LR: 3e-3, MinLR: 3e-4, Warmup: 5,
-		GradClip: 1, Compile: true, Device: "cpu", Seed: 1,
-		LogEvery: 1, EvalTokens: 256, // 2 batches
-	}
-}
-
 // plainSGD updates p ← p − lr·g, so a step's parameter change is −lr × the
 // averaged gradient.
 func plainSGD(t testing.TB, m *model.Transformer) optim.Optimizer {
@@ -89,46 +49,4 @@ func plainSGD(t testing.TB, m *model.Transformer) optim.Optimizer {
 		t.Fatal(err)
 	}
 	return o
-}
-
-// runRanks runs the test helper named helper as n processes, the ranks
-// of a loopback ring, each with the environment variable env set, and
-// fails the test with a rank's output if it fails. The context bounds a
-// hang, it measures no speed.
-func runRanks(t *testing.T, n int, helper, env string) {
-	t.Helper()
-	hostfile := filepath.Join(t.TempDir(), "hosts.json")
-	if err := distenv.LoopbackRing(hostfile, n); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	logs := make([]*bytes.Buffer, n)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+helper+"$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), env), distenv.Ring(r, hostfile)...)
-		logs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
-		}
-	}
-}
-
-// initRing joins this process to the ring its environment names.
-func initRing() (*mlx.Group, error) {
-	var g *mlx.Group
-	err := mlx.Do(func() error {
-		var err error
-		g, err = mlx.InitDistributed(true, "ring")
-		return err
-	})
-	return g, err
 }

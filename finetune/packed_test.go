@@ -7,6 +7,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -16,7 +17,7 @@ import (
 // the resulting parameters (so the gradients) of the same update over the
 // examples padded one per row.
 func TestPackedUpdateEqualsUnpacked(t *testing.T) {
-	cfg, m, err := train.Prepare(tinyConfig())
+	cfg, m, err := train.Prepare(runtest.TinyConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,11 +122,11 @@ func TestPackedUpdateEqualsUnpacked(t *testing.T) {
 // A packed LoRA fine-tune with gradient checkpointing, accumulation and a
 // cosine schedule traces once and learns.
 func TestPackedFineTuneTracesOnceAndLearns(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	ft := Config{Base: base, Method: MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"all"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10),
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), Valid: runtest.WriteCompletions(t, "valid.jsonl", 100, 10),
 		MaskPrompt: true, Pack: true}
-	cfg := fineTuneConfig(6)
+	cfg := runtest.FineTuneConfig(6)
 	cfg.GradCheckpoint = true
 	sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), "packed"), "")
 	if sum.Traces != 1 {

@@ -2,17 +2,14 @@ package finetune
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
-	"time"
 
-	"github.com/posttrainllm/posttrainllm/internal/distenv"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/step"
 )
@@ -84,29 +81,7 @@ func rowGroupRun(t testing.TB, g *mlx.Group) []float64 {
 func TestRowStepDataParallelMatchesUnion(t *testing.T) {
 	want := rowGroupRun(t, nil)
 	dir := t.TempDir()
-	hostfile := filepath.Join(dir, "hosts.json")
-	if err := distenv.LoopbackRing(hostfile, 2); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmds := make([]*exec.Cmd, 2)
-	logs := make([]*bytes.Buffer, 2)
-	for r := range cmds {
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperRowStepRank$", "-test.count=1")
-		cmd.Env = append(append(os.Environ(), rowRankOutEnv+"="+dir), distenv.Ring(r, hostfile)...)
-		logs[r] = new(bytes.Buffer)
-		cmd.Stdout, cmd.Stderr = logs[r], logs[r]
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[r] = cmd
-	}
-	for r, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("rank %d: %v (context: %v)\n%s", r, err, ctx.Err(), logs[r])
-		}
-	}
+	fixture.RunRanks(t, 2, "TestHelperRowStepRank", rowRankOutEnv+"="+dir)
 	for r := 0; r < 2; r++ {
 		b, err := os.ReadFile(filepath.Join(dir, "rows-rank-"+strconv.Itoa(r)))
 		if err != nil {
@@ -138,7 +113,7 @@ func TestHelperRowStepRank(t *testing.T) {
 	if dir == "" {
 		return
 	}
-	g, err := initRing()
+	g, err := fixture.InitRing()
 	if err != nil {
 		t.Fatal(err)
 	}

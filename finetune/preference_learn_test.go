@@ -11,6 +11,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/optim"
@@ -68,7 +69,7 @@ func pretrainAgainst(t testing.TB, m *model.Transformer, pairs *data.Rows, steps
 		}
 		rows.X, rows.Y, rows.W = append(rows.X, pairs.X[r*T:(r+1)*T]...), append(rows.Y, pairs.Y[r*T:(r+1)*T]...), append(rows.W, pairs.W[r*T:(r+1)*T]...)
 	}
-	cfg := tinyConfig()
+	cfg := runtest.TinyConfig()
 	opt, err := train.NewOptimizer(cfg, m.Specs)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestDPOLearnsRule(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	trainRecs, validRecs := rulePairs(r, 256), rulePairs(r, 64)
 	mlxtest.Run(t, func(t testing.TB) {
-		m, err := model.New(tinyConfig().Model)
+		m, err := model.New(runtest.TinyConfig().Model)
 		if err != nil {
 			t.Fatal(err)
 		}

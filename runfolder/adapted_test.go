@@ -7,6 +7,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 )
 
@@ -14,11 +15,11 @@ import (
 // adapters, and greedy generation from either gives the same text, for
 // LoRA and DoRA.
 func TestFusedCheckpointMatchesBasePlusAdapters(t *testing.T) {
-	base := writeBase(t)
-	trainFile := writeCompletions(t, "train.jsonl", 0, 20)
+	base := runtest.WriteBase(t)
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 20)
 	for _, method := range []string{finetune.MethodLoRA, finetune.MethodDoRA} {
 		ft := finetune.Config{Base: base, Method: method, Rank: 2, Alpha: 16, Targets: []string{"all"}, Train: trainFile, MaskPrompt: true}
-		cfg := fineTuneConfig(3)
+		cfg := runtest.FineTuneConfig(3)
 		cfg.EvalEvery = 0
 		sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), method), "")
 		fusedDir, err := Fuse(sum.LastCheckpoint, "", filepath.Join(t.TempDir(), "fused"), FuseOptions{})

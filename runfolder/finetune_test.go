@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -12,10 +13,10 @@ import (
 // A full fine-tune trains every parameter and its checkpoints are
 // ordinary checkpoints: sample and eval open them as they are.
 func TestFullFineTuneWritesOrdinaryCheckpoint(t *testing.T) {
-	base := writeBase(t)
+	base := runtest.WriteBase(t)
 	ft := finetune.Config{Base: base, Method: finetune.MethodFull,
-		Train: writeCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
-	cfg := fineTuneConfig(3)
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 20), MaskPrompt: true}
+	cfg := runtest.FineTuneConfig(3)
 	cfg.LR = 1e-3
 	sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), "full"), "")
 	ck, err := train.LoadCheckpoint(sum.LastCheckpoint)

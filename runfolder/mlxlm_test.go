@@ -12,6 +12,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/internal/pyenv"
 	"github.com/posttrainllm/posttrainllm/internal/realmodel"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 )
@@ -130,7 +131,7 @@ func quantizedRun(t testing.TB, cfgJSON string, groupSize, bits int) (float, qua
 	float = writeFloatFolder(t, cfgJSON)
 	quant = filepath.Join(t.TempDir(), "quantized")
 	runMLXLM(t, "quantize", float, quant, strconv.Itoa(groupSize), strconv.Itoa(bits))
-	base := tinyConfig()
+	base := runtest.TinyConfig()
 	ck, _, err := ImportHF(quant, filepath.Join(t.TempDir(), "run"), base, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +196,8 @@ func TestImportOfMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 func TestExportOfQuantizedRunLoadsInMLXLM(t *testing.T) {
 	_, quant, ck := quantizedRun(t, quantTied, 64, 4)
 	ft := finetune.Config{Base: ck, Method: finetune.MethodLoRA, Rank: 4, Alpha: 16, Targets: []string{"all"},
-		Train: writeCompletions(t, "train.jsonl", 0, 16), MaskPrompt: true}
-	cfg := fineTuneConfig(3)
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 16), MaskPrompt: true}
+	cfg := runtest.FineTuneConfig(3)
 	cfg.Accum, cfg.EvalEvery = 1, 0
 	sum := runFineTune(t, cfg, ft, filepath.Join(t.TempDir(), "lora"), "")
 	export := func(ck string) string {
@@ -263,7 +264,7 @@ func TestExportOfQuantizedRunLoadsInMLXLM(t *testing.T) {
 func TestRealMLXQuantizedFolderMatchesMLXLM(t *testing.T) {
 	quant := filepath.Join(t.TempDir(), "smollm2-q4")
 	runMLXLM(t, "quantize", realmodel.Folder(t), quant, "64", "4")
-	ck, _, err := ImportHF(quant, filepath.Join(t.TempDir(), "run"), tinyConfig(), ImportOptions{Context: 64})
+	ck, _, err := ImportHF(quant, filepath.Join(t.TempDir(), "run"), runtest.TinyConfig(), ImportOptions{Context: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

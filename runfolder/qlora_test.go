@@ -9,6 +9,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -23,7 +24,7 @@ func qloraConfig(t testing.TB, base string, bits int) finetune.Config {
 		gs = 0
 	}
 	return finetune.Config{Base: base, Method: finetune.MethodLoRA, Rank: 4, Alpha: 8, Targets: []string{"attn", "mlp"},
-		Train: writeCompletions(t, "train.jsonl", 0, 40), Valid: writeCompletions(t, "valid.jsonl", 100, 10),
+		Train: runtest.WriteCompletions(t, "train.jsonl", 0, 40), Valid: runtest.WriteCompletions(t, "valid.jsonl", 100, 10),
 		MaskPrompt: true, Quantize: bits, QGroupSize: gs}
 }
 
@@ -33,8 +34,8 @@ func qloraConfig(t testing.TB, base string, bits int) finetune.Config {
 // not equal to it; it samples; and fuse writes exactly the merge of its
 // adapters into the dequantized base.
 func TestQLoRAFineTune(t *testing.T) {
-	base := writeBase(t)
-	cfg := fineTuneConfig(4)
+	base := runtest.WriteBase(t)
+	cfg := runtest.FineTuneConfig(4)
 	floatSum := runFineTune(t, cfg, qloraConfig(t, base, 0), filepath.Join(t.TempDir(), "float"), "")
 
 	cfg.GradCheckpoint, cfg.LossChunk = true, 24

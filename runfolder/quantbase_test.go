@@ -9,18 +9,19 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// writeQuantizedBase saves writeBase's model with its block projections
-// quantized (4-bit, groups of 32) as a step-0 checkpoint, the layout an
-// MLX-quantized import or fuse --quantize writes.
+// writeQuantizedBase saves runtest.WriteBase's model with its block
+// projections quantized (4-bit, groups of 32) as a step-0 checkpoint, the
+// layout an MLX-quantized import or fuse --quantize writes.
 func writeQuantizedBase(t testing.TB) string {
 	t.Helper()
-	float := writeBase(t)
+	float := runtest.WriteBase(t)
 	var dir string
 	mlxtest.Run(t, func(t testing.TB) {
 		_, m, params, free, err := loadModel(float)
@@ -53,8 +54,8 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	if q, err := CheckpointQuantization(base); err != nil || q != "4-bit, groups of 32" {
 		t.Fatalf("CheckpointQuantization: %q, %v; want 4-bit, groups of 32", q, err)
 	}
-	trainFile := writeCompletions(t, "train.jsonl", 0, 16)
-	cfg := fineTuneConfig(3)
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 16)
+	cfg := runtest.FineTuneConfig(3)
 	cfg.Accum, cfg.EvalEvery = 1, 0
 	for _, c := range []struct {
 		ft   finetune.Config

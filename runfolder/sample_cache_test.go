@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
@@ -13,8 +15,8 @@ import (
 // A large init std makes the model's distributions peaked, so the two
 // paths' float rounding cannot decide between near-equal logits.
 func TestCachedGenerationMatchesRecompute(t *testing.T) {
-	configs := familyConfigs()
-	configs["tinygpt"] = tinyConfig().Model
+	configs := fixture.FamilyConfigs()
+	configs["tinygpt"] = runtest.TinyConfig().Model
 	for name, c := range configs {
 		c.InitStd = 0.3
 		if c.EmbedScale {

@@ -53,24 +53,8 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 	single := filepath.Join(t.TempDir(), "single")
 	want := runFineTune(t, cfg, ft, single, "")
 
-	dir := t.TempDir()
-	job := ftRankJob{Config: cfg, FineTune: ft, RunDir: filepath.Join(dir, "ranks")}
-	job.Config.Batch /= 2
-	spec, _ := json.Marshal(job)
-	jobFile := filepath.Join(dir, "job.json")
-	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fixture.RunRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
-
-	wantLines, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := train.ReadMetrics(filepath.Join(job.RunDir, train.MetricsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	runDir, lines := runFineTuneRanks(t, cfg, ft)
+	wantLines := readMetrics(t, single)
 	if len(lines) != len(wantLines) || len(lines) != cfg.Steps+1 {
 		t.Fatalf("the ranks logged %d lines, the single process %d; want %d (step 0 and every update)", len(lines), len(wantLines), cfg.Steps+1)
 	}
@@ -85,7 +69,7 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 			t.Errorf("step %d: held-out loss %s, the doubled batch's %s", m.Step, valText(m.ValLoss), valText(w.ValLoss))
 		}
 	}
-	got, err := checkpoint.Latest(job.RunDir)
+	got, err := checkpoint.Latest(runDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +101,33 @@ func TestDataParallelFineTuneMatchesDoubledBatch(t *testing.T) {
 			}
 		}
 	})
+}
+
+// runFineTuneRanks runs the fine-tune ft of cfg as two ranks over a
+// loopback ring (TestHelperDataParallelFineTuneRank), batch cfg.Batch/2
+// each, and returns the run folder rank 0 wrote and the metrics it logged.
+func runFineTuneRanks(t *testing.T, cfg train.Config, ft Config) (string, []train.Metrics) {
+	t.Helper()
+	dir := t.TempDir()
+	job := ftRankJob{Config: cfg, FineTune: ft, RunDir: filepath.Join(dir, "ranks")}
+	job.Config.Batch /= 2
+	spec, _ := json.Marshal(job)
+	jobFile := filepath.Join(dir, "job.json")
+	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fixture.RunRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
+	return job.RunDir, readMetrics(t, job.RunDir)
+}
+
+// readMetrics reads the metrics log of the run folder dir.
+func readMetrics(t testing.TB, dir string) []train.Metrics {
+	t.Helper()
+	lines, err := train.ReadMetrics(filepath.Join(dir, train.MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lines
 }
 
 // TestHelperDataParallelFineTuneRank is one rank of

@@ -16,7 +16,6 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
-	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -207,23 +206,8 @@ func TestDataParallelPreferenceFineTuneMatchesDoubledBatch(t *testing.T) {
 	single := filepath.Join(t.TempDir(), "single")
 	runFineTune(t, cfg, ft, single, "")
 
-	dir := t.TempDir()
-	job := ftRankJob{Config: cfg, FineTune: ft, RunDir: filepath.Join(dir, "ranks")}
-	job.Config.Batch /= 2
-	spec, _ := json.Marshal(job)
-	jobFile := filepath.Join(dir, "job.json")
-	if err := os.WriteFile(jobFile, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	fixture.RunRanks(t, 2, "TestHelperDataParallelFineTuneRank", ftRankJobEnv+"="+jobFile)
-	want, err := train.ReadMetrics(filepath.Join(single, train.MetricsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := train.ReadMetrics(filepath.Join(job.RunDir, train.MetricsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, got := runFineTuneRanks(t, cfg, ft)
+	want := readMetrics(t, single)
 	if len(got) != len(want) || len(got) != cfg.Steps+1 {
 		t.Fatalf("the ranks logged %d lines, the single process %d; want %d", len(got), len(want), cfg.Steps+1)
 	}

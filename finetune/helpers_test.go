@@ -3,9 +3,9 @@ package finetune
 import (
 	"testing"
 
-	"github.com/posttrainllm/posttrainllm/optim"
-
+	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
+	"github.com/posttrainllm/posttrainllm/optim"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/step"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -49,4 +49,24 @@ func plainSGD(t testing.TB, m *model.Transformer) optim.Optimizer {
 		t.Fatal(err)
 	}
 	return o
+}
+
+// sgdStep is a compiled step of loss over all of m's parameters, trained
+// with plainSGD, in layout (its Trainable and State filled in here) and
+// opts; it returns the step, freed when the test ends, and the optimizer
+// state.
+func sgdStep(t testing.TB, m *model.Transformer, loss step.Loss, layout step.Layout, opts step.StepOptions) (*step.Step, []*mlx.Array) {
+	t.Helper()
+	opt := plainSGD(t, m)
+	state, err := opt.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layout.Trainable, layout.State = len(m.Specs), len(state)
+	s, err := step.NewStep(loss, opt, layout, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Free)
+	return s, state
 }

@@ -157,17 +157,8 @@ func TestFreshAdapterDPOStartsAtLn2(t *testing.T) {
 // precomputed reference log-probabilities as its row input.
 func fullDPOStep(t testing.TB, m *model.Transformer, accum int, clip float64) (*step.Step, []*mlx.Array) {
 	t.Helper()
-	opt := plainSGD(t, m)
-	state, err := opt.Init()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := step.NewStep(PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.RowInputs, RowInputs: 1, Aux: PreferenceAux}, step.StepOptions{Accum: accum, GradClip: clip, Compile: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Free)
-	return s, state
+	return sgdStep(t, m, PreferenceLoss(m, Preference{Objective: DPO, Beta: 0.5}),
+		step.Layout{Inputs: step.RowInputs, RowInputs: 1, Aux: PreferenceAux}, step.StepOptions{Accum: accum, GradClip: clip, Compile: true})
 }
 
 // A row step's loss and metrics are means over the update's pairs,

@@ -64,17 +64,7 @@ func handLoss(t testing.TB, m *model.Transformer, params []*mlx.Array, xs, ys []
 
 func zeroLRStep(t testing.TB, m *model.Transformer, accum int) (*step.Step, []*mlx.Array) {
 	t.Helper()
-	opt := plainSGD(t, m)
-	state, err := opt.Init()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := step.NewStep(fullLoss(m), opt, step.Layout{Trainable: len(m.Specs), Frozen: 0, State: len(state), Inputs: step.WeightedInputs}, step.StepOptions{Accum: accum, Compile: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Free)
-	return s, state
+	return sgdStep(t, m, fullLoss(m), step.Layout{Inputs: step.WeightedInputs}, step.StepOptions{Accum: accum, Compile: true})
 }
 
 // The step's loss is the mean cross-entropy over the counted targets of

@@ -196,7 +196,7 @@ func planFresh(req Request) (Plan, error) {
 	}
 	s := req.Settings
 	if s.Method == MethodFull || s.Quantize != 0 {
-		quant, err := checkpointQuantization(dir)
+		quant, err := CheckpointQuantization(dir)
 		if err != nil {
 			return Plan{}, settingErr("base", req.From, "%v", err)
 		}
@@ -307,9 +307,10 @@ func absPath(path string) string {
 	return path
 }
 
-// checkpointQuantization is the quantization of the model the checkpoint
-// dir holds (peft.Quantized's String), "" for a float one.
-func checkpointQuantization(dir string) (string, error) {
+// CheckpointQuantization is the quantization of the model the checkpoint
+// directory dir holds (peft.Quantized's String, say "4-bit, groups of
+// 64"), or "" for a float model.
+func CheckpointQuantization(dir string) (string, error) {
 	var out string
 	err := mlx.Do(func() error {
 		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))

@@ -173,8 +173,8 @@ func TestNewPlanQuantizedBase(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if q, err := checkpointQuantization(base); err != nil || q != "4-bit, groups of 32" {
-		t.Fatalf("checkpointQuantization: %q, %v; want 4-bit, groups of 32", q, err)
+	if q, err := CheckpointQuantization(base); err != nil || q != "4-bit, groups of 32" {
+		t.Fatalf("CheckpointQuantization: %q, %v; want 4-bit, groups of 32", q, err)
 	}
 	if _, err := NewPlan(Request{From: base, Settings: loraSettings(trainFile)}); err != nil {
 		t.Errorf("adapters over a quantized base: %v", err)

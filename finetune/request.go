@@ -245,7 +245,8 @@ func planFresh(req Request) (Plan, error) {
 func (p Plan) CheckRun(c train.Config) error {
 	if p.Checkpoint != "" && c.Steps <= p.Step {
 		return &SettingError{Setting: "steps", Value: fmt.Sprint(c.Steps),
-			Reason: fmt.Sprintf("nothing to do: %s is at step %d; set steps N with N > %d to continue", p.Checkpoint, p.Step, p.Step)}
+			Reason: fmt.Sprintf("nothing to do: %s is at step %d and the run has %d steps; set steps N with N > %d to continue",
+				p.Checkpoint, p.Step, c.Steps, p.Step)}
 	}
 	return nil
 }

@@ -206,9 +206,16 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 		}
 		return usageError("finetune needs --%s: %s", flag, se.Reason)
 	}
+	reason := flagNames(se.Reason)
+	if se.With == "resume" {
+		// the resumed fine-tune's value, under the flag's name
+		reason = strings.Replace(reason, " with "+se.Setting+" ", " with "+flag+" ", 1)
+	}
 	value := se.Value
 	if f := flags.Lookup(flag); f != nil && f.Changed && f.Value.Type() != "stringSlice" {
 		value = f.Value.String() // as the user wrote it
+	} else if f != nil && !f.Changed {
+		return usageError("%s", reason) // the run's setting, not the user's: the reason says it
 	}
 	msg := "invalid --" + flag + " " + value
 	if se.With != "" {
@@ -218,7 +225,7 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 			msg += " " + rest
 		}
 	}
-	return usageError("%s: %s", msg, flagNames(se.Reason))
+	return usageError("%s: %s", msg, reason)
 }
 
 // finetuneFlag is the flag that sets the fine-tune setting key (a

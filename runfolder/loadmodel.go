@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/mlx"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/peft"
@@ -14,33 +15,9 @@ import (
 // CheckpointQuantization returns the quantization of the model a
 // checkpoint directory holds (say "4-bit, groups of 64"), or "" for a
 // float model, so that commands refuse what cannot use a quantized base
-// before they write anything.
-func CheckpointQuantization(dir string) (string, error) {
-	var out string
-	err := mlx.Do(func() error {
-		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", dir, err)
-		}
-		m, err := model.New(st.Config.Model)
-		if err != nil {
-			return err
-		}
-		file := filepath.Join(dir, checkpoint.ModelFile)
-		arrays, _, err := mlx.LoadSafetensors(file)
-		if err != nil {
-			return fmt.Errorf("checkpoint %s: %w", dir, err)
-		}
-		defer freeNamed(arrays)
-		q, _, err := peft.QuantizedFromNamed(file, m.Specs, arrays)
-		if err != nil || q == nil {
-			return err
-		}
-		out = q.String()
-		return nil
-	})
-	return out, err
-}
+// before they write anything. It is finetune.CheckpointQuantization,
+// which a fine-tune's plan asks.
+func CheckpointQuantization(dir string) (string, error) { return finetune.CheckpointQuantization(dir) }
 
 // loadModel reads the run state and the parameters of checkpoint directory
 // dir, in the model's order; free releases the parameters. A quantized

@@ -5,17 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
-	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/data"
 	"github.com/posttrainllm/posttrainllm/finetune"
-	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -165,131 +163,106 @@ type finetunePlan struct {
 	cfg        train.Config
 	ft         finetune.Config
 	out        string
-	checkpoint string // resumed checkpoint, or ""
+	checkpoint string  // resumed checkpoint, or ""
+	epochs     float64 // passes the steps derive from, or 0
 }
 
-// absFile checks that flag names an existing file and makes it absolute,
-// so checkpoints name it from any working directory.
-func absFile(flag, path string) (string, error) {
-	info, err := os.Stat(path)
-	if err != nil {
-		return "", usageError("invalid --%s %s: %v", flag, path, errors.Unwrap(err))
+// finetuneRequest is the finetune.Request the command line asks for:
+// the flags' values, and which of the fine-tune's own flags were given.
+func finetuneRequest(flags *pflag.FlagSet, opts finetuneOptions, ov *overrides) finetune.Request {
+	req := finetune.Request{From: opts.from, Resume: opts.resume,
+		Settings: finetune.Config{Train: opts.data, Valid: opts.valid, Method: opts.method,
+			Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
+			Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
+			Objective: finetune.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma},
+		Epochs: opts.epochs, EpochsSet: flags.Changed("epochs"), StepsSet: ov.isChanged("steps")}
+	opts.grpo.set(&req.Settings)
+	for _, f := range finetuneOwnFlags {
+		if flags.Changed(f.flag) {
+			req.Set = append(req.Set, f.key)
+		}
 	}
-	if info.IsDir() {
-		return "", usageError("invalid --%s %s: a directory; want a jsonl file", flag, path)
+	if ov.isChanged("optimizer") {
+		req.Optimizer = ov.value("optimizer")
 	}
-	return filepath.Abs(path)
+	return req
 }
+
+// finetuneUsage turns the fine-tune plan's error into a usage error that
+// names the flags: a finetune.SettingError's settings become the flags
+// that set them.
+func finetuneUsage(flags *pflag.FlagSet, err error) error {
+	var se *finetune.SettingError
+	if !errors.As(err, &se) {
+		return &exitError{code: exitUsage, err: err}
+	}
+	flag := finetuneFlag(se.Setting)
+	if se.Missing {
+		switch flag {
+		case "from":
+			return usageError("finetune needs --from BASE: %s", checkpointPaths)
+		case "data":
+			return usageError("finetune needs --data FILE.jsonl: the training records")
+		}
+		return usageError("finetune needs --%s: %s", flag, se.Reason)
+	}
+	reason := flagNames(se.Reason)
+	if se.With == "resume" {
+		// the resumed fine-tune's value, under the flag's name
+		reason = strings.Replace(reason, " with "+se.Setting+" ", " with "+flag+" ", 1)
+	}
+	value := se.Value
+	if f := flags.Lookup(flag); f != nil && f.Changed && f.Value.Type() != "stringSlice" {
+		value = f.Value.String() // as the user wrote it
+	} else if f != nil && !f.Changed {
+		return usageError("%s", reason) // the run's setting, not the user's: the reason says it
+	}
+	msg := "invalid --" + flag + " " + value
+	if se.With != "" {
+		with, rest, _ := strings.Cut(se.With, " ")
+		msg += " with --" + finetuneFlag(with)
+		if rest != "" {
+			msg += " " + rest
+		}
+	}
+	return usageError("%s: %s", msg, reason)
+}
+
+// finetuneFlag is the flag that sets the fine-tune setting key (a
+// finetune.json key, or resume, epochs, steps, optimizer).
+func finetuneFlag(key string) string {
+	for _, f := range finetuneOwnFlags {
+		if f.key == key {
+			return f.flag
+		}
+	}
+	return key
+}
+
+// flagNames writes the settings a plan's reason names as their flags.
+var flagNames = strings.NewReplacer("set steps N", "pass --steps N", "use method ", "use --method ",
+	"leave quantize out", "leave --quantize out", "set objective grpo", "add --objective grpo").Replace
 
 func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (finetunePlan, error) {
-	var p finetunePlan
 	flags := cmd.Flags()
-	var base train.Config
-	if opts.resume != "" {
-		dir, err := checkpoint.Resolve(opts.resume)
-		if err != nil {
-			return p, usageError("invalid --resume %s: %v", opts.resume, err)
-		}
-		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
-		if err != nil {
-			return p, usageError("invalid --resume %s: %v", opts.resume, err)
-		}
-		if p.ft, err = finetune.ReadConfig(dir); err != nil {
-			return p, usageError("invalid --resume %s: %v", opts.resume, err)
-		}
-		if err := checkFinetuneResume(flags, opts, p.ft, dir, st.Config.Model.Context); err != nil {
-			return p, err
-		}
-		if ov.isChanged("optimizer") && ov.value("optimizer") != st.Config.Optimizer {
-			return p, usageError("invalid --optimizer %s: %s holds %s optimizer state; a resumed fine-tune keeps its optimizer",
-				ov.value("optimizer"), dir, st.Config.Optimizer)
-		}
-		base, p.checkpoint = st.Config, dir
-		if opts.out == "" {
-			opts.out = runFolderOf(opts.resume, dir)
-		}
-	} else {
-		if opts.from == "" {
-			return p, usageError("finetune needs --from BASE: %s", checkpointPaths)
-		}
-		if opts.data == "" {
-			return p, usageError("finetune needs --data FILE.jsonl: the training records")
-		}
-		dir, err := checkpoint.Resolve(opts.from)
-		if err != nil {
-			return p, usageError("invalid --from %s: %v", opts.from, err)
-		}
-		st, err := train.ReadRunState(filepath.Join(dir, checkpoint.StateFile))
-		if err != nil {
-			return p, usageError("invalid --from %s: %v", opts.from, err)
-		}
-		if dir, err = filepath.Abs(dir); err != nil {
-			return p, usageError("invalid --from %s: %v", opts.from, err)
-		}
-		if opts.method == finetune.MethodFull || opts.quantize != 0 {
-			quant, err := runfolder.CheckpointQuantization(dir)
-			if err != nil {
-				return p, usageError("invalid --from %s: %v", opts.from, err)
-			}
-			if quant != "" && opts.method == finetune.MethodFull {
-				return p, usageError("invalid --method full: the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use --method lora or dora over it, or import float weights", opts.from, quant)
-			}
-			if quant != "" {
-				return p, usageError("invalid --quantize %d: the base %s is quantized already (%s); leave --quantize out to train the adapters over it as it is", opts.quantize, opts.from, quant)
-			}
-		}
-		p.ft = finetune.Config{Base: dir, Method: opts.method, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
-			Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
-			Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma}
-		if opts.objective != string(finetune.SFT) {
-			p.ft.Objective = finetune.ObjectiveName(opts.objective)
-		}
-		if err := checkGRPOFlags(flags, opts.objective); err != nil {
-			return p, err
-		}
-		opts.grpo.set(&p.ft)
-		if opts.method != finetune.MethodFull {
-			p.ft.Rank, p.ft.Alpha, p.ft.Targets = opts.rank, opts.alpha, opts.targets
-		}
-		if p.ft.Train, err = absFile("data", opts.data); err != nil {
-			return p, err
-		}
-		if opts.valid != "" {
-			if p.ft.Valid, err = absFile("valid", opts.valid); err != nil {
-				return p, err
-			}
-		}
-		if err := p.ft.Validate(); err != nil {
-			return p, usageError("invalid fine-tune settings: %v", err)
-		}
-		if opts.context > st.Config.Model.Context {
-			return p, usageError("invalid --context %d: want at most the base model's context, %d", opts.context, st.Config.Model.Context)
-		}
-		p.ft.Context = opts.context
-		base = finetune.Defaults(st.Config, opts.method)
-		if opts.out == "" {
-			opts.out = filepath.Join("runs", "finetune")
-		}
+	fp, err := finetune.NewPlan(finetuneRequest(flags, opts, ov))
+	if err != nil {
+		return finetunePlan{}, finetuneUsage(flags, err)
 	}
-	if flags.Changed("epochs") && ov.isChanged("steps") {
-		return p, usageError("--epochs %s with --steps %s: give one; --epochs derives the steps from the training sequences", ov.fs.Lookup("epochs").Value, ov.value("steps"))
+	p := finetunePlan{ft: fp.FineTune, checkpoint: fp.Checkpoint, epochs: fp.Epochs}
+	switch {
+	case opts.out != "":
+	case p.checkpoint != "":
+		opts.out = runFolderOf(opts.resume, p.checkpoint)
+	default:
+		opts.out = filepath.Join("runs", "finetune")
 	}
-	if flags.Changed("epochs") && !(opts.epochs > 0) {
-		return p, usageError("invalid --epochs %g: want a number of passes > 0", opts.epochs)
-	}
-	if flags.Changed("context") && opts.context < 1 {
-		return p, usageError("invalid --context %d: want a number of tokens >= 1, at most the base model's context", opts.context)
-	}
-	cfg, err := ov.apply(base)
+	cfg, err := ov.apply(fp.Run)
 	if err != nil {
 		return p, &exitError{code: exitUsage, err: err}
 	}
-	if p.checkpoint != "" {
-		st, _ := train.ReadRunState(filepath.Join(p.checkpoint, checkpoint.StateFile))
-		if cfg.Steps <= st.Step {
-			return p, usageError("nothing to do: %s is at step %d and the run has %d steps; pass --steps N with N > %d to continue",
-				p.checkpoint, st.Step, cfg.Steps, st.Step)
-		}
+	if err := fp.CheckRun(cfg); err != nil {
+		return p, finetuneUsage(flags, err)
 	}
 	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, "fine-tune"); err != nil {
 		return p, err
@@ -327,8 +300,8 @@ func runFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) error 
 	}
 	f.Group = group
 	var notes []string
-	if cmd.Flags().Changed("epochs") {
-		note, err := setEpochSteps(f, opts.epochs, ov, group.Size())
+	if p.epochs > 0 {
+		note, err := setEpochSteps(f, p.epochs, ov, group.Size())
 		if err != nil {
 			return err
 		}
@@ -450,4 +423,15 @@ func printRows(w io.Writer, what, path string, r *data.Rows) {
 		fmt.Fprintf(w, ", %d sequences with no counted target (prompt fills the context)", r.NoTargets)
 	}
 	fmt.Fprintln(w)
+}
+
+// objectiveNames lists the built-in objectives (finetune.ObjectiveNames) for
+// --objective's usage.
+func objectiveNames() string {
+	names := finetune.ObjectiveNames()
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = string(n)
+	}
+	return strings.Join(out, ", ")
 }

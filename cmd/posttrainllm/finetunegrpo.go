@@ -90,19 +90,6 @@ func (o grpoOptions) set(ft *finetune.Config) {
 	ft.ScaleRewards, ft.MaskTruncated = o.scaleRewards, o.maskTruncated
 }
 
-// checkGRPOFlags refuses grpo flags given to another objective.
-func checkGRPOFlags(fs *pflag.FlagSet, objective string) error {
-	if objective == string(finetune.GRPOName) {
-		return nil
-	}
-	for _, f := range grpoOwnFlags {
-		if fs.Changed(f.flag) {
-			return usageError("invalid --%s with --objective %s: it sets the grpo objective; add --objective grpo or drop it", f.flag, objective)
-		}
-	}
-	return nil
-}
-
 // describeGRPO is the header line of a GRPO fine-tune.
 func describeGRPO(ft finetune.Config) string {
 	g, err := finetune.GRPOFrom(ft)

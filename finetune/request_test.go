@@ -8,6 +8,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
+	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/peft"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -37,8 +38,8 @@ func wantSettingErr(t *testing.T, what string, err error, setting, with string) 
 // beyond the base's, GRPO's settings for another objective, epochs with
 // steps and epochs <= 0.
 func TestNewPlanFresh(t *testing.T) {
-	base := writeBase(t)
-	trainFile := writeCompletions(t, "train.jsonl", 0, 8)
+	base := runtest.WriteBase(t)
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 8)
 	req := Request{From: base, Settings: loraSettings(trainFile)}
 	p, err := NewPlan(req)
 	if err != nil {
@@ -47,7 +48,7 @@ func TestNewPlanFresh(t *testing.T) {
 	if p.Checkpoint != "" || p.FineTune.Objective != "" || p.FineTune.Train != trainFile || !filepath.IsAbs(p.FineTune.Base) {
 		t.Errorf("plan %+v: want a fresh sft fine-tune of %s on %s", p, base, trainFile)
 	}
-	if want := Defaults(tinyConfig(), MethodLoRA); p.Run.Steps != want.Steps || p.Run.LR != DefaultAdapterLR {
+	if want := Defaults(runtest.TinyConfig(), MethodLoRA); p.Run.Steps != want.Steps || p.Run.LR != DefaultAdapterLR {
 		t.Errorf("run %+v: want the defaults over the base", p.Run)
 	}
 	for _, c := range []struct {
@@ -58,7 +59,7 @@ func TestNewPlanFresh(t *testing.T) {
 		{"no base", func(r *Request) { r.From = "" }, "base", ""},
 		{"no data", func(r *Request) { r.Settings.Train = "" }, "train", ""},
 		{"missing data", func(r *Request) { r.Settings.Train = filepath.Join(t.TempDir(), "none.jsonl") }, "train", ""},
-		{"context beyond the base's", func(r *Request) { r.Settings.Context = tinyConfig().Model.Context + 1 }, "context", ""},
+		{"context beyond the base's", func(r *Request) { r.Settings.Context = runtest.TinyConfig().Model.Context + 1 }, "context", ""},
 		{"context 0 set", func(r *Request) { r.Set = []string{"context"} }, "context", ""},
 		{"grpo setting for sft", func(r *Request) { r.Settings.GroupSize, r.Set = 4, []string{"group_size"} }, "group_size", "objective sft"},
 		{"epochs with steps", func(r *Request) { r.Epochs, r.EpochsSet, r.StepsSet = 2, true, true }, "epochs", "steps"},
@@ -75,8 +76,8 @@ func TestNewPlanFresh(t *testing.T) {
 // Epochs derive the steps: the plan carries them, and SetEpochs makes
 // them ceil(epochs × sequences / (batch × accum × ranks)).
 func TestNewPlanEpochsDeriveSteps(t *testing.T) {
-	base := writeBase(t)
-	trainFile := writeCompletions(t, "train.jsonl", 0, 10)
+	base := runtest.WriteBase(t)
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 10)
 	p, err := NewPlan(Request{From: base, Settings: loraSettings(trainFile), Epochs: 3, EpochsSet: true})
 	if err != nil {
 		t.Fatal(err)
@@ -104,12 +105,12 @@ func TestNewPlanEpochsDeriveSteps(t *testing.T) {
 // objective or the method, another optimizer or epochs is refused; the
 // same settings resume the checkpoint, which needs steps left to run.
 func TestNewPlanResume(t *testing.T) {
-	base := writeBase(t)
-	trainFile := writeCompletions(t, "train.jsonl", 0, 16)
+	base := runtest.WriteBase(t)
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 16)
 	run := filepath.Join(t.TempDir(), "run")
 	ft := loraSettings(trainFile)
 	ft.Base, ft.Objective = base, ""
-	cfg := fineTuneConfig(2)
+	cfg := runtest.FineTuneConfig(2)
 	cfg.EvalEvery, cfg.Warmup = 0, 1
 	runFineTune(t, cfg, ft, run, "")
 	req := Request{Resume: run, From: base, Settings: loraSettings(trainFile), Set: []string{"base", "train", "method", "rank", "objective"}}
@@ -153,8 +154,8 @@ func TestNewPlanResume(t *testing.T) {
 // A quantized base takes adapters, but a full fine-tune or quantize over
 // it is refused, naming the quantization.
 func TestNewPlanQuantizedBase(t *testing.T) {
-	c := tinyConfig()
-	trainFile := writeCompletions(t, "train.jsonl", 0, 8)
+	c := runtest.TinyConfig()
+	trainFile := runtest.WriteCompletions(t, "train.jsonl", 0, 8)
 	var base string
 	mlxtest.Run(t, func(t testing.TB) {
 		cfg, m, err := train.Prepare(c)

@@ -90,7 +90,7 @@ fi
 # 5. vet type-checks every package and its tests for darwin, so a
 # Linux-only Go API (syscall.Gettid, …) fails here.
 xenv "$GO" vet ./...
-xenv "$GO" vet -tags gpu ./mlx ./model ./train ./finetune # make test runs these on a Mac
+xenv "$GO" vet -tags gpu ./mlx ./model ./step ./train ./finetune # make test runs these on a Mac
 lap "go vet ./... for darwin/arm64"
 
 # 6. Build and link: the commands, and one test binary per package. All of
@@ -98,11 +98,15 @@ lap "go vet ./... for darwin/arm64"
 # binary's symbol table binds every import to a library, which is what the
 # check reads.
 rm -rf "$out"
-mkdir -p "$out/cmd" "$out/tests"
+mkdir -p "$out/cmd" "$out/tests" "$out/example-tests"
 xenv "$GO" build -ldflags="-w -linkmode=external" -o "$out/cmd/" ./...
 lap "built $(ls "$out/cmd" | tr '\n' ' ')"
-xenv "$GO" test -c -ldflags="-w -linkmode=external" -o "$out/tests/" ./...
-lap "built $(ls "$out/tests" | wc -l | tr -d ' ') test binaries"
+# go test -c names a binary by its package's last element, and an example
+# shares it with the package it shows (examples/finetune, finetune): the
+# examples' test binaries go to a folder of their own.
+xenv "$GO" test -c -ldflags="-w -linkmode=external" -o "$out/tests/" $("$GO" list ./... | grep -v '/examples/')
+xenv "$GO" test -c -ldflags="-w -linkmode=external" -o "$out/example-tests/" ./examples/...
+lap "built $(ls "$out/tests" "$out/example-tests" | grep -c '\.test$') test binaries"
 
 # 7. Every imported symbol is bound to a library that exports it.
 check() {
@@ -114,7 +118,7 @@ check() {
 		-dylib "$prefix/mlx/mlx/lib/libmlx.dylib" \
 		"$@"
 }
-check "$out"/cmd/* "$out"/tests/*
+check "$out"/cmd/* "$out"/tests/* "$out"/example-tests/*
 
 # The check must fail on what it exists to catch: a Linux-only libc call
 # (gettid) let through by -undefined dynamic_lookup.

@@ -26,6 +26,7 @@ type benchOptions struct {
 	nproc      int
 	finetune   finetuneBench
 	generate   generateBench
+	cpuProfile string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -123,9 +124,10 @@ and the engine's traces; --rounds N repeats the rows N times, alternating.`,
 	fs.IntVar(&opts.generate.promptTokens, "prompt-tokens", 128, "with --generate: prompt tokens per stream (random tokens)")
 	fs.IntVar(&opts.generate.genTokens, "gen-tokens", 128, "with --generate: tokens generated per stream (greedy, no stop tokens)")
 	fs.IntVar(&opts.generate.maxBatch, "max-batch", 0, "with --generate: the engine's batch (0: the largest --streams)")
+	fs.StringVar(&opts.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this new file (go tool pprof)")
 	ov := addConfigFlags(fs, "steps", "log-every", "eval-every", "eval-tokens", "checkpoint-every", "keep-checkpoints", "prefetch-depth")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		return runBench(cmd, opts, ov)
+		return withCPUProfile(opts.cpuProfile, func() error { return runBench(cmd, opts, ov) })
 	}
 	return cmd
 }

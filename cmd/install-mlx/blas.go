@@ -27,6 +27,10 @@ import (
 // with the MLX folder when a new wheel replaces it.
 const blasStamp = ".blas"
 
+// shimRevision goes into blasStamp beside the OpenBLAS version: an install
+// whose shim predates a change to shimC is rebuilt.
+const shimRevision = "shim 2: sgemm of one row or column as sgemv"
+
 func routeBLAS(o options, stdout, stderr io.Writer) error {
 	if runtime.GOOS != "linux" {
 		return nil
@@ -59,7 +63,8 @@ func routeBLAS(o options, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "BLAS: using the reference BLAS bundled with mlx-cpu")
 		return nil
 	}
-	if b, err := os.ReadFile(stamp); err == nil && strings.TrimSpace(string(b)) == want {
+	linked := want + "; " + shimRevision
+	if b, err := os.ReadFile(stamp); err == nil && strings.TrimSpace(string(b)) == linked {
 		fmt.Fprintf(stdout, "BLAS: %s already linked into %s\n", want, libs)
 		return nil
 	}
@@ -123,7 +128,7 @@ func routeBLAS(o options, stdout, stderr io.Writer) error {
 	if err := buildShim(cc, syms, target, openblasDir); err != nil {
 		return err
 	}
-	if err := os.WriteFile(stamp, []byte(want+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(stamp, []byte(linked+"\n"), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "BLAS: %d BLAS functions of %s now run in OpenBLAS (%s)\n", len(syms), filepath.Base(target), want)
@@ -185,13 +190,51 @@ func dynSymbols(path string) (defined, undefined []string, err error) {
 	return defined, undefined, nil
 }
 
-// threadsC keeps OpenBLAS at one thread unless OPENBLAS_NUM_THREADS says
-// otherwise: MLX runs its own CPU threads, and OpenBLAS workers spinning
-// beside them made a tiny step 2.7x slower on two cores.
-const threadsC = `#include <stdlib.h>
+// shimC is the shim's C half. It keeps OpenBLAS at one thread unless
+// OPENBLAS_NUM_THREADS says otherwise: MLX runs its own CPU threads, and
+// OpenBLAS workers spinning beside them made a tiny step 2.7x slower on two
+// cores. And it answers cblas_sgemm itself: a product with one row (M = 1:
+// a decode step of one sequence, x·Wᵀ) or one column (N = 1) goes to
+// sgemv, which reads the matrix once, where OpenBLAS's sgemm first copies
+// it into its packed layout and then reads the copy: for SmolLM2-135M's
+// MLP and vocabulary projections sgemv took a third of sgemm's time
+// (docs/performance/cpu.md). Everything else, and column-major calls
+// (MLX makes none), go to OpenBLAS's sgemm unchanged.
+const shimC = `#include <stdlib.h>
+#include <string.h>
+enum { RowMajor = 101, NoTrans = 111, Trans = 112 };
 void scipy_openblas_set_num_threads(int);
+void scipy_cblas_sgemm(int, int, int, int, int, int, float, const float *, int,
+                       const float *, int, float, float *, int);
+void scipy_cblas_sgemv(int, int, int, int, float, const float *, int,
+                       const float *, int, float, float *, int);
 __attribute__((constructor)) static void ptlm_blas_threads(void) {
   if (getenv("OPENBLAS_NUM_THREADS") == NULL) scipy_openblas_set_num_threads(1);
+}
+void cblas_sgemm(int order, int ta, int tb, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta,
+                 float *C, int ldc) {
+  if (order != RowMajor || K < 1 || M < 1 || N < 1 || (M != 1 && N != 1)) {
+    scipy_cblas_sgemm(order, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  if (M == 1) { /* C[0, :] = alpha * op(A)[0, :] · op(B) + beta * C */
+    if (beta == 0) memset(C, 0, (size_t)N * sizeof(float));
+    int incx = ta == NoTrans ? 1 : lda;
+    if (tb == NoTrans) /* B is [K, N] */
+      scipy_cblas_sgemv(RowMajor, Trans, K, N, alpha, B, ldb, A, incx, beta, C, 1);
+    else /* B is [N, K] */
+      scipy_cblas_sgemv(RowMajor, NoTrans, N, K, alpha, B, ldb, A, incx, beta, C, 1);
+    return;
+  }
+  /* N == 1: C[:, 0] = alpha * op(A) · op(B)[:, 0] + beta * C */
+  if (beta == 0)
+    for (int m = 0; m < M; m++) C[(size_t)m * ldc] = 0;
+  int incx = tb == NoTrans ? ldb : 1;
+  if (ta == NoTrans) /* A is [M, K] */
+    scipy_cblas_sgemv(RowMajor, NoTrans, M, K, alpha, A, lda, B, incx, beta, C, ldc);
+  else /* A is [K, M] */
+    scipy_cblas_sgemv(RowMajor, Trans, K, M, alpha, A, lda, B, incx, beta, C, ldc);
 }
 `
 
@@ -207,13 +250,16 @@ func buildShim(cc string, syms []string, target, openblasDir string) error {
 	var asm strings.Builder
 	asm.WriteString("  .text\n")
 	for _, s := range syms {
+		if s == "cblas_sgemm" {
+			continue // shimC's
+		}
 		fmt.Fprintf(&asm, "  .globl %s\n  .type %s, @function\n%s:\n  jmp scipy_%s@PLT\n", s, s, s, s)
 	}
 	asm.WriteString("  .section .note.GNU-stack,\"\",@progbits\n")
 	if err := os.WriteFile(filepath.Join(work, "shim.S"), []byte(asm.String()), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(work, "threads.c"), []byte(threadsC), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(work, "shim.c"), []byte(shimC), 0o644); err != nil {
 		return err
 	}
 	soname := filepath.Base(target)
@@ -222,7 +268,7 @@ func buildShim(cc string, syms []string, target, openblasDir string) error {
 	out := filepath.Join(filepath.Dir(target), "."+soname+".new")
 	defer os.Remove(out)
 	cmd := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", out,
-		filepath.Join(work, "shim.S"), filepath.Join(work, "threads.c"),
+		filepath.Join(work, "shim.S"), filepath.Join(work, "shim.c"),
 		"-Wl,-soname,"+soname, "-L"+openblasDir, "-l:libscipy_openblas.so",
 		"-Wl,-rpath,$ORIGIN/../../blas/scipy_openblas32/lib")
 	if b, err := cmd.CombinedOutput(); err != nil {

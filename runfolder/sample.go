@@ -39,7 +39,7 @@ type SampleOptions struct {
 
 // Generation returns the options as package generate takes them.
 func (o SampleOptions) Generation() generate.Options {
-	return generate.Options{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Recompute: o.Recompute, Timing: o.Timing}
+	return generate.Options{Sampling: generate.Sampling{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed}, Recompute: o.Recompute, Timing: o.Timing}
 }
 
 // Validate reports an option that cannot generate.

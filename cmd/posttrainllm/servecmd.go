@@ -75,7 +75,7 @@ func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Par
 	if !p.HasSeed {
 		seed = rand.Uint64()
 	}
-	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
+	opts := generate.Options{Sampling: generate.Sampling{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}}
 	req := generate.EngineRequest{Prompt: prompt, Options: opts, ScorePrompt: p.Echo && p.Logprobs, Adapter: p.Adapter}
 	res, err := b.m.GenerateOn(ctx, b.e, req, func(text string) error {
 		if !emit(text) {

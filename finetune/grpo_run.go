@@ -325,7 +325,7 @@ func (r *grpoRun) Evaluate(trainable, frozen []*mlx.Array) (Eval, error) {
 			return Eval{}, fmt.Errorf("grpo: held-out prompt %d: %w", i+1, err)
 		}
 		ss, err := r.engine.Submit(r.ctx, generate.Sequence{Prompt: ids, N: 1, Options: generate.Options{
-			MaxTokens: r.o.Rollout.MaxCompletion, StopTokens: r.gm.EndTokens}, Adapter: r.opts.Adapter})
+			Sampling: generate.Sampling{MaxTokens: r.o.Rollout.MaxCompletion}, StopTokens: r.gm.EndTokens}, Adapter: r.opts.Adapter})
 		if err != nil {
 			return Eval{}, fmt.Errorf("grpo: held-out prompt %d: %w", i+1, err)
 		}

@@ -114,7 +114,7 @@ func greedyEnding(t testing.TB, m *model.Transformer, params []*mlx.Array, tok d
 	var samples []string
 	for _, r := range recs {
 		prompt := tok.Encode(r.Chosen.Prompt)
-		gen, _, err := generate.Tokens(context.Background(), m, params, prompt, generate.Options{MaxTokens: 7}, nil)
+		gen, _, err := generate.Tokens(context.Background(), m, params, prompt, generate.Options{Sampling: generate.Sampling{MaxTokens: 7}}, nil)
 		out := append(slices.Clone(prompt), gen...)
 		if err != nil {
 			t.Fatal(err)

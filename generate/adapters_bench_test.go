@@ -51,7 +51,7 @@ func BenchmarkEngineAdapters(b *testing.B) {
 		var streams []*Stream
 		for i, a := range rows {
 			prompt := []int32{int32(1 + i), 17, 300, int32(40 * i), 9, 5, 77, 1000}
-			s, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 64}, Adapter: a})
+			s, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 64}}, Adapter: a})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -113,7 +113,7 @@ func TestEngineAdaptersMatchMerged(t *testing.T) {
 			seqs := mixedSequences(cfg.VocabSize)
 			names := []string{"", "x", "y", "z", "x", "", "z", "y"}
 			for i := range seqs {
-				seqs[i].Options = Options{MaxTokens: seqs[i].MaxTokens}
+				seqs[i].Options = Options{Sampling: Sampling{MaxTokens: seqs[i].MaxTokens}}
 				seqs[i].Adapter = names[i]
 			}
 			seqs[3].PromptLogprobs = true
@@ -162,7 +162,7 @@ func TestEngineAdapterLifecycle(t *testing.T) {
 	net, params := engineNet(t, cfg)
 	e := newEngine(t, net, params, EngineOptions{MaxBatch: 2})
 	prompt := []int32{5, 9, 14, 2, 77, 130}
-	seq := Sequence{Prompt: prompt, Options: Options{MaxTokens: 12}, Adapter: "z"}
+	seq := Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 12}}, Adapter: "z"}
 	if _, err := e.Submit(context.Background(), seq); err == nil || !strings.Contains(err.Error(), `no adapter "z"`) {
 		t.Fatalf("Submit with an unknown adapter: %v, want an error naming it", err)
 	}
@@ -232,7 +232,7 @@ func TestEngineAdapterLifecycle(t *testing.T) {
 		t.Fatalf("after SetParams: %v, merged over the new base %v", third[0].Tokens, want.Tokens)
 	}
 
-	held, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 100}, Adapter: "z"})
+	held, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 100}}, Adapter: "z"})
 	if err != nil {
 		t.Fatal(err)
 	}

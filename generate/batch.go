@@ -157,7 +157,7 @@ func (b *batch) admit() {
 		group := make([]*row, j.seq.N)
 		for i := range group {
 			group[i] = &row{job: j, stream: j.streams[i], state: copying, slot: -1,
-				sampling: newRowSampling(j.seq.Options, b.e.net.Config.VocabSize, i)}
+				sampling: newRowSampling(j.seq.Sampling, b.e.net.Config.VocabSize, i)}
 			b.place(group[i])
 		}
 		for _, g := range group {

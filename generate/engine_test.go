@@ -65,7 +65,7 @@ func newEngine(t testing.TB, net *model.Transformer, params []*mlx.Array, opts E
 // sampled, top-k and top-p rows, so rows finish at different steps.
 func mixedSequences(vocab int) []Sequence {
 	lengths := []int{3, 37, 1, 20, 64, 9, 15, 50}
-	opts := []Options{
+	opts := []Sampling{
 		{MaxTokens: 12},
 		{MaxTokens: 30, Temperature: 1, Seed: 5},
 		{MaxTokens: 7, Temperature: 0.8, TopK: 5, Seed: 9},
@@ -81,7 +81,7 @@ func mixedSequences(vocab int) []Sequence {
 		for k := range prompt {
 			prompt[k] = int32((i*31 + k*7 + 3) % vocab)
 		}
-		seqs[i] = Sequence{Prompt: prompt, Options: opts[i]}
+		seqs[i] = Sequence{Prompt: prompt, Options: Options{Sampling: opts[i]}}
 	}
 	return seqs
 }
@@ -157,7 +157,7 @@ func TestEngineLogprobs(t *testing.T) {
 	e := newEngine(t, net, params, EngineOptions{PrefillChunk: 5})
 	prompt := []int32{4, 99, 12, 250, 7, 7, 31, 200, 3, 18, 64, 1}
 	out, err := e.Generate(context.Background(), Sequence{Prompt: prompt, PromptLogprobs: true,
-		Options: Options{MaxTokens: 10, Temperature: 1, Seed: 3}})
+		Options: Options{Sampling: Sampling{MaxTokens: 10, Temperature: 1, Seed: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestEngineGroupReadsPromptOnce(t *testing.T) {
 	net, params := engineNet(t, engineFamilies["llama"])
 	e := newEngine(t, net, params, EngineOptions{MaxBatch: 4})
 	prompt := []int32{10, 20, 30, 40, 50, 60, 70}
-	opts := Options{MaxTokens: 16, Temperature: 1.5, Seed: 42}
+	opts := Options{Sampling: Sampling{MaxTokens: 16, Temperature: 1.5, Seed: 42}}
 	group, err := e.Generate(context.Background(), Sequence{Prompt: prompt, N: 4, Options: opts})
 	if err != nil {
 		t.Fatal(err)
@@ -240,28 +240,28 @@ func TestEngineStopsAndCancels(t *testing.T) {
 	net, params := engineNet(t, cfg)
 	e := newEngine(t, net, params, EngineOptions{MaxBatch: 1})
 	prompt := []int32{1, 2, 3}
-	free, err := e.Generate(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 20}})
+	free, err := e.Generate(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 20}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := free[0].Tokens[6]
 	first := slices.Index(free[0].Tokens, stop)
-	out, err := e.Generate(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 20, StopTokens: []int32{stop}}})
+	out, err := e.Generate(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 20}, StopTokens: []int32{stop}}})
 	if err != nil || out[0].FinishReason != FinishStop || out[0].StopToken != stop || !slices.Equal(out[0].Tokens, free[0].Tokens[:first]) {
 		t.Fatalf("stop token %d: %+v, %v; want %v, stop", stop, out, err, free[0].Tokens[:first])
 	}
 	long := make([]int32, cfg.Context-4)
-	out, err = e.Generate(context.Background(), Sequence{Prompt: long, Options: Options{MaxTokens: 50}})
+	out, err = e.Generate(context.Background(), Sequence{Prompt: long, Options: Options{Sampling: Sampling{MaxTokens: 50}}})
 	if err != nil || len(out[0].Tokens) != 4 || out[0].FinishReason != FinishLength {
 		t.Fatalf("a prompt 4 short of the context: %d tokens (%s), %v; want 4 (length)", len(out[0].Tokens), out[0].FinishReason, err)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	held, err := e.Submit(ctx, Sequence{Prompt: prompt, Options: Options{MaxTokens: 100}})
+	held, err := e.Submit(ctx, Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 100}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 3}})
+	next, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 3}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestEngineStopsAndCancels(t *testing.T) {
 	if got, err := next[0].Wait(); err != nil || len(got.Tokens) != 3 {
 		t.Fatalf("the request behind it: %+v, %v", got, err)
 	}
-	stopped, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{MaxTokens: 100}})
+	stopped, err := e.Submit(context.Background(), Sequence{Prompt: prompt, Options: Options{Sampling: Sampling{MaxTokens: 100}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,10 +283,10 @@ func TestEngineStopsAndCancels(t *testing.T) {
 		t.Fatalf("stopped: %d tokens (%s), %v", len(got.Tokens), got.FinishReason, err)
 	}
 	for _, bad := range []Sequence{
-		{Options: Options{MaxTokens: 1}},
-		{Prompt: []int32{300}, Options: Options{MaxTokens: 1}},
-		{Prompt: prompt, N: 2, Options: Options{MaxTokens: 1}},
-		{Prompt: make([]int32, cfg.Context), Options: Options{MaxTokens: 1}},
+		{Options: Options{Sampling: Sampling{MaxTokens: 1}}},
+		{Prompt: []int32{300}, Options: Options{Sampling: Sampling{MaxTokens: 1}}},
+		{Prompt: prompt, N: 2, Options: Options{Sampling: Sampling{MaxTokens: 1}}},
+		{Prompt: make([]int32, cfg.Context), Options: Options{Sampling: Sampling{MaxTokens: 1}}},
 	} {
 		if _, err := e.Submit(context.Background(), bad); err == nil {
 			t.Fatalf("%+v was accepted", bad)
@@ -367,7 +367,7 @@ func TestEngineSoak(t *testing.T) {
 				defer wg.Done()
 				for i := range next {
 					ctx, cancel := context.WithCancel(context.Background())
-					seq := Sequence{Prompt: []int32{int32(i % 300), int32(i * 7 % 300), 5}, Options: Options{MaxTokens: 1 + i%4, Temperature: float64(i % 2), Seed: uint64(i)}}
+					seq := Sequence{Prompt: []int32{int32(i % 300), int32(i * 7 % 300), 5}, Options: Options{Sampling: Sampling{MaxTokens: 1 + i%4, Temperature: float64(i % 2), Seed: uint64(i)}}}
 					streams, err := e.Submit(ctx, seq)
 					if err != nil {
 						t.Error(err)

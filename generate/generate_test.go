@@ -60,25 +60,25 @@ func smolTemplate(t *testing.T) *chattemplate.Template {
 func TestStopTokens(t *testing.T) {
 	m := testModel(t, chatTokenizer(), nil, nil)
 	prompt := []int32{'H', 'i'}
-	all, reason, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 30}, nil)
+	all, reason, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{Sampling: Sampling{MaxTokens: 30}}, nil)
 	if err != nil || reason != FinishLength || len(all) != 30 {
 		t.Fatalf("no stops: %d tokens, %q, %v; want 30, length", len(all), reason, err)
 	}
 	stop := all[5]
 	first := slices.Index(all, stop)
-	out, reason, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 30, StopTokens: []int32{stop}}, nil)
+	out, reason, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{Sampling: Sampling{MaxTokens: 30}, StopTokens: []int32{stop}}, nil)
 	if err != nil || reason != FinishStop || !slices.Equal(out, all[:first]) {
 		t.Fatalf("stop at %d: %v, %q, %v; want %v, stop", stop, out, reason, err, all[:first])
 	}
-	res, err := m.GenerateTokens(context.Background(), prompt, Options{MaxTokens: 30, StopTokens: []int32{stop}}, nil, nil)
+	res, err := m.GenerateTokens(context.Background(), prompt, Options{Sampling: Sampling{MaxTokens: 30}, StopTokens: []int32{stop}}, nil, nil)
 	if err != nil || res.StopToken != stop || res.CompletionTokens != first || res.PromptTokens != 2 || res.FinishReason != FinishStop {
 		t.Fatalf("GenerateTokens with stop %d: %+v, %v", stop, res, err)
 	}
-	if res, err = m.GenerateTokens(context.Background(), prompt, Options{MaxTokens: 30}, nil, nil); err != nil || res.StopToken != -1 || res.FinishReason != FinishLength {
+	if res, err = m.GenerateTokens(context.Background(), prompt, Options{Sampling: Sampling{MaxTokens: 30}}, nil, nil); err != nil || res.StopToken != -1 || res.FinishReason != FinishLength {
 		t.Fatalf("GenerateTokens without stops: %+v, %v", res, err)
 	}
 	var emitted []int32
-	out, reason, err = Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 30}, func(id int32) error {
+	out, reason, err = Tokens(context.Background(), m.Net, m.Params, prompt, Options{Sampling: Sampling{MaxTokens: 30}}, func(id int32) error {
 		emitted = append(emitted, id)
 		if len(emitted) == 4 {
 			return ErrStop
@@ -89,7 +89,7 @@ func TestStopTokens(t *testing.T) {
 		t.Fatalf("emit stops after 4: %v (emitted %v), %q, %v; want %v", out, emitted, reason, err, all[:4])
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	_, _, err = Tokens(ctx, m.Net, m.Params, prompt, Options{MaxTokens: 30}, func(int32) error { cancel(); return nil })
+	_, _, err = Tokens(ctx, m.Net, m.Params, prompt, Options{Sampling: Sampling{MaxTokens: 30}}, func(int32) error { cancel(); return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v, want context.Canceled", err)
 	}
@@ -109,18 +109,18 @@ func TestTopP(t *testing.T) {
 		}
 		return out
 	}
-	greedy := gen(Options{MaxTokens: 20})
-	if got := gen(Options{MaxTokens: 20, Temperature: 1, TopP: 1e-6, Seed: 3}); !slices.Equal(got, greedy) {
+	greedy := gen(Options{Sampling: Sampling{MaxTokens: 20}})
+	if got := gen(Options{Sampling: Sampling{MaxTokens: 20, Temperature: 1, TopP: 1e-6, Seed: 3}}); !slices.Equal(got, greedy) {
 		t.Fatalf("top-p 1e-6: %v, greedy %v", got, greedy)
 	}
-	sampled := gen(Options{MaxTokens: 20, Temperature: 1.5, Seed: 3})
+	sampled := gen(Options{Sampling: Sampling{MaxTokens: 20, Temperature: 1.5, Seed: 3}})
 	if slices.Equal(sampled, greedy) {
 		t.Fatalf("sampling at temperature 1.5 gave the greedy tokens: the comparison shows nothing")
 	}
-	if got := gen(Options{MaxTokens: 20, Temperature: 1.5, TopP: 1, Seed: 3}); !slices.Equal(got, sampled) {
+	if got := gen(Options{Sampling: Sampling{MaxTokens: 20, Temperature: 1.5, TopP: 1, Seed: 3}}); !slices.Equal(got, sampled) {
 		t.Fatalf("top-p 1: %v, without top-p %v", got, sampled)
 	}
-	if err := (Options{MaxTokens: 1, TopP: 1.5}).Validate(); err == nil || !strings.Contains(err.Error(), "top-p = 1.5") {
+	if err := (Options{Sampling: Sampling{MaxTokens: 1, TopP: 1.5}}).Validate(); err == nil || !strings.Contains(err.Error(), "top-p = 1.5") {
 		t.Fatalf("top-p 1.5: %v", err)
 	}
 }
@@ -141,7 +141,7 @@ func TestSessionReusesCache(t *testing.T) {
 		t.Fatalf("end tokens %v, want <|im_end|> (%d) and <|endoftext|> (%d)", ends, imEnd, tok.EOT())
 	}
 	m := testModel(t, tok, tmpl, ends)
-	opts := Options{MaxTokens: 12}
+	opts := Options{Sampling: Sampling{MaxTokens: 12}}
 	s := m.NewSession("Be brief.")
 	defer s.Close()
 	var streamed strings.Builder
@@ -216,7 +216,7 @@ func TestBuiltInFormatAndPrompts(t *testing.T) {
 	if err != nil || !slices.Equal(ids, data.ChatPrompt(msgs, tok)) {
 		t.Fatalf("chat prompt %v, %v; want data.ChatPrompt's", ids, err)
 	}
-	res, err := m.Generate(context.Background(), Request{Messages: msgs, Options: Options{MaxTokens: 8}}, nil)
+	res, err := m.Generate(context.Background(), Request{Messages: msgs, Options: Options{Sampling: Sampling{MaxTokens: 8}}}, nil)
 	if err != nil || res.PromptTokens != len(ids) {
 		t.Fatalf("%+v, %v", res, err)
 	}
@@ -239,7 +239,7 @@ func TestTimingCountsPromptAndGeneration(t *testing.T) {
 	m := testModel(t, chatTokenizer(), nil, nil)
 	var timing Timing
 	prompt := []int32{'a', 'b', 'c', 'd'}
-	out, _, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{MaxTokens: 9, Timing: &timing}, nil)
+	out, _, err := Tokens(context.Background(), m.Net, m.Params, prompt, Options{Sampling: Sampling{MaxTokens: 9}, Timing: &timing}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestRealModelSessionMatchesFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	opts := Options{MaxTokens: 24}
+	opts := Options{Sampling: Sampling{MaxTokens: 24}}
 	s := m.NewSession("")
 	defer s.Close()
 	var msgs []data.Message

@@ -82,22 +82,22 @@ type rowSampling struct {
 	limit bool       // top-k or top-p limits the row's tokens
 }
 
-// newRowSampling returns the settings of opts for the index-th completion
+// newRowSampling returns the settings of s for the index-th completion
 // of a request: each completion of one prompt draws from its own stream
 // of the request's seed.
-func newRowSampling(opts Options, vocab int, index int) rowSampling {
-	s := rowSampling{temp: float32(opts.Temperature), topK: int32(vocab), topP: 2}
-	if opts.Temperature == 0 {
-		return s
+func newRowSampling(s Sampling, vocab int, index int) rowSampling {
+	r := rowSampling{temp: float32(s.Temperature), topK: int32(vocab), topP: 2}
+	if s.Temperature == 0 {
+		return r
 	}
-	s.rng = rand.New(rand.NewPCG(opts.Seed, uint64(index)))
-	if opts.TopK > 0 && opts.TopK < vocab {
-		s.topK, s.limit = int32(opts.TopK), true
+	r.rng = rand.New(rand.NewPCG(s.Seed, uint64(index)))
+	if s.TopK > 0 && s.TopK < vocab {
+		r.topK, r.limit = int32(s.TopK), true
 	}
-	if opts.TopP > 0 && opts.TopP < 1 {
-		s.topP, s.limit = float32(opts.TopP), true
+	if s.TopP > 0 && s.TopP < 1 {
+		r.topP, r.limit = float32(s.TopP), true
 	}
-	return s
+	return r
 }
 
 // draw returns the row's next uniform number in (0, 1]; greedy rows take 1.

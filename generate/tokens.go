@@ -13,17 +13,46 @@ import (
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
-// Options control how tokens are sampled and when generation ends.
-type Options struct {
+// Sampling is how a generation draws its tokens and how many it may
+// draw: the settings every way of generating shares (Options and the
+// engine's Sequence through it, runfolder.SampleOptions, serve.Params),
+// defined and checked (Validate) in one place so that they cannot drift
+// apart.
+type Sampling struct {
 	MaxTokens   int     // the most tokens to generate
 	Temperature float64 // 0 picks the most likely token (greedy)
 	TopK        int     // sample among the k most likely tokens; 0 for all
 	// TopP samples among the most likely tokens whose probabilities add up
 	// to at least TopP (nucleus sampling, after TopK); 0 or 1 for all.
 	TopP float64
-	Seed uint64 // the same seed, prompt and options give the same tokens
+	Seed uint64 // the same seed, prompt and settings give the same tokens
+}
+
+// Validate reports a setting that cannot generate.
+func (s Sampling) Validate() error {
+	if s.MaxTokens < 1 {
+		return fmt.Errorf("max tokens = %d, want >= 1", s.MaxTokens)
+	}
+	if s.Temperature < 0 || math.IsNaN(s.Temperature) || math.IsInf(s.Temperature, 0) {
+		return fmt.Errorf("temperature = %g, want a finite value >= 0", s.Temperature)
+	}
+	if s.TopK < 0 {
+		return fmt.Errorf("top-k = %d, want >= 0 (0 for no limit)", s.TopK)
+	}
+	if !(s.TopP >= 0 && s.TopP <= 1) {
+		return fmt.Errorf("top-p = %g, want a value in [0, 1] (0 or 1 for no limit)", s.TopP)
+	}
+	return nil
+}
+
+// Options control how tokens are sampled and when generation ends: the
+// sampling settings (Validate is theirs) and what only a generation of
+// token ids needs beside them.
+type Options struct {
+	Sampling
 	// Recompute feeds the whole context for every token instead of only the
 	// new one through the model's key/value cache: slower, the same tokens.
+	// The one-sequence decoder alone reads it; the engine always caches.
 	Recompute bool
 	// StopTokens end generation when sampled; the stop token is not part
 	// of the completion. Model.Generate adds the model's end tokens.
@@ -47,23 +76,6 @@ func (t Timing) PromptRate() float64 { return float64(t.PromptTokens) / t.Prompt
 // GenerationRate is the tokens generated per second after the first.
 func (t Timing) GenerationRate() float64 {
 	return float64(max(t.Generated-1, 0)) / t.Generation.Seconds()
-}
-
-// Validate reports an option that cannot generate.
-func (o Options) Validate() error {
-	if o.MaxTokens < 1 {
-		return fmt.Errorf("max tokens = %d, want >= 1", o.MaxTokens)
-	}
-	if o.Temperature < 0 || math.IsNaN(o.Temperature) || math.IsInf(o.Temperature, 0) {
-		return fmt.Errorf("temperature = %g, want a finite value >= 0", o.Temperature)
-	}
-	if o.TopK < 0 {
-		return fmt.Errorf("top-k = %d, want >= 0 (0 for no limit)", o.TopK)
-	}
-	if !(o.TopP >= 0 && o.TopP <= 1) {
-		return fmt.Errorf("top-p = %g, want a value in [0, 1] (0 or 1 for no limit)", o.TopP)
-	}
-	return nil
 }
 
 // FinishReason says why generation ended, in the words of OpenAI's API.

@@ -147,7 +147,7 @@ func TestEntryPointsFromManyGoroutines(t *testing.T) {
 
 	// Generation, and generation from a checkpoint saved and loaded on
 	// fresh goroutines.
-	opts := generate.Options{MaxTokens: 12, Temperature: 1, TopK: 8, Seed: 4}
+	opts := generate.Options{Sampling: generate.Sampling{MaxTokens: 12, Temperature: 1, TopK: 8, Seed: 4}}
 	prompt := []int32{10, 20, 30}
 	wantText, err := generateTokens(m, params, prompt, opts)
 	if err != nil {

@@ -34,7 +34,7 @@ func (o RolloutOptions) Validate() error {
 	if o.MaxCompletion < 1 {
 		return fmt.Errorf("completion budget %d: want at least 1 token", o.MaxCompletion)
 	}
-	return generate.Options{MaxTokens: o.MaxCompletion, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP}.Validate()
+	return generate.Sampling{MaxTokens: o.MaxCompletion, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP}.Validate()
 }
 
 // Sample is one completion of a group.
@@ -71,8 +71,8 @@ func Rollout(ctx context.Context, e *generate.Engine, prompts [][]int32, stops [
 	streams := make([][]*generate.Stream, len(prompts))
 	for i, p := range prompts {
 		seq := generate.Sequence{Prompt: p, N: opts.GroupSize, Options: generate.Options{
-			MaxTokens: opts.MaxCompletion, Temperature: opts.Temperature, TopK: opts.TopK, TopP: opts.TopP,
-			Seed: rolloutSeed(opts.Seed, step, i), StopTokens: stops}, Adapter: opts.Adapter}
+			Sampling: generate.Sampling{MaxTokens: opts.MaxCompletion, Temperature: opts.Temperature, TopK: opts.TopK, TopP: opts.TopP,
+				Seed: rolloutSeed(opts.Seed, step, i)}, StopTokens: stops}, Adapter: opts.Adapter}
 		var err error
 		if streams[i], err = e.Submit(ctx, seq); err != nil {
 			return nil, fmt.Errorf("rl: rollout of prompt %d: %w", i, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -53,7 +54,7 @@ func TestFusedCheckpointMatchesBasePlusAdapters(t *testing.T) {
 				t.Errorf("%s: the fused checkpoint's logits differ from base + adapters", method)
 			}
 		})
-		opts := SampleOptions{MaxTokens: 12}
+		opts := SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 12}}}
 		want, err := SampleAdapted(sum.LastCheckpoint, "", "the ", "cpu", opts)
 		if err != nil {
 			t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/train"
@@ -31,7 +32,7 @@ func TestFullFineTuneWritesOrdinaryCheckpoint(t *testing.T) {
 	if _, err := ck.OrderedParams(m); err != nil {
 		t.Fatalf("the full fine-tune's checkpoint is no ordinary checkpoint: %v", err)
 	}
-	if _, err := SampleCheckpoint(sum.LastCheckpoint, "the", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
+	if _, err := SampleCheckpoint(sum.LastCheckpoint, "the", "cpu", SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 4}}}); err != nil {
 		t.Errorf("sampling the full fine-tune: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -52,7 +53,7 @@ func TestQLoRAFineTune(t *testing.T) {
 		t.Errorf("initial held-out loss %.6f over the 4-bit base, %.6f over the float one: want a difference within quantization error",
 			sum.InitialValLoss, floatSum.InitialValLoss)
 	}
-	if _, err := SampleAdapted(run, "", "the", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
+	if _, err := SampleAdapted(run, "", "the", "cpu", SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 4}}}); err != nil {
 		t.Errorf("sampling the QLoRA fine-tune: %v", err)
 	}
 	fusedDir, err := Fuse(run, "", filepath.Join(t.TempDir(), "fused"), FuseOptions{})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/mlxtest"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/mlx"
@@ -88,10 +89,10 @@ func TestQuantizedBaseCheckpoint(t *testing.T) {
 	if sum.Traces != 1 || !(sum.Loss < sum.FirstLoss) {
 		t.Errorf("LoRA over the quantized base: %d traces, loss %.4f -> %.4f; want one trace and a lower loss", sum.Traces, sum.FirstLoss, sum.Loss)
 	}
-	if _, err := SampleCheckpoint(base, "the ", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
+	if _, err := SampleCheckpoint(base, "the ", "cpu", SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 4}}}); err != nil {
 		t.Errorf("sampling the quantized base: %v", err)
 	}
-	if _, err := SampleAdapted(sum.LastCheckpoint, "", "the ", "cpu", SampleOptions{MaxTokens: 4}); err != nil {
+	if _, err := SampleAdapted(sum.LastCheckpoint, "", "the ", "cpu", SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 4}}}); err != nil {
 		t.Errorf("sampling the adapters over the quantized base: %v", err)
 	}
 }

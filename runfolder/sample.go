@@ -13,18 +13,11 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// SampleOptions control text generation.
+// SampleOptions control text generation: package generate's options
+// (the sampling settings, Recompute, Timing) and how a checkpoint's
+// prompt is read.
 type SampleOptions struct {
-	MaxTokens   int     // tokens to generate
-	Temperature float64 // 0 picks the most likely token (greedy)
-	TopK        int     // sample among the k most likely tokens; 0 for all
-	// TopP samples among the most likely tokens whose probabilities add up
-	// to TopP (nucleus sampling); 0 or 1 for all.
-	TopP float64
-	Seed uint64
-	// Recompute feeds the whole context for every token instead of only the
-	// new one through the model's key/value cache: slower, the same tokens.
-	Recompute bool
+	generate.Options
 	// SpecialsAsText encodes special tokens written in a prompt (such as
 	// "<|im_start|>") as plain text instead of as their ids.
 	SpecialsAsText bool
@@ -32,21 +25,11 @@ type SampleOptions struct {
 	// one package data does not know (train.HFTokenizer); nil for
 	// data.NewTokenizer. Generate does not use it.
 	Tokenizers train.TokenizerOpener
-	// Timing, when not nil, receives the generation's prompt and
-	// generation rates (generate.Options.Timing).
-	Timing *generate.Timing
 }
 
-// Generation returns the options as package generate takes them.
-func (o SampleOptions) Generation() generate.Options {
-	return generate.Options{MaxTokens: o.MaxTokens, Temperature: o.Temperature, TopK: o.TopK, TopP: o.TopP, Seed: o.Seed, Recompute: o.Recompute, Timing: o.Timing}
-}
-
-// Validate reports an option that cannot generate.
-func (o SampleOptions) Validate() error { return o.Generation().Validate() }
-
-// Generate extends prompt by exactly opts.MaxTokens tokens, stopping at
-// no token, and returns the prompt and the tokens (generate.Tokens).
+// Generate extends prompt by opts.MaxTokens tokens, fewer only when one
+// of opts.StopTokens (none unless given) is sampled, and returns the
+// prompt and the tokens (generate.Tokens).
 func Generate(m *model.Transformer, params []*mlx.Array, prompt []int32, opts SampleOptions) ([]int32, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -54,7 +37,7 @@ func Generate(m *model.Transformer, params []*mlx.Array, prompt []int32, opts Sa
 	if len(prompt) == 0 {
 		return nil, fmt.Errorf("generate: empty prompt; give at least one token")
 	}
-	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts.Generation(), nil)
+	out, _, err := generate.Tokens(context.Background(), m, params, prompt, opts.Options, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package runfolder
 import (
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
@@ -30,7 +31,7 @@ func BenchmarkGenerate(b *testing.B) {
 			name = "recompute"
 		}
 		b.Run(name, func(b *testing.B) {
-			opts := SampleOptions{MaxTokens: 128, Temperature: 0, Recompute: recompute}
+			opts := SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 128, Temperature: 0}, Recompute: recompute}}
 			for b.Loop() {
 				if _, err := Generate(m, params, prompt, opts); err != nil {
 					b.Fatal(err)

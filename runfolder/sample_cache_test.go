@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/internal/runtest"
 	"github.com/posttrainllm/posttrainllm/internal/runtest/fixture"
 	"github.com/posttrainllm/posttrainllm/model"
@@ -34,10 +35,11 @@ func TestCachedGenerationMatchesRecompute(t *testing.T) {
 			t.Fatal(err)
 		}
 		prompt := []int32{5, 80, 13}
-		for _, opts := range []SampleOptions{
+		for _, s := range []generate.Sampling{
 			{MaxTokens: 40, Temperature: 0},
 			{MaxTokens: 40, Temperature: 1, Seed: 4},
 		} {
+			opts := SampleOptions{Options: generate.Options{Sampling: s}}
 			cached, err := Generate(m, params, prompt, opts)
 			if err != nil {
 				t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/model"
 )
 
@@ -22,11 +23,12 @@ func TestGenerateWithPaddedVocabulary(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := []int32{1, 2, 3}
-	for _, opts := range []SampleOptions{
+	for _, s := range []generate.Sampling{
 		{MaxTokens: 200, Temperature: 1, Seed: 9},
 		{MaxTokens: 20, Temperature: 0},
 		{MaxTokens: 50, Temperature: 1, TopK: 5, Seed: 3},
 	} {
+		opts := SampleOptions{Options: generate.Options{Sampling: s}}
 		out, err := Generate(m, params, prompt, opts)
 		if err != nil {
 			t.Fatal(err)

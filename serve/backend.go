@@ -1,19 +1,21 @@
 // Package serve answers the OpenAI HTTP API (GET /v1/models, POST
 // /v1/completions and POST /v1/chat/completions, streamed or not) over a
 // model that generates text, and over adapters of it that requests pick
-// by their "model" field (AdapterBackend). It holds no MLX code: a Backend (package
-// generate's batched engine, through the command line) encodes prompts and
-// generates; this package parses and checks requests, lets as many
-// generations run at once as the backend batches and queues the rest,
-// applies stop strings, and writes the OpenAI response and error shapes,
-// the legacy completions' logprobs and echo included (what evaluation
-// harnesses score prompts with).
+// by their "model" field (AdapterBackend). It holds no MLX code (of
+// package generate it takes only the Sampling type of its Params): a
+// Backend (package generate's batched engine, through the command line)
+// encodes prompts and generates; this package parses and checks requests,
+// lets as many generations run at once as the backend batches and queues
+// the rest, applies stop strings, and writes the OpenAI response and
+// error shapes, the legacy completions' logprobs and echo included (what
+// evaluation harnesses score prompts with).
 package serve
 
 import (
 	"context"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 )
 
 // Backend is a model the server generates with. Its methods may be called
@@ -62,16 +64,13 @@ type AdapterBackend interface {
 
 // Params are a request's sampling settings and the adapter it asked for.
 type Params struct {
-	// MaxTokens is the most tokens to generate, at least 1.
-	MaxTokens int
-	// Temperature divides the logits; 0 picks the most likely token.
-	Temperature float64
-	// TopP keeps the smallest set of most likely tokens whose probabilities
-	// sum to at least TopP (nucleus sampling); 1 keeps all.
-	TopP float64
-	// Seed makes sampling repeatable; HasSeed says whether the request set
-	// one (without, each request draws its own).
-	Seed    int64
+	// Sampling holds the request's settings as package generate takes
+	// them: MaxTokens (at least 1), Temperature (0 picks the most likely
+	// token), TopP (nucleus sampling; 1 keeps all) and Seed. TopK is 0, no
+	// limit: the OpenAI API has no top_k.
+	generate.Sampling
+	// HasSeed says whether the request set Seed (its "seed", an int64
+	// taken bit for bit); without, each request draws its own.
 	HasSeed bool
 	// Logprobs asks for Generation.Logprobs; Echo for Generation.Prompt.
 	Logprobs, Echo bool

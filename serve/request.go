@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/posttrainllm/posttrainllm/data"
+	"github.com/posttrainllm/posttrainllm/generate"
 )
 
 // request holds the fields /v1/completions and /v1/chat/completions share.
@@ -155,7 +156,7 @@ func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
 	if req.Tools != nil && string(*req.Tools) != "null" {
 		return badRequest("tools", "tools are not supported")
 	}
-	j.params = Params{MaxTokens: defaultMax, Temperature: 1, TopP: 1, Logprobs: j.params.Logprobs, Echo: j.echo, Adapter: adapter}
+	j.params = Params{Sampling: generate.Sampling{MaxTokens: defaultMax, Temperature: 1, TopP: 1}, Logprobs: j.params.Logprobs, Echo: j.echo, Adapter: adapter}
 	max, name := req.MaxTokens, "max_tokens"
 	if max == nil {
 		max, name = req.MaxCompletionTokens, "max_completion_tokens"
@@ -179,7 +180,7 @@ func (req *request) check(b Backend, j *job, defaultMax int) *apiError {
 		j.params.TopP = *p
 	}
 	if req.Seed != nil {
-		j.params.Seed, j.params.HasSeed = *req.Seed, true
+		j.params.Seed, j.params.HasSeed = uint64(*req.Seed), true
 	}
 	stop, err := parseStop(req.Stop)
 	if err != nil {

@@ -81,7 +81,7 @@ func runGenerateBench(out io.Writer, b generateBench, device string, asJSON bool
 		}
 		return p
 	}
-	opts := generate.Options{MaxTokens: b.genTokens}
+	opts := generate.Options{Sampling: generate.Sampling{MaxTokens: b.genTokens}}
 	sequence := func(round int, timed bool) (generateRow, error) {
 		p := prompt()
 		start := time.Now()

@@ -133,7 +133,7 @@ func TestRealModelChatFineTuneFuseExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := m.Generate(context.Background(), generate.Request{Messages: []data.Message{{Role: "user", Content: question}}, Options: generate.Options{MaxTokens: 48}}, nil)
+	res, err := m.Generate(context.Background(), generate.Request{Messages: []data.Message{{Role: "user", Content: question}}, Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 48}}}, nil)
 	imEnd := m.EncodePrompt("<|im_end|>")
 	m.Close()
 	if err != nil {

@@ -95,7 +95,7 @@ func TestRealModelGreedyMatchesReference(t *testing.T) {
 		if !slices.Equal(prompt, want[i]) {
 			t.Fatalf("prompt %q: posttrainllm's ids %v, the tokenizers library's %v", p, prompt, want[i])
 		}
-		got, _, err := generate.Tokens(context.Background(), m.Net, m.Params, prompt, generate.Options{MaxTokens: n}, nil)
+		got, _, err := generate.Tokens(context.Background(), m.Net, m.Params, prompt, generate.Options{Sampling: generate.Sampling{MaxTokens: n}}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -57,7 +57,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			if from == "" && adapter == "" {
 				return usageError("sample needs --from RUN: %s", checkpointPaths)
 			}
-			gen := genFlags{opts: opts.Generation(), device: device}
+			gen := genFlags{opts: opts.Options, device: device}
 			if err := gen.check(); err != nil {
 				return err
 			}

@@ -129,7 +129,7 @@ func TestServeAdaptersPerRequest(t *testing.T) {
 		}
 		want[id] = map[string]string{}
 		for _, p := range prompts {
-			res, err := ref.Generate(context.Background(), generate.Request{Prompt: p, Options: generate.Options{MaxTokens: tokens}}, nil)
+			res, err := ref.Generate(context.Background(), generate.Request{Prompt: p, Options: generate.Options{Sampling: generate.Sampling{MaxTokens: tokens}}}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -71,12 +71,11 @@ func (b *modelBackend) EncodeChat(messages []data.Message) ([]int32, error) {
 // Generate continues prompt, handing text to emit until it says stop. A
 // request without a seed samples with a fresh random one.
 func (b *modelBackend) Generate(ctx context.Context, prompt []int32, p serve.Params, emit func(string) bool) (serve.Generation, error) {
-	seed := uint64(p.Seed)
+	s := p.Sampling
 	if !p.HasSeed {
-		seed = rand.Uint64()
+		s.Seed = rand.Uint64()
 	}
-	opts := generate.Options{MaxTokens: p.MaxTokens, Temperature: p.Temperature, TopP: p.TopP, Seed: seed}
-	req := generate.EngineRequest{Prompt: prompt, Options: opts, ScorePrompt: p.Echo && p.Logprobs, Adapter: p.Adapter}
+	req := generate.EngineRequest{Prompt: prompt, Options: generate.Options{Sampling: s}, ScorePrompt: p.Echo && p.Logprobs, Adapter: p.Adapter}
 	res, err := b.m.GenerateOn(ctx, b.e, req, func(text string) error {
 		if !emit(text) {
 			return generate.ErrStop

@@ -59,7 +59,7 @@ func run(out io.Writer, clients, tokens int) error {
 		for k := range prompt {
 			prompt[k] = int32((i*13 + k*5) % 512)
 		}
-		opts := generate.Options{MaxTokens: tokens}
+		opts := generate.Options{Sampling: generate.Sampling{MaxTokens: tokens}}
 		if i%2 == 1 {
 			opts.Temperature, opts.TopP, opts.Seed = 0.9, 0.95, uint64(i)
 		}

@@ -31,6 +31,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/checkpoint"
 	"github.com/posttrainllm/posttrainllm/examples/internal/tinybase"
 	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/runfolder"
 	"github.com/posttrainllm/posttrainllm/train"
 )
@@ -79,7 +80,7 @@ func run(w io.Writer, corpus, out string, pretrainSteps, finetuneSteps int) erro
 		return err
 	}
 	fmt.Fprintf(w, "base unchanged: %v\n", bytes.Equal(before, after))
-	opts := runfolder.SampleOptions{MaxTokens: 40}
+	opts := runfolder.SampleOptions{Options: generate.Options{Sampling: generate.Sampling{MaxTokens: 40}}}
 	plain, err := runfolder.SampleCheckpoint(base, prompt, "cpu", opts)
 	if err != nil {
 		return err

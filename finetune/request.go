@@ -30,7 +30,8 @@ type Request struct {
 	// supervised loss.
 	Settings Config
 	// Set are the finetune.json keys (base, train, method, rank, context
-	// ...) of the settings the user set explicitly: a resume refuses any
+	// ...: those of the saved settings Settings lists) of the settings
+	// the user set explicitly (Given records one): a resume refuses any
 	// of them that differs from the resumed fine-tune's, and a fresh
 	// fine-tune refuses GRPO's settings set for another objective.
 	Set []string
@@ -214,7 +215,7 @@ func planFresh(req Request) (Plan, error) {
 	}
 	if ft.Objective != GRPOName {
 		for _, k := range req.Set {
-			if grpoSetting(k) {
+			if grpoOnly(k) {
 				return Plan{}, &SettingError{Setting: k, Value: settingValue(s, k), With: "objective " + string(s.Objective),
 					Reason: "it sets the grpo objective; set objective grpo or leave it out"}
 			}
@@ -251,21 +252,11 @@ func (p Plan) CheckRun(c train.Config) error {
 	return nil
 }
 
-// grpoKeys are the finetune.json keys of GRPO's own settings.
-var grpoKeys = []string{"group_size", "max_completion", "temperature", "top_p", "top_k", "reward", "reward_cmd",
-	"reward_timeout_s", "answer_field", "answer_pattern", "format_pattern", "loss_type", "epsilon",
-	"epsilon_high", "iterations", "scale_rewards", "mask_truncated"}
-
-// grpoSetting reports whether key is one of GRPO's own settings.
-func grpoSetting(key string) bool { return slices.Contains(grpoKeys, key) }
-
 // settingValue is the value of c's setting key as a command line writes
 // it, "" for an unknown key.
 func settingValue(c Config, key string) string {
-	for _, s := range fineTuneSettings {
-		if s.key == key {
-			return s.value(c, 0)
-		}
+	if s, ok := LookupSetting(key); ok && s.saved {
+		return s.value(c, 0)
 	}
 	return ""
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // Every finetune.json key is a saved setting's and every saved setting a
@@ -60,5 +62,22 @@ func TestRequestGiven(t *testing.T) {
 	}
 	if !slices.Equal(r.Set, []string{"rank", "group_size", "base"}) || !r.EpochsSet || !r.StepsSet {
 		t.Errorf("given: %+v, want Set [rank group_size base], epochs and steps", r)
+	}
+}
+
+// A reason names its settings apart from its words: by their keys in
+// Error, as the caller names them in Text.
+func TestReasonNamesSettings(t *testing.T) {
+	err := Plan{Checkpoint: "/run/ck", Step: 4}.CheckRun(train.Config{Steps: 4})
+	se, ok := err.(*SettingError)
+	if !ok {
+		t.Fatalf("CheckRun at the last step: %v, want a SettingError", err)
+	}
+	if !strings.Contains(se.Error(), "pass steps N with N > 4") {
+		t.Errorf("Error %q does not name steps by its key", se.Error())
+	}
+	flag := se.Reason.Text(func(key string) string { return "--" + key })
+	if !strings.Contains(flag, "pass --steps N with N > 4") || strings.Contains(flag, "%!") {
+		t.Errorf("Text %q does not name steps as asked", flag)
 	}
 }

@@ -189,14 +189,15 @@ func finetuneRequest(flags *pflag.FlagSet, opts finetuneOptions, ov *overrides) 
 }
 
 // finetuneUsage turns the fine-tune plan's error into a usage error that
-// names the flags: a finetune.SettingError's settings become the flags
-// that set them.
+// names the flags: a finetune.SettingError's settings, and those its
+// reason names, are written as the flags that set them.
 func finetuneUsage(flags *pflag.FlagSet, err error) error {
 	var se *finetune.SettingError
 	if !errors.As(err, &se) {
 		return &exitError{code: exitUsage, err: err}
 	}
 	flag := finetuneFlag(se.Setting)
+	reason := se.Reason.Text(func(key string) string { return "--" + finetuneFlag(key) })
 	if se.Missing {
 		switch flag {
 		case "from":
@@ -204,12 +205,7 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 		case "data":
 			return usageError("finetune needs --data FILE.jsonl: the training records")
 		}
-		return usageError("finetune needs --%s: %s", flag, se.Reason)
-	}
-	reason := flagNames(se.Reason)
-	if se.With == "resume" {
-		// the resumed fine-tune's value, under the flag's name
-		reason = strings.Replace(reason, " with "+se.Setting+" ", " with "+flag+" ", 1)
+		return usageError("finetune needs --%s: %s", flag, reason)
 	}
 	value := se.Value
 	if f := flags.Lookup(flag); f != nil && f.Changed && f.Value.Type() != "stringSlice" {
@@ -238,10 +234,6 @@ func finetuneFlag(key string) string {
 	}
 	return key
 }
-
-// flagNames writes the settings a plan's reason names as their flags.
-var flagNames = strings.NewReplacer("set steps N", "pass --steps N", "use method ", "use --method ",
-	"leave quantize out", "leave --quantize out", "set objective grpo", "add --objective grpo").Replace
 
 func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (finetunePlan, error) {
 	flags := cmd.Flags()

@@ -30,9 +30,10 @@ type Request struct {
 	// supervised loss.
 	Settings Config
 	// Set are the finetune.json keys (base, train, method, rank, context
-	// ...) of the settings the user set explicitly: a resume refuses any
-	// of them that differs from the resumed fine-tune's, and a fresh
-	// fine-tune refuses GRPO's settings set for another objective.
+	// ...: those of the saved settings Settings lists) of the settings
+	// the user set explicitly (Given records one): a resume refuses any of them that differs from
+	// the resumed fine-tune's, and a fresh fine-tune refuses GRPO's
+	// settings set for another objective.
 	Set []string
 	// Epochs, when EpochsSet, is the number of passes over the training
 	// sequences the run's steps derive from (FineTuner.SetEpochs).
@@ -65,37 +66,6 @@ type Plan struct {
 	Epochs float64
 }
 
-// SettingError is a setting of a Request that NewPlan or Plan.CheckRun
-// refuses. Setting names it: a finetune.json key (base, train, valid,
-// method, quantize, context ...), or resume, epochs, steps or optimizer.
-// Value is the value given ("" for one that is missing), With the
-// setting it conflicts with ("" for none), Reason what was expected.
-type SettingError struct {
-	Setting, Value, With, Reason string
-	// Missing reports a setting the request needs and lacks.
-	Missing bool
-}
-
-// Error says which setting, its value and what was expected.
-func (e *SettingError) Error() string {
-	if e.Missing {
-		return fmt.Sprintf("a fine-tune needs %s: %s", e.Setting, e.Reason)
-	}
-	s := "invalid " + e.Setting
-	if e.Value != "" {
-		s += " " + e.Value
-	}
-	if e.With != "" {
-		s += " with " + e.With
-	}
-	return s + ": " + e.Reason
-}
-
-// settingErr is a SettingError of setting with value and reason.
-func settingErr(setting, value, reason string, args ...any) *SettingError {
-	return &SettingError{Setting: setting, Value: value, Reason: fmt.Sprintf(reason, args...)}
-}
-
 // NewPlan decides what a Request runs. A resume reads the fine-tune's
 // state and settings and refuses any set setting that differs from
 // them (a resumed fine-tune keeps its objective, method, base, data,
@@ -118,7 +88,7 @@ func NewPlan(req Request) (Plan, error) {
 	}
 	if req.EpochsSet && req.StepsSet {
 		return Plan{}, &SettingError{Setting: "epochs", Value: fmt.Sprint(req.Epochs), With: "steps",
-			Reason: "give one of them; epochs derive the steps from the training sequences"}
+			Reason: reason("give one of them; epochs derive the steps from the training sequences")}
 	}
 	if req.EpochsSet && !(req.Epochs > 0) {
 		return Plan{}, settingErr("epochs", fmt.Sprint(req.Epochs), "want a number of passes > 0")
@@ -158,7 +128,7 @@ func planResume(req Request) (Plan, error) {
 	}
 	if req.EpochsSet {
 		return Plan{}, &SettingError{Setting: "epochs", Value: fmt.Sprint(req.Epochs), With: "resume",
-			Reason: "a resumed fine-tune keeps its steps; set steps N to run to step N"}
+			Reason: reason("a resumed fine-tune keeps its steps; pass %s N to run to step N", settingKey("steps"))}
 	}
 	if len(req.Set) > 0 {
 		given := req.Settings
@@ -169,7 +139,7 @@ func planResume(req Request) (Plan, error) {
 		}
 		if key != "" {
 			return Plan{}, &SettingError{Setting: key, Value: want, With: "resume",
-				Reason: fmt.Sprintf("%s fine-tunes with %s %s; a resumed fine-tune keeps its settings (finetune.json): leave it out", dir, key, has)}
+				Reason: reason("%s fine-tunes with %s %s; a resumed fine-tune keeps its settings (finetune.json): leave it out", dir, settingKey(key), has)}
 		}
 	}
 	if req.Optimizer != "" && req.Optimizer != st.Config.Optimizer {
@@ -182,10 +152,10 @@ func planResume(req Request) (Plan, error) {
 // planFresh is NewPlan's fresh fine-tune.
 func planFresh(req Request) (Plan, error) {
 	if req.From == "" {
-		return Plan{}, &SettingError{Setting: "base", Missing: true, Reason: "the checkpoint to fine-tune"}
+		return Plan{}, &SettingError{Setting: "base", Missing: true, Reason: reason("the checkpoint to fine-tune")}
 	}
 	if req.Settings.Train == "" {
-		return Plan{}, &SettingError{Setting: "train", Missing: true, Reason: "the training records"}
+		return Plan{}, &SettingError{Setting: "train", Missing: true, Reason: reason("the training records")}
 	}
 	dir, st, err := readState("base", req.From)
 	if err != nil {
@@ -201,10 +171,10 @@ func planFresh(req Request) (Plan, error) {
 			return Plan{}, settingErr("base", req.From, "%v", err)
 		}
 		if quant != "" && s.Method == MethodFull {
-			return Plan{}, settingErr("method", s.Method, "the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use method lora or dora over it, or import float weights", req.From, quant)
+			return Plan{}, settingErr("method", s.Method, "the base %s holds a quantized model (%s); a full fine-tune trains every weight and cannot train quantized ones: use %s lora or dora over it, or import float weights", req.From, quant, settingKey("method"))
 		}
 		if quant != "" {
-			return Plan{}, settingErr("quantize", fmt.Sprint(s.Quantize), "the base %s is quantized already (%s); leave quantize out to train the adapters over it as it is", req.From, quant)
+			return Plan{}, settingErr("quantize", fmt.Sprint(s.Quantize), "the base %s is quantized already (%s); leave %s out to train the adapters over it as it is", req.From, quant, settingKey("quantize"))
 		}
 	}
 	ft := s
@@ -214,9 +184,9 @@ func planFresh(req Request) (Plan, error) {
 	}
 	if ft.Objective != GRPOName {
 		for _, k := range req.Set {
-			if grpoSetting(k) {
+			if grpoOnly(k) {
 				return Plan{}, &SettingError{Setting: k, Value: settingValue(s, k), With: "objective " + string(s.Objective),
-					Reason: "it sets the grpo objective; set objective grpo or leave it out"}
+					Reason: reason("it sets the grpo objective; add %s grpo or leave it out", settingKey("objective"))}
 			}
 		}
 	}
@@ -244,28 +214,17 @@ func planFresh(req Request) (Plan, error) {
 // overrides applied: a resume must have steps left to run.
 func (p Plan) CheckRun(c train.Config) error {
 	if p.Checkpoint != "" && c.Steps <= p.Step {
-		return &SettingError{Setting: "steps", Value: fmt.Sprint(c.Steps),
-			Reason: fmt.Sprintf("nothing to do: %s is at step %d and the run has %d steps; set steps N with N > %d to continue",
-				p.Checkpoint, p.Step, c.Steps, p.Step)}
+		return settingErr("steps", fmt.Sprint(c.Steps), "nothing to do: %s is at step %d and the run has %d steps; pass %s N with N > %d to continue",
+			p.Checkpoint, p.Step, c.Steps, settingKey("steps"), p.Step)
 	}
 	return nil
 }
 
-// grpoKeys are the finetune.json keys of GRPO's own settings.
-var grpoKeys = []string{"group_size", "max_completion", "temperature", "top_p", "top_k", "reward", "reward_cmd",
-	"reward_timeout_s", "answer_field", "answer_pattern", "format_pattern", "loss_type", "epsilon",
-	"epsilon_high", "iterations", "scale_rewards", "mask_truncated"}
-
-// grpoSetting reports whether key is one of GRPO's own settings.
-func grpoSetting(key string) bool { return slices.Contains(grpoKeys, key) }
-
 // settingValue is the value of c's setting key as a command line writes
 // it, "" for an unknown key.
 func settingValue(c Config, key string) string {
-	for _, s := range fineTuneSettings {
-		if s.key == key {
-			return s.value(c, 0)
-		}
+	if s, ok := LookupSetting(key); ok && s.saved {
+		return s.value(c, 0)
 	}
 	return ""
 }

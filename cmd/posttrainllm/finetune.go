@@ -17,22 +17,13 @@ import (
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
-// finetuneOptions are the finetune command's own flags.
+// finetuneOptions are the finetune command's flags: the fine-tune's
+// settings (finetune.Settings' flags fill req) and the command's own.
 type finetuneOptions struct {
-	from, data, valid, method string
-	rank                      int
-	alpha                     float64
-	targets                   []string
-	maskPrompt, pack          bool
-	quantize, qGroupSize      int
-	out, resume, planCache    string
-	overwrite, noProgress     bool
-	context, nproc            int
-	epochs                    float64
-	// objective and its hyperparameters (finetune.Preference)
-	objective                    string
-	beta, orpoLambda, simpoGamma float64
-	grpo                         grpoOptions
+	req                   finetune.Request
+	out, planCache        string
+	overwrite, noProgress bool
+	nproc                 int
 }
 
 // finetuneSkipped are the config flags a fine-tune does not take: the
@@ -43,16 +34,6 @@ var finetuneSkipped = []string{"vocab", "pad-vocab-to", "d-model", "layers", "he
 	"dtype", "master-fp32", "tied-embeddings", "embed-norm", "z-loss", "rope-base", "norm-eps", "init-std",
 	"gelu", "tokenizer", "corpus", "val-fraction", "prefetch-depth",
 	"data", "val-data", "bpe-dropout", "galore-rank", "galore-gap", "galore-scale", "sophia-every", "sophia-rho"}
-
-// finetuneOwnFlags are the flags that define a fine-tune, which a resumed
-// one keeps, each with the finetune.json key of the setting it sets
-// (finetune.Config.ResumeConflict compares them).
-var finetuneOwnFlags = append([]struct{ flag, key string }{
-	{"from", "base"}, {"data", "train"}, {"valid", "valid"}, {"method", "method"}, {"rank", "rank"},
-	{"alpha", "alpha"}, {"targets", "targets"}, {"mask-prompt", "mask_prompt"}, {"pack", "pack"},
-	{"context", "context"}, {"quantize", "quantize"}, {"q-group-size", "q_group_size"},
-	{"objective", "objective"}, {"beta", "beta"}, {"orpo-lambda", "orpo_lambda"}, {"simpo-gamma", "simpo_gamma"},
-}, grpoOwnFlags...)
 
 func newFinetuneCmd() *cobra.Command {
 	var opts finetuneOptions
@@ -129,30 +110,12 @@ pairs won, on training batches and on --valid (docs/finetuning.md).
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&opts.from, "from", "", "base checkpoint: a run folder (its newest checkpoint) or a checkpoint directory")
-	fs.StringVar(&opts.data, "data", "", "training records, a jsonl file")
-	fs.StringVar(&opts.valid, "valid", "", "held-out records, a jsonl file (optional)")
-	fs.StringVar(&opts.method, "method", finetune.MethodLoRA, "lora, dora or full")
-	fs.IntVar(&opts.rank, "rank", 8, "adapter rank r")
-	fs.Float64Var(&opts.alpha, "alpha", 16, "adapter scale numerator: the update is alpha/r · B·A")
-	fs.StringSliceVar(&opts.targets, "targets", []string{"attn"}, "projections to adapt: attn, mlp, all, or names such as wq,wv")
-	fs.BoolVar(&opts.maskPrompt, "mask-prompt", true, "count only completions and assistant turns in the loss")
-	fs.BoolVar(&opts.pack, "pack", false, "pack examples into the context instead of padding each (each attends only within itself)")
-	fs.IntVar(&opts.quantize, "quantize", 0, "hold the frozen base's projections quantized to 4 or 8 bits (2, 3, 5, 6 too) and train the adapters over them (QLoRA); 0 keeps them float")
-	fs.IntVar(&opts.qGroupSize, "q-group-size", 0, "values per quantization scale with --quantize: 32, 64 or 128 (default 64)")
+	addSettingFlags(fs, &opts.req)
 	fs.StringVar(&opts.out, "out", "", "run folder (default runs/finetune, or the resumed run's folder)")
-	fs.StringVar(&opts.resume, "resume", "", "continue the fine-tune of this run folder or checkpoint directory")
 	fs.BoolVar(&opts.overwrite, "overwrite", false, "replace the run in --out (its checkpoints, metrics and plot)")
 	fs.BoolVar(&opts.noProgress, "no-progress", false, "plain log lines instead of a progress bar")
 	fs.StringVar(&opts.planCache, "plan-cache", "", "folder of probed micro-batch plans kept for later runs (default $XDG_CACHE_HOME/posttrainllm/plans; off probes every time)")
-	fs.IntVar(&opts.context, "context", 0, "tokens per training sequence (default and at most the base model's context)")
 	fs.IntVar(&opts.nproc, "nproc", 1, "data-parallel ranks to start on this machine (see below)")
-	fs.Float64Var(&opts.epochs, "epochs", 0, "passes over the training sequences, instead of --steps (steps = ceil(epochs × sequences / (batch × accum)))")
-	fs.StringVar(&opts.objective, "objective", string(finetune.SFT), "what to optimise, one of the built-in objectives: "+objectiveNames()+" (dpo, ipo, orpo, simpo: preference pairs; grpo: prompts and rewards)")
-	fs.Float64Var(&opts.beta, "beta", 0, "β of dpo, ipo and simpo (0: 0.1 for dpo and ipo, 2 for simpo); grpo's KL weight (0: no KL)")
-	fs.Float64Var(&opts.orpoLambda, "orpo-lambda", 0, "weight λ of orpo's odds-ratio term (0: 0.1)")
-	fs.Float64Var(&opts.simpoGamma, "simpo-gamma", 0, "target margin γ of simpo (0: 1)")
-	addGRPOFlags(fs, &opts.grpo)
 	ov := addConfigFlags(fs, finetuneSkipped...)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return runFinetune(cmd, opts, ov) }
 	return cmd
@@ -168,19 +131,16 @@ type finetunePlan struct {
 }
 
 // finetuneRequest is the finetune.Request the command line asks for:
-// the flags' values, and which of the fine-tune's own flags were given.
-func finetuneRequest(flags *pflag.FlagSet, opts finetuneOptions, ov *overrides) finetune.Request {
-	req := finetune.Request{From: opts.from, Resume: opts.resume,
-		Settings: finetune.Config{Train: opts.data, Valid: opts.valid, Method: opts.method,
-			Rank: opts.rank, Alpha: opts.alpha, Targets: opts.targets, MaskPrompt: opts.maskPrompt, Pack: opts.pack,
-			Context: opts.context, Quantize: opts.quantize, QGroupSize: opts.qGroupSize,
-			Objective: finetune.ObjectiveName(opts.objective), Beta: opts.beta, Lambda: opts.orpoLambda, Gamma: opts.simpoGamma},
-		Epochs: opts.epochs, EpochsSet: flags.Changed("epochs"), StepsSet: ov.isChanged("steps")}
-	opts.grpo.set(&req.Settings)
-	for _, f := range finetuneOwnFlags {
-		if flags.Changed(f.flag) {
-			req.Set = append(req.Set, f.key)
+// req, the settings' flags' values, with the settings given recorded
+// (Request.Given), the run's steps and optimizer among them.
+func finetuneRequest(flags *pflag.FlagSet, req finetune.Request, ov *overrides) finetune.Request {
+	for _, s := range finetune.Settings() {
+		if flags.Changed(s.Flag) {
+			req.Given(s.Key)
 		}
+	}
+	if ov.isChanged("steps") {
+		req.Given("steps")
 	}
 	if ov.isChanged("optimizer") {
 		req.Optimizer = ov.value("optimizer")
@@ -189,14 +149,15 @@ func finetuneRequest(flags *pflag.FlagSet, opts finetuneOptions, ov *overrides) 
 }
 
 // finetuneUsage turns the fine-tune plan's error into a usage error that
-// names the flags: a finetune.SettingError's settings become the flags
-// that set them.
+// names the flags: a finetune.SettingError's settings, and those its
+// reason names, are written as the flags that set them.
 func finetuneUsage(flags *pflag.FlagSet, err error) error {
 	var se *finetune.SettingError
 	if !errors.As(err, &se) {
 		return &exitError{code: exitUsage, err: err}
 	}
-	flag := finetuneFlag(se.Setting)
+	flag := settingFlag(se.Setting)
+	reason := se.Reason.Text(func(key string) string { return "--" + settingFlag(key) })
 	if se.Missing {
 		switch flag {
 		case "from":
@@ -204,12 +165,7 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 		case "data":
 			return usageError("finetune needs --data FILE.jsonl: the training records")
 		}
-		return usageError("finetune needs --%s: %s", flag, se.Reason)
-	}
-	reason := flagNames(se.Reason)
-	if se.With == "resume" {
-		// the resumed fine-tune's value, under the flag's name
-		reason = strings.Replace(reason, " with "+se.Setting+" ", " with "+flag+" ", 1)
+		return usageError("finetune needs --%s: %s", flag, reason)
 	}
 	value := se.Value
 	if f := flags.Lookup(flag); f != nil && f.Changed && f.Value.Type() != "stringSlice" {
@@ -220,7 +176,7 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 	msg := "invalid --" + flag + " " + value
 	if se.With != "" {
 		with, rest, _ := strings.Cut(se.With, " ")
-		msg += " with --" + finetuneFlag(with)
+		msg += " with --" + settingFlag(with)
 		if rest != "" {
 			msg += " " + rest
 		}
@@ -228,24 +184,19 @@ func finetuneUsage(flags *pflag.FlagSet, err error) error {
 	return usageError("%s: %s", msg, reason)
 }
 
-// finetuneFlag is the flag that sets the fine-tune setting key (a
-// finetune.json key, or resume, epochs, steps, optimizer).
-func finetuneFlag(key string) string {
-	for _, f := range finetuneOwnFlags {
-		if f.key == key {
-			return f.flag
-		}
+// settingFlag is the flag that sets the setting key: a fine-tune
+// setting's (finetune.Settings), or the run's steps or optimizer, whose
+// flags are their keys.
+func settingFlag(key string) string {
+	if s, ok := finetune.LookupSetting(key); ok {
+		return s.Flag
 	}
 	return key
 }
 
-// flagNames writes the settings a plan's reason names as their flags.
-var flagNames = strings.NewReplacer("set steps N", "pass --steps N", "use method ", "use --method ",
-	"leave quantize out", "leave --quantize out", "set objective grpo", "add --objective grpo").Replace
-
 func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (finetunePlan, error) {
 	flags := cmd.Flags()
-	fp, err := finetune.NewPlan(finetuneRequest(flags, opts, ov))
+	fp, err := finetune.NewPlan(finetuneRequest(flags, opts.req, ov))
 	if err != nil {
 		return finetunePlan{}, finetuneUsage(flags, err)
 	}
@@ -253,7 +204,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 	switch {
 	case opts.out != "":
 	case p.checkpoint != "":
-		opts.out = runFolderOf(opts.resume, p.checkpoint)
+		opts.out = runFolderOf(opts.req.Resume, p.checkpoint)
 	default:
 		opts.out = filepath.Join("runs", "finetune")
 	}
@@ -267,7 +218,7 @@ func planFinetune(cmd *cobra.Command, opts finetuneOptions, ov *overrides) (fine
 	if cfg.Device, err = pickDevice(ov.value("device"), cfg.Device, "fine-tune"); err != nil {
 		return p, err
 	}
-	resumingHere := p.checkpoint != "" && sameDir(opts.out, runFolderOf(opts.resume, p.checkpoint))
+	resumingHere := p.checkpoint != "" && sameDir(opts.out, runFolderOf(opts.req.Resume, p.checkpoint))
 	if err := checkOut(opts.out, resumingHere, opts.overwrite); err != nil {
 		return p, err
 	}
@@ -423,15 +374,4 @@ func printRows(w io.Writer, what, path string, r *data.Rows) {
 		fmt.Fprintf(w, ", %d sequences with no counted target (prompt fills the context)", r.NoTargets)
 	}
 	fmt.Fprintln(w)
-}
-
-// objectiveNames lists the built-in objectives (finetune.ObjectiveNames) for
-// --objective's usage.
-func objectiveNames() string {
-	names := finetune.ObjectiveNames()
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = string(n)
-	}
-	return strings.Join(out, ", ")
 }

@@ -1,9 +1,16 @@
 package main
 
 import (
+	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/posttrainllm/posttrainllm/finetune"
+	"github.com/posttrainllm/posttrainllm/train"
 )
 
 // finetune --micro-batch runs each update's rows in forward passes of that
@@ -43,5 +50,41 @@ func TestFinetuneMicroBatch(t *testing.T) {
 	checkCleanFailure(t, "--micro-batch 3", r, "invalid --micro-batch 3", "divisor of batch × accum = 2 × 4 = 8")
 	if matches, _ := filepath.Glob(filepath.Join(bad, "*")); len(matches) != 0 {
 		t.Errorf("a refused --micro-batch left %v", matches)
+	}
+}
+
+// The settings' flags fill a Request, which records those given; a
+// plan's refusal names its settings by their flags, those its reason
+// names too: --steps, given or not, and a setting whose flag is not its
+// key (--data for train).
+func TestFinetuneSettingFlags(t *testing.T) {
+	flags := func(args ...string) (*pflag.FlagSet, finetune.Request) {
+		fs := pflag.NewFlagSet("finetune", pflag.ContinueOnError)
+		var req finetune.Request
+		addSettingFlags(fs, &req)
+		ov := addConfigFlags(fs, finetuneSkipped...)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return fs, finetuneRequest(fs, req, ov)
+	}
+	fs, req := flags("--steps", "3", "--data", "more.jsonl", "--rank", "4", "--epochs", "2")
+	if req.Settings.Train != "more.jsonl" || req.Settings.Rank != 4 || req.Settings.Alpha != 16 || req.Epochs != 2 ||
+		!slices.Equal(req.Set, []string{"train", "rank"}) || !req.StepsSet || !req.EpochsSet {
+		t.Errorf("request %+v: want --data, --rank and --epochs given, alpha 16 by default, steps set", req)
+	}
+	refusal := finetune.Plan{Checkpoint: "run/ck", Step: 4}.CheckRun(train.Config{Steps: 3})
+	err := finetuneUsage(fs, refusal)
+	want := "invalid --steps 3: nothing to do: run/ck is at step 4 and the run has 3 steps; pass --steps N with N > 4 to continue"
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != exitUsage || err.Error() != want {
+		t.Errorf("steps given: %v, want a usage error %q", err, want)
+	}
+	fs, _ = flags()
+	if err := finetuneUsage(fs, refusal); !strings.HasPrefix(err.Error(), "nothing to do:") {
+		t.Errorf("steps not given: %v, want only the reason", err)
+	}
+	if got := settingFlag("train"); got != "data" {
+		t.Errorf("the flag of train is %q, want data", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/posttrainllm/posttrainllm/finetune"
 	"github.com/posttrainllm/posttrainllm/train"
 )
 
@@ -306,4 +307,26 @@ func (o *overrides) apply(base train.Config) (train.Config, error) {
 		return cfg, err
 	}
 	return cfg, fmt.Errorf("invalid combination %s: %w", strings.Join(set, " "), err)
+}
+
+// addSettingFlags registers a flag for every fine-tune setting
+// (finetune.Settings) on fs, with the setting's default and usage, each
+// setting its field of req.
+func addSettingFlags(fs *pflag.FlagSet, req *finetune.Request) {
+	for _, s := range finetune.Settings() {
+		switch p := s.Field(req).(type) {
+		case *int:
+			fs.IntVar(p, s.Flag, s.Default.(int), s.Usage)
+		case *float64:
+			fs.Float64Var(p, s.Flag, s.Default.(float64), s.Usage)
+		case *string:
+			fs.StringVar(p, s.Flag, s.Default.(string), s.Usage)
+		case *bool:
+			fs.BoolVar(p, s.Flag, s.Default.(bool), s.Usage)
+		case *[]string:
+			fs.StringSliceVar(p, s.Flag, s.Default.([]string), s.Usage)
+		default:
+			panic(fmt.Sprintf("fine-tune setting %s: a field of type %T, which no flag holds", s.Key, p))
+		}
+	}
 }

@@ -198,7 +198,7 @@ func dynSymbols(path string) (defined, undefined []string, err error) {
 // sgemv, which reads the matrix once, where OpenBLAS's sgemm first copies
 // it into its packed layout and then reads the copy: for SmolLM2-135M's
 // MLP and vocabulary projections sgemv took a third of sgemm's time
-// (docs/performance/cpu.md). Everything else, and column-major calls
+// (docs/performance/generation.md). Everything else, and column-major calls
 // (MLX makes none), go to OpenBLAS's sgemm unchanged.
 const shimC = `#include <stdlib.h>
 #include <string.h>

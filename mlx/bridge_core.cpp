@@ -111,8 +111,15 @@ int ptlm_array_info(ptlm_array a, int* dtype, int* ndim, int* shape, int max_ndi
 
 int ptlm_array_read(ptlm_array a, void* dst, size_t nbytes) {
   PTLM_TRY({
-    auto x = mx::contiguous(A(a));
+    // An array already scheduled (async_eval) is waited for alone; a new
+    // operation on it (contiguous) would be evaluated behind everything
+    // queued since, so it is made only for an array not in row order.
+    auto x = A(a);
     x.eval();
+    if (!x.flags().row_contiguous) {
+      x = mx::contiguous(x);
+      x.eval();
+    }
     if (x.nbytes() != nbytes)
       throw std::invalid_argument("read of " + std::to_string(x.nbytes()) + " bytes into a buffer of " +
                                   std::to_string(nbytes));

@@ -22,6 +22,11 @@ type formulation struct {
 	// [w1; w3], the weights concatenated in every step; otherwise one
 	// matmul per weight.
 	stackedProjections bool
+	// stackedGiven projects q, k and v with one matmul where their weights
+	// are given stacked (block.wqkv) even without stackedProjections:
+	// generation, which stacks no weights itself, still uses a stacked
+	// weight as it is rather than as three views.
+	stackedGiven bool
 	// addMMResidual adds the residual inside the output projection's GEMM
 	// (AddMM); otherwise a matmul and an add.
 	addMMResidual bool

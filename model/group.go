@@ -64,11 +64,13 @@ func (p projections) grouped(w *mlx.Array) (Linear, bool) {
 }
 
 // stackedFor reports whether block b projects q, k and v with one matmul:
-// by their grouped Linear, or by the stacked formulation where none of
-// the three has a Linear of its own.
+// by their grouped Linear, or by the stacked formulation (or weights given
+// stacked, with stackedGiven) where none of the three has a Linear of its
+// own.
 func (f formulation) stackedFor(b block) bool {
 	if _, ok := f.proj.grouped(b.wq); ok {
 		return true
 	}
-	return f.stackedProjections && !f.proj.replaced(b.wq) && !f.proj.replaced(b.wk) && !f.proj.replaced(b.wv)
+	stacked := f.stackedProjections || f.stackedGiven && b.wqkv != nil
+	return stacked && !f.proj.replaced(b.wq) && !f.proj.replaced(b.wk) && !f.proj.replaced(b.wv)
 }

@@ -12,19 +12,32 @@ import (
 // after rotary positions, for the last n positions: all Offset of them on
 // a global layer; on a sliding layer (Config.LayerWindow) a rolling window
 // that keeps twice the window's positions and drops older ones once it
-// holds three times as many (Truncate can go back a window). Its arrays outlive MLX scopes: keep them (Arrays)
-// when a step runs inside mlx.Run, and Free the cache when done.
+// holds three times as many (Truncate can go back a window).
+//
+// Each layer's positions sit at the front of a buffer grown
+// kvChunk positions at a time, and a pass writes its keys and values in
+// place (mlx.SliceUpdate) and attends to a view of the positions held:
+// a decode step copies one position per layer, not the whole cache, and
+// no mask is needed (the view ends at the new position).
+//
+// Its arrays outlive MLX scopes: keep them (Arrays) when a step runs
+// inside mlx.Run, and Free the cache when done.
 type KVCache struct {
 	Offset  int // positions seen
 	keys    []*mlx.Array
 	values  []*mlx.Array
+	held    []int // positions at the front of each layer's buffers
 	windows []int // each layer's window, 0 for a global layer
 }
 
+// kvChunk is how many positions a KVCache's buffers grow by: a buffer is
+// reallocated (its positions copied) once per kvChunk tokens generated.
+const kvChunk = 256
+
 // NewKVCache returns an empty cache for m.
 func (m *Transformer) NewKVCache() *KVCache {
-	c := &KVCache{keys: make([]*mlx.Array, m.Config.Layers), values: make([]*mlx.Array, m.Config.Layers),
-		windows: make([]int, m.Config.Layers)}
+	L := m.Config.Layers
+	c := &KVCache{keys: make([]*mlx.Array, L), values: make([]*mlx.Array, L), held: make([]int, L), windows: make([]int, L)}
 	for l := range c.windows {
 		c.windows[l] = m.Config.LayerWindow(l)
 	}
@@ -63,6 +76,7 @@ func (c *KVCache) Free() {
 	mlx.Free(c.Arrays()...)
 	clear(c.keys)
 	clear(c.values)
+	clear(c.held)
 	c.Offset = 0
 }
 
@@ -113,26 +127,56 @@ func (c *KVCache) check(cfg Config, B, _ int) error {
 	return nil
 }
 
-// append adds layer l's new keys and values [B, KVHeads, T, HeadDim] and
-// returns all of the layer's, cached first: the last positions of the
-// sequence, which is all attention needs of them. A sliding layer holding
-// more than three times its window keeps the last two windows' worth
-// (copied, so the dropped positions' buffers are released).
+// append writes layer l's new keys and values [B, KVHeads, T, HeadDim]
+// after the positions its buffers hold and returns all of the layer's,
+// cached first: the last positions of the sequence, which is all
+// attention needs of them. A sliding layer holding more than three times
+// its window keeps the last two windows' worth (copied into buffers of
+// their own, so the dropped positions' are released).
 func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
-	if c.keys[l] != nil {
+	n, T := c.held[l], k.Dim(2)
+	c.keys[l] = c.write(c.keys[l], k, n)
+	c.values[l] = c.write(c.values[l], v, n)
+	n += T
+	c.held[l] = n
+	k, v = front(c.keys[l], n), front(c.values[l], n)
+	if w := c.window(l); w > 0 && n > 3*w {
 		oldK, oldV := c.keys[l], c.values[l]
-		k = mlx.Concatenate([]*mlx.Array{oldK, k}, 2)
-		v = mlx.Concatenate([]*mlx.Array{oldV, v}, 2)
+		c.keys[l] = mlx.Copy(mlx.Slice(k, []int{0, 0, n - 2*w, 0}, k.Shape()))
+		c.values[l] = mlx.Copy(mlx.Slice(v, []int{0, 0, n - 2*w, 0}, v.Shape()))
+		c.held[l] = 2 * w
 		oldK.Free()
 		oldV.Free()
 	}
-	c.keys[l], c.values[l] = k, v
-	if w := c.window(l); w > 0 && k.Dim(2) > 3*w {
-		s := k.Shape()
-		start, stop := []int{0, 0, s[2] - 2*w, 0}, []int{s[0], s[1], s[2], s[3]}
-		c.keys[l], c.values[l] = mlx.Copy(mlx.Slice(k, start, stop)), mlx.Copy(mlx.Slice(v, start, stop))
-	}
 	return k, v
+}
+
+// write returns buf (nil for none yet) with src [B, H, T, D] written at
+// positions n…n+T−1, in place when buf has room; otherwise in a new buffer
+// of the next multiple of kvChunk positions holding buf's first n, and
+// buf is freed.
+func (c *KVCache) write(buf, src *mlx.Array, n int) *mlx.Array {
+	s := src.Shape()
+	T := s[2]
+	if buf == nil || buf.Dim(2) < n+T {
+		room := (n + T + kvChunk - 1) / kvChunk * kvChunk
+		grown := mlx.Zeros([]int{s[0], s[1], room, s[3]}, src.Dtype())
+		if buf != nil {
+			grown = mlx.SliceUpdate(grown, front(buf, n), []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
+			buf.Free()
+		}
+		buf = grown
+	}
+	out := mlx.SliceUpdate(buf, src, []int{0, 0, n, 0}, []int{s[0], s[1], n + T, s[3]})
+	buf.Free()
+	return out
+}
+
+// front is the first n positions of a buffer [B, H, room, D]: a view, a
+// handle of its own even when it is the whole buffer.
+func front(buf *mlx.Array, n int) *mlx.Array {
+	s := buf.Shape()
+	return mlx.Slice(buf, []int{0, 0, 0, 0}, []int{s[0], s[1], n, s[3]})
 }
 
 // window is layer l's window, 0 for a global layer (or a cache made
@@ -167,22 +211,16 @@ func (c *KVCache) Truncate(n int) error {
 		if c.keys[l] == nil {
 			continue
 		}
-		if dropped := c.Offset - c.keys[l].Dim(2); dropped > 0 && n-dropped < c.window(l) {
+		if dropped := c.Offset - c.held[l]; dropped > 0 && n-dropped < c.window(l) {
 			return fmt.Errorf("model: truncate the cache to %d positions: layer %d keeps its last %d of %d (window %d), so position %d's window is gone; feed the sequence again",
-				n, l, c.keys[l].Dim(2), c.Offset, c.window(l), n)
+				n, l, c.held[l], c.Offset, c.window(l), n)
 		}
 	}
+	// The positions dropped stay in the buffers, to be written over.
 	for l := range c.keys {
-		if c.keys[l] == nil {
-			continue
+		if c.keys[l] != nil {
+			c.held[l] -= c.Offset - n
 		}
-		k, v := c.keys[l], c.values[l]
-		s := k.Shape()
-		keep := n - (c.Offset - s[2])
-		c.keys[l] = mlx.Slice(k, []int{0, 0, 0, 0}, []int{s[0], s[1], keep, s[3]})
-		c.values[l] = mlx.Slice(v, []int{0, 0, 0, 0}, []int{s[0], s[1], keep, s[3]})
-		k.Free()
-		v.Free()
 	}
 	c.Offset = n
 	return nil

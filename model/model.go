@@ -238,7 +238,12 @@ func (m *Transformer) forwardTo(params []*mlx.Array, tokens *mlx.Array, cache kv
 		return fail(err)
 	}
 	defer ks.Free()
-	// Generation with a KV cache takes no gradients.
+	// Generation with a KV cache takes no gradients, so stacking the
+	// projections would only concatenate their weights in every pass (the
+	// MLP's at every token) to run the same number of products.
+	if cache != nil {
+		f.stackedProjections, f.stackedGiven = false, true
+	}
 	if f.proj, err = newProjections(f.writtenProjectionVJPs && cache == nil); err != nil {
 		return fail(err)
 	}

@@ -130,7 +130,7 @@ func TestRollingCacheMatchesUncached(t *testing.T) {
 			if c.LayerWindow(l) > 0 {
 				want = 3 * c.SlidingWindow
 			}
-			if n := cache.keys[l].Dim(2); n > want || c.LayerWindow(l) == 0 && n != T {
+			if n := cache.held[l]; n > want || c.LayerWindow(l) == 0 && n != T {
 				t.Errorf("layer %d (window %d) holds %d positions, want at most %d", l, c.LayerWindow(l), n, want)
 			}
 		}

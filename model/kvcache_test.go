@@ -78,14 +78,7 @@ func TestCacheGrowsPastItsBuffer(t *testing.T) {
 		c := families[name]
 		c.Context = kvChunk + 16
 		mlxtest.Run(t, func(t testing.TB) {
-			m, err := New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			params, err := m.Init(5)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, params := initModel(t, c, 5)
 			defer mlx.Free(params...)
 			const head, after = kvChunk - 3, 6 // positions read at once, then one by one
 			T := head + after

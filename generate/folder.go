@@ -15,12 +15,13 @@ import (
 // passes one.
 type FolderTokenizer func(dir, family string, vocab int) (data.Tokenizer, error)
 
-// OpenFolder opens the Hugging Face folder dir (hf.Load, float32) with its
-// tokenizer, chat template (chattemplate.Load; none for a folder without
-// one) and end tokens (EndTokens of the folder), on the current MLX
-// device. The caller closes the Model.
-func OpenFolder(dir string, openTokenizer FolderTokenizer) (*Model, error) {
-	loaded, err := hf.Load(dir, "")
+// OpenFolder opens the Hugging Face folder dir (hf.Load) in compute dtype
+// dtype ("" for float32: a bfloat16 folder is cast up unless asked
+// otherwise) with its tokenizer, chat template (chattemplate.Load; none
+// for a folder without one) and end tokens (EndTokens of the folder), on
+// the current MLX device. The caller closes the Model.
+func OpenFolder(dir, dtype string, openTokenizer FolderTokenizer) (*Model, error) {
+	loaded, err := hf.Load(dir, dtype)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 // session reads fewer tokens: each turn only what follows its cache.
 func TestRealModelSessionMatchesFresh(t *testing.T) {
 	dir := realmodel.Folder(t)
-	m, err := OpenFolder(dir, func(dir, _ string, _ int) (data.Tokenizer, error) {
+	m, err := OpenFolder(dir, "", func(dir, _ string, _ int) (data.Tokenizer, error) {
 		return hftokenizer.Load(filepath.Join(dir, "tokenizer.json"))
 	})
 	if err != nil {

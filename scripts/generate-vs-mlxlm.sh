@@ -9,7 +9,8 @@
 #
 # Environment: STREAMS (1,8,32), PROMPT (128 tokens), GEN (128 tokens),
 # ROUNDS (2), DEVICE (cpu; gpu on a CUDA machine with mlx-cuda-13 set up
-# by scripts/gpu-setup.sh), BIN (bin/posttrainllm), PY (the mlx-lm
+# by scripts/gpu-setup.sh), DTYPE (posttrainllm's --dtype: float32 by
+# default; bfloat16 computes a bfloat16 folder as mlx-lm does), BIN (bin/posttrainllm), PY (the mlx-lm
 # Python: .deps/mlxlm/bin/python). On Linux's CPU mlx-lm runs with
 # posttrainllm's OpenBLAS preloaded, so both use the same BLAS.
 # OUTDIR (default $OUT, else runs/generate-vs-mlxlm) receives rows.jsonl
@@ -30,7 +31,7 @@ if [[ "$DEVICE" == cpu && "$(uname -s)" == Linux ]]; then
 fi
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r: posttrainllm" >&2
-  "$BIN" bench --generate "$model" --device "$DEVICE" --streams "$STREAMS" --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --json |
+  "$BIN" bench --generate "$model" --device "$DEVICE" ${DTYPE:+--dtype "$DTYPE"} --streams "$STREAMS" --prompt-tokens "$PROMPT" --gen-tokens "$GEN" --json |
     "$PY" -c 'import json,sys; [print(json.dumps(dict(r, tool="posttrainllm", round='"$r"'))) for r in json.load(sys.stdin)]' >>"$rows"
   echo "== round $r: mlx-lm" >&2
   LD_PRELOAD="$preload" "$PY" "$root/scripts/mlxlm/generate_bench.py" "$model" --streams "$STREAMS" \

@@ -7,7 +7,8 @@
 #   scripts/serve-vs-mlxlm.sh MODEL_FOLDER [OUTDIR]
 #
 # Environment: CLIENTS (1,8,32), TOKENS (128), PER_CLIENT (2), ROUNDS (2),
-# DEVICE (cpu, or gpu), MAX_BATCH (posttrainllm's --max-batch, 32; mlx-lm's
+# DEVICE (cpu, or gpu), DTYPE (posttrainllm's --dtype: float32 by default;
+# bfloat16 computes a bfloat16 folder as mlx_lm.server does), MAX_BATCH (posttrainllm's --max-batch, 32; mlx-lm's
 # --decode-concurrency takes the same), BIN, PY (the mlx-lm Python),
 # BENCH_PY (python3). OUTDIR
 # (default $OUT, else runs/serve-vs-mlxlm) receives rows.jsonl, table.md and
@@ -41,7 +42,7 @@ bench() { # tool model-name
 }
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r: posttrainllm serve" >&2
-  "$BIN" serve --from "$model" --model bench --device "$DEVICE" --addr "127.0.0.1:$port" --max-batch "$MAX_BATCH" >"$out/posttrainllm-$r.log" 2>&1 &
+  "$BIN" serve --from "$model" --model bench --device "$DEVICE" ${DTYPE:+--dtype "$DTYPE"} --addr "127.0.0.1:$port" --max-batch "$MAX_BATCH" >"$out/posttrainllm-$r.log" 2>&1 &
   pid=$!
   wait_up && bench posttrainllm bench
   kill -INT "$pid"; wait "$pid" || true

@@ -91,7 +91,9 @@ the batched engine (what serve, evaluation and online RL use) at each
 --streams count of concurrent streams, each a prompt of --prompt-tokens
 random tokens and --gen-tokens greedy tokens. It reports prompt and
 generated tokens per second over all streams, the mean time to first token,
-and the engine's traces; --rounds N repeats the rows N times, alternating.`,
+and the engine's traces; --rounds N repeats the rows N times, alternating.
+A Hugging Face folder or GGUF file computes in float32 unless --dtype says
+otherwise (--dtype bfloat16 to time a bfloat16 model as published).`,
 		Example: `  posttrainllm bench --preset tiny
   posttrainllm bench --preset tiny --schedule cosine --accum 4 --steps 30 --json
   posttrainllm bench --preset small --compare
@@ -134,6 +136,9 @@ and the engine's traces; --rounds N repeats the rows N times, alternating.`,
 
 func runBench(cmd *cobra.Command, opts benchOptions, ov *overrides) error {
 	if opts.generate.src.from != "" {
+		if cmd.Flags().Changed("dtype") {
+			opts.generate.src.dtype = ov.value("dtype")
+		}
 		if err := opts.generate.src.check("bench --generate"); err != nil {
 			return err
 		}

@@ -93,6 +93,7 @@ to leave. Ctrl-C stops a reply being written.
 	}
 	cmd.Flags().StringVar(&src.from, "from", "", "run folder (its newest checkpoint), checkpoint directory, Hugging Face folder or GGUF file")
 	cmd.Flags().StringVar(&src.adapter, "adapter", "", "fine-tune run folder or checkpoint whose adapters to apply (--from: its base, default the recorded one)")
+	cmd.Flags().StringVar(&src.dtype, "dtype", "", dtypeUsage)
 	cmd.Flags().StringVar(&system, "system", "", "system message the conversation starts with")
 	gen.add(cmd, 512, 0.7)
 	return cmd

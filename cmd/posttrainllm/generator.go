@@ -11,10 +11,28 @@ import (
 	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
-// generationSource is what sample --chat, chat and serve generate from:
-// --from (a run folder, checkpoint, Hugging Face folder or GGUF file) and
-// --adapter.
-type generationSource struct{ from, adapter string }
+// generationSource is what sample, chat, serve and bench --generate
+// generate from: --from (a run folder, checkpoint, Hugging Face folder or
+// GGUF file), --adapter and --dtype.
+type generationSource struct{ from, adapter, dtype string }
+
+// dtypeUsage is the help of --dtype, the compute dtype of a model folder.
+const dtypeUsage = "compute dtype of a Hugging Face folder or GGUF file: float32, bfloat16 or float16 (default float32; a run computes in its own)"
+
+// checkDtype validates --dtype as a usage error: a compute dtype, and a
+// Hugging Face folder or GGUF file to apply it to (a run computes in the
+// dtype it was made in).
+func (s generationSource) checkDtype() error {
+	switch s.dtype {
+	case "", "float32", "bfloat16", "float16":
+	default:
+		return usageError("invalid --dtype %s: want float32, bfloat16 or float16", s.dtype)
+	}
+	if s.dtype != "" && (s.from == "" || !hf.IsFolder(s.from) && !hf.IsGGUF(s.from)) {
+		return usageError("--dtype %s with a run: a run computes in the dtype it was made in; --dtype sets a Hugging Face folder's or GGUF file's", s.dtype)
+	}
+	return nil
+}
 
 // check validates the paths as a usage error, before anything loads.
 func (s generationSource) check(command string) error {
@@ -39,7 +57,7 @@ func (s generationSource) check(command string) error {
 			return usageError("invalid --adapter %s: %v", s.adapter, err)
 		}
 	}
-	return nil
+	return s.checkDtype()
 }
 
 // openOn checks the paths for command, picks the device (auto: the GPU
@@ -61,21 +79,22 @@ func (s generationSource) open(device string) (*generate.Model, error) {
 		if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 			return nil, err
 		}
-		return generate.OpenFolder(s.from, folderTokenizer)
+		return generate.OpenFolder(s.from, s.dtype, folderTokenizer)
 	}
 	if s.from != "" && hf.IsGGUF(s.from) {
 		if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 			return nil, err
 		}
-		return openGGUF(s.from)
+		return openGGUF(s.from, s.dtype)
 	}
 	return runfolder.OpenGenerator(s.from, s.adapter, device, openTokenizer)
 }
 
-// openGGUF opens the model of a GGUF file with the tokenizer, chat
-// template and end tokens its metadata describes, on the current device.
-func openGGUF(path string) (*generate.Model, error) {
-	m, err := hf.LoadGGUF(path, "")
+// openGGUF opens the model of a GGUF file in compute dtype dtype (""
+// for float32) with the tokenizer, chat template and end tokens its
+// metadata describes, on the current device.
+func openGGUF(path, dtype string) (*generate.Model, error) {
+	m, err := hf.LoadGGUF(path, dtype)
 	if err != nil {
 		return nil, err
 	}

@@ -33,11 +33,11 @@ func folderTokenizer(dir, family string, vocab int) (data.Tokenizer, error) {
 
 // sampleFolder continues prompt with the model of a Hugging Face folder and
 // its own tokenizer.
-func sampleFolder(dir, prompt, device string, opts runfolder.SampleOptions) (string, error) {
+func sampleFolder(dir, dtype, prompt, device string, opts runfolder.SampleOptions) (string, error) {
 	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 		return "", err
 	}
-	m, err := hf.Load(dir, "")
+	m, err := hf.Load(dir, dtype)
 	if err != nil {
 		return "", err
 	}
@@ -51,11 +51,11 @@ func sampleFolder(dir, prompt, device string, opts runfolder.SampleOptions) (str
 
 // sampleGGUF continues prompt with the model of a GGUF file and the
 // tokenizer made from its metadata.
-func sampleGGUF(path, prompt, device string, opts runfolder.SampleOptions) (string, error) {
+func sampleGGUF(path, dtype, prompt, device string, opts runfolder.SampleOptions) (string, error) {
 	if err := mlx.Do(func() error { return mlx.UseDevice(device) }); err != nil {
 		return "", err
 	}
-	m, err := hf.LoadGGUF(path, "")
+	m, err := hf.LoadGGUF(path, dtype)
 	if err != nil {
 		return "", err
 	}

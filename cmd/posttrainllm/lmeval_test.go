@@ -97,7 +97,7 @@ func TestLMEvalAgainstServe(t *testing.T) {
 	}
 	served := readLoglikelihoods(t, samples[0])
 
-	m, err := generate.OpenFolder(folder, folderTokenizer)
+	m, err := generate.OpenFolder(folder, "", folderTokenizer)
 	if err != nil {
 		t.Fatal(err)
 	}

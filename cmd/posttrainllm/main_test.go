@@ -179,6 +179,12 @@ func TestTrainTinyResumeAndSample(t *testing.T) {
 	if !strings.HasPrefix(r.stdout, "ROMEO:") || len(r.stdout) < len("ROMEO:")+20 {
 		t.Fatalf("sample printed %q, want the prompt and its continuation", r.stdout)
 	}
+	// A run computes in its own dtype: --dtype is for a model folder.
+	r = runCLI(t, "sample", "--from", out, "--dtype", "bfloat16")
+	if r.code != 2 {
+		t.Fatalf("sample of a run with --dtype: exit %d, want 2", r.code)
+	}
+	checkErrorLine(t, "sample of a run with --dtype", r.stderr, "--dtype bfloat16 with a run")
 }
 
 // The smoke test everyone types, train --preset tiny --steps 2, runs: the

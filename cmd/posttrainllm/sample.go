@@ -17,9 +17,9 @@ import (
 
 func newSampleCmd() *cobra.Command {
 	var (
-		from, adapter, prompt, device string
-		chat, system                  string
-		opts                          runfolder.SampleOptions
+		from, adapter, prompt, device, dtype string
+		chat, system                         string
+		opts                                 runfolder.SampleOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "sample",
@@ -61,11 +61,12 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			if err := gen.check(); err != nil {
 				return err
 			}
+			src := generationSource{from, adapter, dtype}
 			if chat != "" {
 				if prompt != "" {
 					return usageError("--chat and --prompt: give one (--chat asks a question through the chat template, --prompt continues text)")
 				}
-				return sampleChat(cmd.OutOrStdout(), cmd.ErrOrStderr(), generationSource{from, adapter}, system, chat, gen)
+				return sampleChat(cmd.OutOrStdout(), cmd.ErrOrStderr(), src, system, chat, gen)
 			}
 			if system != "" {
 				return usageError("--system goes with --chat")
@@ -89,6 +90,9 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 					return usageError("invalid --adapter %s: %v", adapter, err)
 				}
 			}
+			if err := src.checkDtype(); err != nil {
+				return err
+			}
 			// Sampling needs no GPU: auto takes one where there is one.
 			device, err := pickDevice(device, "cpu", "")
 			if err != nil {
@@ -102,9 +106,9 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 			case adapter != "":
 				text, err = runfolder.SampleAdapted(adapter, from, prompt, device, opts)
 			case gguf:
-				text, err = sampleGGUF(from, prompt, device, opts)
+				text, err = sampleGGUF(from, dtype, prompt, device, opts)
 			case folder:
-				text, err = sampleFolder(from, prompt, device, opts)
+				text, err = sampleFolder(from, dtype, prompt, device, opts)
 			default:
 				text, err = runfolder.SampleCheckpoint(from, prompt, device, opts)
 			}
@@ -129,6 +133,7 @@ ending at the model's end-of-turn token: one turn of posttrainllm chat.`,
 	fs.Float64Var(&opts.TopP, "top-p", 0, "sample among the most likely tokens whose probabilities add up to p (0 or 1: all)")
 	fs.Uint64Var(&opts.Seed, "seed", 1, "sampling seed")
 	fs.StringVar(&device, "device", "auto", deviceUsage)
+	fs.StringVar(&dtype, "dtype", "", dtypeUsage)
 	return cmd
 }
 

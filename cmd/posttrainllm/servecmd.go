@@ -267,5 +267,6 @@ fine-tune recorded.`,
 	fs.IntVar(&engineOpts.PrefillChunk, "prefill-chunk", generate.DefaultPrefillChunk, "most prompt tokens read between two decode steps, so a long prompt does not stall the others")
 	fs.IntVar(&defaultToken, "completion-tokens", 16, "/v1/completions' max_tokens when a request gives none")
 	fs.StringVar(&device, "device", "auto", deviceUsage)
+	fs.StringVar(&src.dtype, "dtype", "", dtypeUsage)
 	return cmd
 }

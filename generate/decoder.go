@@ -170,8 +170,8 @@ func (s *decodeRun) cached(n int) bool {
 
 // schedule builds the next step and starts evaluating it: it feeds the
 // tokens the cache has not seen, from the host, or with fed not nil that
-// token (a scalar on the device, the last step's, not yet in out) after
-// them, and leaves the sampled token in s.pending.
+// token (a scalar on the device, the last step's, not yet in out, when
+// the cache holds all of out), and leaves the sampled token in s.pending.
 func (s *decodeRun) schedule(fed *mlx.Array) error {
 	d, m, cfg := s.d, s.d.m, s.d.m.Config
 	var stepErr error
@@ -179,13 +179,9 @@ func (s *decodeRun) schedule(fed *mlx.Array) error {
 		keys := mlx.RandomSplit(s.key, 2)
 		var logits *mlx.Array
 		switch {
-		case fed != nil:
-			tokens := mlx.Reshape(fed, 1, 1)
-			if fresh := s.out[d.cache.Offset:]; len(fresh) > 0 {
-				tokens = mlx.Concatenate([]*mlx.Array{mlx.FromSlice(fresh, 1, len(fresh)), tokens}, 1)
-			}
-			d.fed += tokens.Dim(1)
-			logits = m.LogitsCached(d.params, tokens, d.cache)
+		case fed != nil: // the cache holds every token of s.out
+			d.fed++
+			logits = m.LogitsCached(d.params, mlx.Reshape(fed, 1, 1), d.cache)
 		case !s.cached(len(s.out)):
 			d.cache.Free()
 			window := s.out[max(0, len(s.out)-cfg.Context):]

@@ -135,8 +135,8 @@ func (c *KVCache) check(cfg Config, B, _ int) error {
 // their own, so the dropped positions' are released).
 func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
 	n, T := c.held[l], k.Dim(2)
-	c.keys[l] = c.write(c.keys[l], k, n)
-	c.values[l] = c.write(c.values[l], v, n)
+	c.keys[l] = writeAt(c.keys[l], k, n)
+	c.values[l] = writeAt(c.values[l], v, n)
 	n += T
 	c.held[l] = n
 	k, v = front(c.keys[l], n), front(c.values[l], n)
@@ -151,11 +151,11 @@ func (c *KVCache) append(l int, k, v *mlx.Array) (*mlx.Array, *mlx.Array) {
 	return k, v
 }
 
-// write returns buf (nil for none yet) with src [B, H, T, D] written at
+// writeAt returns buf (nil for none yet) with src [B, H, T, D] written at
 // positions n…n+T−1, in place when buf has room; otherwise in a new buffer
 // of the next multiple of kvChunk positions holding buf's first n, and
 // buf is freed.
-func (c *KVCache) write(buf, src *mlx.Array, n int) *mlx.Array {
+func writeAt(buf, src *mlx.Array, n int) *mlx.Array {
 	s := src.Shape()
 	T := s[2]
 	if buf == nil || buf.Dim(2) < n+T {

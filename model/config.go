@@ -207,8 +207,8 @@ func (c Config) Validate() error {
 	if c.GELU != "" && c.GELU != GELUExact && c.GELU != GELUTanh {
 		return fmt.Errorf("model config: gelu %q, want %q or %q", c.GELU, GELUExact, GELUTanh)
 	}
-	if d, err := mlx.ParseDtype(c.Dtype); err != nil || (d != mlx.Float32 && d != mlx.BFloat16 && d != mlx.Float16) {
-		return fmt.Errorf("model config: dtype %q, want float32, bfloat16 or float16", c.Dtype)
+	if err := CheckDtype(c.Dtype); err != nil {
+		return fmt.Errorf("model config: %w", err)
 	}
 	for _, f := range []struct {
 		name string
@@ -236,6 +236,15 @@ func (c Config) Hidden() int {
 		return c.MLPHidden
 	}
 	return int(math.Round(c.MLPRatio * float64(c.DModel)))
+}
+
+// CheckDtype reports a name that is not a compute dtype: float32,
+// bfloat16 or float16.
+func CheckDtype(name string) error {
+	if d, err := mlx.ParseDtype(name); err != nil || (d != mlx.Float32 && d != mlx.BFloat16 && d != mlx.Float16) {
+		return fmt.Errorf("dtype %q, want float32, bfloat16 or float16", name)
+	}
+	return nil
 }
 
 // ComputeDtype is the dtype of activations.

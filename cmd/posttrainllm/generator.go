@@ -8,6 +8,7 @@ import (
 	"github.com/posttrainllm/posttrainllm/generate"
 	"github.com/posttrainllm/posttrainllm/hf"
 	"github.com/posttrainllm/posttrainllm/mlx"
+	"github.com/posttrainllm/posttrainllm/model"
 	"github.com/posttrainllm/posttrainllm/runfolder"
 )
 
@@ -23,9 +24,7 @@ const dtypeUsage = "compute dtype of a Hugging Face folder or GGUF file: float32
 // Hugging Face folder or GGUF file to apply it to (a run computes in the
 // dtype it was made in).
 func (s generationSource) checkDtype() error {
-	switch s.dtype {
-	case "", "float32", "bfloat16", "float16":
-	default:
+	if s.dtype != "" && model.CheckDtype(s.dtype) != nil {
 		return usageError("invalid --dtype %s: want float32, bfloat16 or float16", s.dtype)
 	}
 	if s.dtype != "" && (s.from == "" || !hf.IsFolder(s.from) && !hf.IsGGUF(s.from)) {

@@ -80,6 +80,23 @@ func TestStackedQKVMatchesSeparate(t *testing.T) {
 					}
 				}
 			}
+			// Generation (a pass with a cache) uses the stacked weight as
+			// it is given (formulation.stackedGiven).
+			cached := func(p []*mlx.Array) []float32 {
+				cache := m.NewKVCache()
+				defer cache.Free()
+				out, err := m.LogitsCached(p, x, cache).Float32s()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return out
+			}
+			got, want := cached(expand(units)), cached(params)
+			for j := range want {
+				if d := math.Abs(float64(got[j] - want[j])); d > 1e-5*(1+math.Abs(float64(want[j]))) {
+					t.Fatalf("%s: cached logit %d = %g stacked, %g separate", name, j, got[j], want[j])
+				}
+			}
 		})
 	}
 }
